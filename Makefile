@@ -1,0 +1,43 @@
+# Set-up is implicit: the first target that needs the environment builds .venv.
+VENV ?= .venv
+PYTHON ?= python3
+# On this kind of machine torch 2.13.0 is a local CPU wheel; it is installed first so that no other
+# torch is ever resolved. On a CUDA machine: make install TORCH_SPEC="torch==2.13.0" (PyPI's CUDA build).
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+ARGS ?=
+export HF_HUB_OFFLINE ?= 1
+export HF_DATASETS_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export WANDB_MODE ?= offline
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: install train test test-slow lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+train: $(STAMP)
+	$(BIN)/degen-train $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check degen_train tests bench
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -q -m "not slow" tests
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow tests
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) outputs multirun .pytest_cache .ruff_cache

@@ -1,0 +1,119 @@
+"""degen-train: pretraining from a Hydra config (``degen-train recipe=bert_mlm_nsp model=mini``)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import hydra  # noqa: E402
+import torch  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+from degen_train.build import (  # noqa: E402
+    build_trainer,
+    check_checkpoint_matches,
+    check_terms,
+    data_format_for,
+    resolve_checkpoint,
+    resolved_config,
+)
+from degen_train.cli.paths import config_dir  # noqa: E402
+from degen_train.data.datamodule import PretrainDataModule, make_collator, prepare_data  # noqa: E402
+from degen_train.export import export_pretrained  # noqa: E402
+from degen_train.io import atomic_write_json  # noqa: E402
+from degen_train.models.backbone import Backbone, build_hf_model, model_family, shape_signature  # noqa: E402
+from degen_train.module import PretrainModule  # noqa: E402
+from degen_train.terms import TermContext, WeightedSum, build_terms  # noqa: E402
+
+log = logging.getLogger("degen_train")
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Run one pretraining job; returns the summary written to RUN/summary.json."""
+    run_dir = Path(cfg.run_dir)
+    model_name = _choice("model", cfg)
+    # 1. Everything that can be checked from the config alone, before data or weights.
+    terms, weights = build_terms({"objective": cfg.objective, "regularizer": cfg.regularizer})
+    family = model_family(cfg.model)
+    data_format = data_format_for(terms, family, model_name)
+    checkpoint = resolve_checkpoint(cfg.ckpt_path, run_dir)
+    if checkpoint is not None:
+        check_checkpoint_matches(checkpoint, cfg, list(terms))
+    # 2. Data (cached), then the model.
+    data = prepare_data(cfg.data, family=family, data_format=data_format, seed=int(cfg.seed))
+    torch.manual_seed(int(cfg.seed))
+    hf_model = build_hf_model(cfg.model, tokenizer=data.tokenizer, with_nsp_head=data_format == "mlm_nsp")
+    context = TermContext(family=family, hidden_size=hf_model.config.hidden_size, vocab_size=len(data.tokenizer),
+                          batch_size=int(cfg.data.batch_size), model_name=model_name)
+    check_terms(terms, context)
+    identity = {"model": OmegaConf.to_container(cfg.model, resolve=True), "terms": list(terms),
+                "signature": shape_signature(hf_model)}
+    module = PretrainModule(
+        Backbone(hf_model),
+        WeightedSum(terms, weights),
+        optimizer_factory=hydra.utils.instantiate(cfg.optimizer),
+        scheduler_factory=hydra.utils.instantiate(cfg.scheduler),
+        seed=int(cfg.seed),
+        checkpoint_identity=identity,
+    )
+    collator = make_collator(data.tokenizer, data_format=data_format, masking=cfg.masking,
+                             vocab_size=len(data.tokenizer))
+    datamodule = PretrainDataModule(data, collator, batch_size=int(cfg.data.batch_size),
+                                    num_workers=int(cfg.data.num_workers), seed=int(cfg.seed))
+    trainer = build_trainer(cfg)
+    if trainer.is_global_zero:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(run_dir / "config.json", resolved_config(cfg))
+        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    # 3. Train, validate once more, export, summarise.
+    trainer.fit(module, datamodule=datamodule, ckpt_path=str(checkpoint) if checkpoint else None)
+    train_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    val_metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0] if cfg.final_validation else {}
+    summary = _summary(cfg, trainer, train_metrics, val_metrics, first_term=next(iter(terms)))
+    if trainer.is_global_zero:
+        if cfg.export_hf:
+            export_pretrained(hf_model, data.tokenizer, run_dir / "hf")
+        atomic_write_json(run_dir / "summary.json", summary)
+        log.info("run finished: %s", {k: v for k, v in summary.items() if k != "config"})
+    return summary
+
+
+def _summary(cfg: DictConfig, trainer: Any, train_metrics: dict, val_metrics: dict, first_term: str) -> dict:
+    throughput = next((c for c in trainer.callbacks if hasattr(c, "mean_tokens_per_s")), None)
+    val_loss = val_metrics.get("val/loss")
+    main_val = val_metrics.get(f"val/{first_term}/loss")
+    return {
+        "final_step": trainer.global_step,
+        "train_loss": train_metrics.get("train/loss"),
+        "val_loss": val_loss,
+        "val_perplexity": math.exp(main_val) if main_val is not None and main_val < 50 else None,
+        "val_metrics": {k: float(v) for k, v in val_metrics.items()},
+        "tokens_per_s": throughput.mean_tokens_per_s if throughput else None,
+        "config": resolved_config(cfg),
+    }
+
+
+def _choice(group: str, cfg: DictConfig) -> str:
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return str(HydraConfig.get().runtime.choices.get(group, group))
+    return group
+
+
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="train")
+def _hydra_main(cfg: DictConfig) -> None:
+    train(cfg)
+
+
+def main() -> None:
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Data path: corpus -> tokenizer -> examples (packed blocks or NSP pairs) -> sampler -> collator."""

@@ -1,0 +1,166 @@
+"""Load raw documents as a ``datasets.Dataset`` with one ``text`` column.
+
+Sources: the embedded corpus, local files (txt, jsonl/json, parquet, csv/tsv, or a directory of
+them) and hub data sets (``load_dataset``; same code path). Every input problem is reported here,
+before any tokenizer or model is built.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from degen_train.data.builtin_corpus import builtin_documents
+
+log = logging.getLogger(__name__)
+
+SOURCES = ("builtin", "text", "hub")
+TEXT_SUFFIXES = {".txt": "text", ".text": "text", ".raw": "text", ".tokens": "text"}
+TABLE_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".tsv": "csv"}
+DOCUMENT_UNITS = ("line", "paragraph", "document")
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Documents plus a stable identity used in cache keys."""
+
+    train: datasets.Dataset | datasets.IterableDataset
+    validation: datasets.Dataset | datasets.IterableDataset | None
+    identity: str
+
+
+def load_corpus(cfg: Any) -> Corpus:
+    """Load the corpus described by the ``data`` config group."""
+    source = cfg.source
+    if source not in SOURCES:
+        raise ValueError(f"data.source={source!r} is not one of {', '.join(SOURCES)}")
+    if source == "builtin":
+        docs = builtin_documents()
+        identity = _digest(["builtin", sys.version_info[:2], *docs])
+        train = datasets.Dataset.from_dict({"text": docs})
+        return Corpus(train, None, identity)
+    if source == "text":
+        train, train_id = _load_local(cfg, cfg.path, "data.path")
+        validation, validation_id = (None, "")
+        if cfg.get("validation_path"):
+            validation, validation_id = _load_local(cfg, cfg.validation_path, "data.validation_path")
+        return Corpus(train, validation, _digest([train_id, validation_id]))
+    return _load_hub(cfg)
+
+
+def _load_local(cfg: Any, path_value: str | None, key: str) -> tuple[Any, str]:
+    if not path_value:
+        raise ValueError(f"{key} is not set: give a file or directory, e.g. {key}=corpus.txt")
+    path = Path(str(path_value)).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"{key}={path} does not exist")
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    known = {**TEXT_SUFFIXES, **TABLE_SUFFIXES}
+    files = [f for f in files if f.suffix.lower() in known] if path.is_dir() else files
+    if not files:
+        raise ValueError(f"{key}={path} holds no files ending in {', '.join(sorted(known))}")
+    kinds = {known.get(f.suffix.lower(), "text") for f in files}
+    if len(kinds) > 1:
+        raise ValueError(f"{key}={path} mixes file kinds {sorted(kinds)}; point it at one kind")
+    kind = kinds.pop()
+    if kind == "text":
+        files = _check_utf8(files, skip=cfg.on_decode_error == "skip")
+    unit = cfg.document_unit
+    if unit not in DOCUMENT_UNITS:
+        raise ValueError(f"data.document_unit={unit!r} is not one of {', '.join(DOCUMENT_UNITS)}")
+    data_files = [str(f) for f in files]
+    kwargs: dict[str, Any] = {"split": "train", "streaming": bool(cfg.streaming)}
+    if kind == "text":
+        dataset = datasets.load_dataset("text", data_files=data_files, sample_by=unit, **kwargs)
+    else:
+        if kind == "csv" and files[0].suffix.lower() == ".tsv":
+            kwargs["delimiter"] = "\t"
+        dataset = datasets.load_dataset(kind, data_files=data_files, **kwargs)
+        dataset = _select_text_column(dataset, cfg.text_column, str(path))
+    dataset = _drop_empty(dataset, str(path), streaming=bool(cfg.streaming))
+    stats = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+    return dataset, _digest(["local", unit, cfg.text_column, *stats])
+
+
+def _load_hub(cfg: Any) -> Corpus:
+    if not cfg.get("name"):
+        raise ValueError("data.source=hub needs data.name, e.g. data.name=wikitext data.config=wikitext-2-raw-v1")
+    args = [cfg.name] + ([cfg.config] if cfg.get("config") else [])
+    train = datasets.load_dataset(*args, split=cfg.split, streaming=bool(cfg.streaming))
+    train = _drop_empty(_select_text_column(train, cfg.text_column, cfg.name), cfg.name, bool(cfg.streaming))
+    validation = None
+    if cfg.get("validation_split"):
+        validation = datasets.load_dataset(*args, split=cfg.validation_split, streaming=bool(cfg.streaming))
+        validation = _select_text_column(validation, cfg.text_column, cfg.name)
+        validation = _drop_empty(validation, cfg.name, bool(cfg.streaming))
+    identity = _digest(["hub", *args, cfg.split, cfg.get("validation_split"), cfg.get("revision")])
+    return Corpus(train, validation, identity)
+
+
+def _select_text_column(dataset: Any, column: str, where: str) -> Any:
+    names = list(dataset.column_names or [])
+    if column not in names:
+        raise ValueError(f"text column {column!r} not found in {where}; columns are: {', '.join(names)}")
+    dataset = dataset.select_columns([column])
+    return dataset.rename_column(column, "text") if column != "text" else dataset
+
+
+def _drop_empty(dataset: Any, where: str, streaming: bool) -> Any:
+    dataset = dataset.filter(lambda row: row["text"] is not None and bool(str(row["text"]).strip()))
+    if streaming:
+        if next(iter(dataset), None) is None:
+            raise ValueError(f"corpus {where} is empty: no non-blank document")
+        return dataset
+    if len(dataset) == 0:
+        raise ValueError(f"corpus {where} is empty: no non-blank document")
+    return dataset
+
+
+def _check_utf8(files: list[Path], *, skip: bool) -> list[Path]:
+    """Keep the files that decode as UTF-8; name the file and byte offset of the first bad byte."""
+    good = []
+    for path in files:
+        offset = first_bad_utf8_offset(path)
+        if offset is None:
+            good.append(path)
+            continue
+        message = f"{path} is not valid UTF-8: bad byte at offset {offset}"
+        if not skip:
+            raise ValueError(message + " (data.on_decode_error=skip skips such files)")
+        log.warning("%s; skipping the file", message)
+    if not good:
+        raise ValueError("no readable UTF-8 file is left in the corpus")
+    return good
+
+
+def first_bad_utf8_offset(path: Path, chunk_size: int = 1 << 20) -> int | None:
+    """Byte offset of the first byte that is not valid UTF-8, or None; reads the file in chunks."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    consumed = 0  # bytes handed to the decoder so far
+    pending = 0  # of those, bytes the decoder still holds (a split multi-byte character)
+    with path.open("rb") as handle:
+        while True:
+            chunk = handle.read(chunk_size)
+            try:
+                decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as error:
+                return consumed - pending + error.start
+            if not chunk:
+                return None
+            consumed += len(chunk)
+            pending = len(decoder.getstate()[0])
+
+
+def _digest(parts: list[Any]) -> str:
+    hasher = hashlib.sha256()
+    for part in parts:
+        hasher.update(repr(part).encode())
+        hasher.update(b"\0")
+    return hasher.hexdigest()[:16]

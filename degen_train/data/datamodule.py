@@ -1,0 +1,109 @@
+"""Prepare examples once (cached), then serve position-addressed batches to Lightning."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import datasets
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader
+
+from degen_train.data.collate import CausalLMCollator, MaskedLMCollator
+from degen_train.data.corpus import load_corpus
+from degen_train.data.examples import build_examples
+from degen_train.data.sampling import PositionedExamples, ShardedBatches, StepBatchSampler
+from degen_train.data.tokenizer import get_tokenizer, tokenizer_identity
+
+log = logging.getLogger(__name__)
+
+VALIDATION_SEED_OFFSET = 7_919  # validation masking differs from training masking but never changes
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    train: datasets.Dataset
+    validation: datasets.Dataset
+    tokenizer: Any
+
+
+def prepare_data(cfg: Any, *, family: str, data_format: str, seed: int) -> PreparedData:
+    """Corpus -> tokenizer -> train/validation documents -> examples, each step cached on disk."""
+    if cfg.get("streaming"):
+        raise ValueError("data.streaming=true is not supported yet: load the corpus into memory (default)")
+    cache_dir = Path(str(cfg.cache_dir)).expanduser()
+    corpus = load_corpus(cfg)
+    tokenizer = get_tokenizer(
+        cfg.tokenizer, family=family, corpus=corpus.train, corpus_identity=corpus.identity, cache_dir=cache_dir
+    )
+    if corpus.validation is not None:
+        train_docs, validation_docs = corpus.train, corpus.validation
+    else:
+        fraction = float(cfg.validation_fraction)
+        if not 0 < fraction < 1:
+            raise ValueError(f"data.validation_fraction must be in (0, 1), got {fraction}")
+        if len(corpus.train) < 2:
+            raise ValueError("the corpus has one document: it cannot be split into train and validation")
+        split = corpus.train.train_test_split(test_size=fraction, seed=int(cfg.split_seed))
+        train_docs, validation_docs = split["train"], split["test"]
+    identity = hashlib.sha256(
+        repr([corpus.identity, tokenizer_identity(tokenizer), cfg.validation_fraction, cfg.split_seed]).encode()
+    ).hexdigest()[:16]
+    common = {"tokenizer": tokenizer, "data_format": data_format, "block_size": int(cfg.block_size), "seed": seed}
+    train = build_examples(train_docs, cache_root=cache_dir, identity=identity + ":train", **common)
+    validation = build_examples(validation_docs, cache_root=cache_dir, identity=identity + ":validation", **common)
+    log.info("examples: %d train, %d validation (%s, block %d)", len(train), len(validation), data_format, cfg.block_size)
+    return PreparedData(train, validation, tokenizer)
+
+
+def make_collator(tokenizer: Any, *, data_format: str, masking: Any, vocab_size: int) -> Any:
+    if data_format == "causal":
+        return CausalLMCollator(pad_id=tokenizer.pad_token_id)
+    return MaskedLMCollator(
+        pad_id=tokenizer.pad_token_id,
+        mask_id=tokenizer.mask_token_id,
+        special_ids=list(tokenizer.all_special_ids),
+        vocab_size=vocab_size,
+        probability=float(masking.probability),
+        mask_fraction=float(masking.mask_fraction),
+        random_fraction=float(masking.random_fraction),
+    )
+
+
+class PretrainDataModule(pl.LightningDataModule):
+    """Train batches start at the restored global step, so resuming replays nothing."""
+
+    def __init__(self, data: PreparedData, collator: Any, *, batch_size: int, num_workers: int, seed: int) -> None:
+        super().__init__()
+        self.data, self.collator = data, collator
+        self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
+
+    def _loader(self, dataset: PositionedExamples, batch_sampler: Any) -> DataLoader:
+        return DataLoader(
+            dataset,
+            batch_sampler=batch_sampler,
+            collate_fn=self.collator,
+            num_workers=self.num_workers,
+            # Its own generator: creating an iterator must not draw from the global RNG.
+            generator=torch.Generator(),
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        trainer = self.trainer
+        start = trainer.global_step * trainer.accumulate_grad_batches if trainer is not None else 0
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        sampler = StepBatchSampler(
+            len(self.data.train), batch_size=self.batch_size, seed=self.seed, start=start, rank=rank, world_size=world
+        )
+        return self._loader(PositionedExamples(self.data.train, self.seed), sampler)
+
+    def val_dataloader(self) -> DataLoader:
+        trainer = self.trainer
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        batches = ShardedBatches(len(self.data.validation), batch_size=self.batch_size, rank=rank, world_size=world)
+        return self._loader(PositionedExamples(self.data.validation, self.seed + VALIDATION_SEED_OFFSET), batches)

@@ -1,0 +1,105 @@
+"""Batches and per-example randomness addressed by position, so a resumed run sees what a straight run sees.
+
+The micro-batch counter b (global step × accumulation) fixes the epoch b // batches_per_epoch, the
+epoch's permutation (seeded by (seed, epoch)) and the slice; each example's masking seed is
+(seed, epoch, index), independent of batch size, process count and of how the run was split.
+Resuming at position b costs one permutation, never a replay of the batches before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+_MASK64 = (1 << 64) - 1
+
+
+def mix_seed(*values: int) -> int:
+    """Hash integers to a 63-bit seed with splitmix64 rounds (stable across processes and runs)."""
+    state = 0x9E3779B97F4A7C15
+    for value in values:
+        state = (state ^ (int(value) & _MASK64)) & _MASK64
+        state = (state + 0x9E3779B97F4A7C15) & _MASK64
+        state = ((state ^ (state >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        state = ((state ^ (state >> 27)) * 0x94D049BB133111EB) & _MASK64
+        state ^= state >> 31
+    return state & ((1 << 63) - 1)
+
+
+class StepBatchSampler:
+    """Endless batch sampler: micro-batch b holds this rank's share of global batch b.
+
+    No ``__len__``: Lightning treats the loader as endless and stops at ``max_steps``.
+    """
+
+    def __init__(
+        self,
+        num_examples: int,
+        *,
+        batch_size: int,
+        seed: int,
+        start: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        shuffle: bool = True,
+    ) -> None:
+        global_batch = batch_size * world_size
+        if num_examples < global_batch:
+            raise ValueError(
+                f"the training set has {num_examples} examples, fewer than one global batch "
+                f"({batch_size} per process x {world_size} processes): lower data.batch_size or add data"
+            )
+        self.num_examples, self.batch_size, self.seed = num_examples, batch_size, seed
+        self.start, self.rank, self.world_size, self.shuffle = start, rank, world_size, shuffle
+        self.batches_per_epoch = num_examples // global_batch
+
+    def epoch_order(self, epoch: int) -> torch.Tensor:
+        if not self.shuffle:
+            return torch.arange(self.num_examples)
+        generator = torch.Generator().manual_seed(mix_seed(self.seed, epoch, 0x5A3D))
+        return torch.randperm(self.num_examples, generator=generator)
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        position, epoch, order = self.start, -1, None
+        global_batch = self.batch_size * self.world_size
+        while True:
+            batch_epoch, slot = divmod(position, self.batches_per_epoch)
+            if batch_epoch != epoch:
+                epoch, order = batch_epoch, self.epoch_order(batch_epoch)
+            first = slot * global_batch + self.rank * self.batch_size
+            yield [(epoch, int(i)) for i in order[first : first + self.batch_size]]
+            position += 1
+
+
+class ShardedBatches:
+    """Fixed, unshuffled batches of one process's share (validation): epoch 0, every example once."""
+
+    def __init__(self, num_examples: int, *, batch_size: int, rank: int = 0, world_size: int = 1) -> None:
+        self.indices = list(range(rank, num_examples, world_size))
+        self.batch_size = batch_size
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        for start in range(0, len(self.indices), self.batch_size):
+            yield [(0, i) for i in self.indices[start : start + self.batch_size]]
+
+    def __len__(self) -> int:
+        return (len(self.indices) + self.batch_size - 1) // self.batch_size
+
+
+class PositionedExamples(Dataset):
+    """Look up an example by (epoch, index) and attach its randomness seed."""
+
+    def __init__(self, examples: Any, seed: int) -> None:
+        self.examples, self.seed = examples, seed
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, key: tuple[int, int]) -> dict[str, Any]:
+        epoch, index = key
+        row = dict(self.examples[index])
+        row["sample_seed"] = mix_seed(self.seed, epoch, index)
+        return row

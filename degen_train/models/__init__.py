@@ -1,0 +1,1 @@
+"""Backbones built from transformers configs, returning ForwardOutput."""

@@ -1,0 +1,149 @@
+"""Build an HF model (BERT-style encoder or GPT-2-style decoder) and run it into a ForwardOutput.
+
+The model is a stock ``transformers`` class, so ``save_pretrained`` exports it as is. Only the
+vocabulary projection is called by hand: on the N labelled positions rather than all B·T.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForPreTraining,
+    BertConfig,
+    BertForMaskedLM,
+    BertForPreTraining,
+    GPT2Config,
+    GPT2LMHeadModel,
+    PreTrainedModel,
+)
+
+from degen_train.types import ForwardOutput
+
+FAMILIES = ("encoder", "decoder")
+FAMILY_OF_MODEL_TYPE = {"bert": "encoder", "roberta": "encoder", "gpt2": "decoder"}
+
+
+def model_family(cfg: Any) -> str:
+    """The family of the configured model: from ``init_from``'s config when set, else ``cfg.family``."""
+    if cfg.get("init_from"):
+        model_type = AutoConfig.from_pretrained(str(cfg.init_from)).model_type
+        if model_type not in FAMILY_OF_MODEL_TYPE:
+            raise ValueError(
+                f"model.init_from={cfg.init_from} is a {model_type!r} model; supported: "
+                f"{', '.join(sorted(FAMILY_OF_MODEL_TYPE))}"
+            )
+        return FAMILY_OF_MODEL_TYPE[model_type]
+    if cfg.family not in FAMILIES:
+        raise ValueError(f"model.family={cfg.family!r} is not one of {', '.join(FAMILIES)}")
+    return cfg.family
+
+
+def build_hf_model(cfg: Any, *, tokenizer: Any, with_nsp_head: bool) -> PreTrainedModel:
+    """A fresh model from the size preset, or the weights at ``cfg.init_from`` (path or hub name)."""
+    family = model_family(cfg)
+    if cfg.get("init_from"):
+        loader = AutoModelForCausalLM if family == "decoder" else AutoModelForPreTraining if with_nsp_head else AutoModelForMaskedLM
+        model = loader.from_pretrained(str(cfg.init_from), attn_implementation=cfg.attention)
+        if model.get_input_embeddings().num_embeddings < len(tokenizer):
+            raise ValueError(
+                f"model.init_from={cfg.init_from} has {model.get_input_embeddings().num_embeddings} embeddings "
+                f"but the tokenizer has {len(tokenizer)} tokens: use that model's tokenizer (data.tokenizer.path)"
+            )
+        return model
+    common = {
+        "vocab_size": len(tokenizer),
+        "tie_word_embeddings": bool(cfg.tie_embeddings),
+        "attn_implementation": cfg.attention,
+    }
+    if family == "encoder":
+        config = BertConfig(
+            hidden_size=cfg.hidden_size,
+            num_hidden_layers=cfg.num_layers,
+            num_attention_heads=cfg.num_heads,
+            intermediate_size=cfg.intermediate_size,
+            max_position_embeddings=cfg.max_position,
+            hidden_dropout_prob=cfg.dropout,
+            attention_probs_dropout_prob=cfg.attention_dropout,
+            pad_token_id=tokenizer.pad_token_id,
+            **common,
+        )
+        return (BertForPreTraining if with_nsp_head else BertForMaskedLM)(config)
+    config = GPT2Config(
+        n_embd=cfg.hidden_size,
+        n_layer=cfg.num_layers,
+        n_head=cfg.num_heads,
+        n_inner=cfg.intermediate_size,
+        n_positions=cfg.max_position,
+        resid_pdrop=cfg.dropout,
+        embd_pdrop=cfg.dropout,
+        attn_pdrop=cfg.attention_dropout,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **common,
+    )
+    config._attn_implementation = cfg.attention
+    return GPT2LMHeadModel(config)
+
+
+def shape_signature(model: PreTrainedModel) -> dict[str, Any]:
+    """What must match for a checkpoint to load into this model."""
+    config = model.config
+    names = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+             "intermediate_size", "n_inner", "max_position_embeddings", "tie_word_embeddings")
+    signature = {name: getattr(config, name, None) for name in names}
+    signature["architecture"] = type(model).__name__
+    return signature
+
+
+class Backbone(nn.Module):
+    """Wraps the HF model; returns hidden states, logits at labelled positions and heads' outputs."""
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        super().__init__()
+        self.model = model
+        self.family = FAMILY_OF_MODEL_TYPE.get(model.config.model_type, "encoder")
+        cls = getattr(model, "cls", None)
+        self.vocab_head: nn.Module = cls.predictions if cls is not None else model.lm_head
+        self.nsp_head: nn.Module | None = getattr(cls, "seq_relationship", None)
+
+    def encode(self, batch: dict[str, Tensor], *, all_layers: bool = False) -> Any:
+        kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        if self.family == "encoder" and "token_type_ids" in batch:
+            kwargs["token_type_ids"] = batch["token_type_ids"]
+        return self.model.base_model(**kwargs, output_hidden_states=all_layers, return_dict=True)
+
+    def forward(self, batch: dict[str, Tensor], *, requires: frozenset[str] = frozenset()) -> ForwardOutput:
+        encoded = self.encode(batch, all_layers="all_hidden_states" in requires)
+        hidden = encoded.last_hidden_state  # (B, T, H)
+        labels = batch["labels"]
+        selected = labels != -100  # (B, T)
+        logits = self.vocab_head(hidden[selected])  # (N, V)
+        pooled = getattr(encoded, "pooler_output", None)
+        sequence_logits = self.nsp_head(pooled) if self.nsp_head is not None and pooled is not None else None
+        return ForwardOutput(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            hidden_states=hidden,
+            labels=labels,
+            logits=logits,
+            target_ids=labels[selected],
+            embedding_weight=self.model.get_input_embeddings().weight,
+            output_embedding_weight=self.model.get_output_embeddings().weight,
+            original_ids=batch.get("original_ids"),
+            pooled=pooled,
+            sequence_logits=sequence_logits,
+            sequence_labels=batch.get("next_sentence_label"),
+            all_hidden_states=encoded.hidden_states if "all_hidden_states" in requires else None,
+        )
+
+    @torch.no_grad()
+    def full_logits(self, batch: dict[str, Tensor]) -> Tensor:
+        """(B, T, V) logits at every position, as the exported HF model computes them."""
+        return self.vocab_head(self.encode(batch).last_hidden_state)

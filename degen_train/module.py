@@ -1,0 +1,76 @@
+"""One LightningModule for every objective: backbone -> ForwardOutput -> WeightedSum -> log."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor
+
+from degen_train.data.sampling import mix_seed
+from degen_train.models.backbone import Backbone
+from degen_train.terms import WeightedSum
+from degen_train.types import ForwardOutput
+
+
+class PretrainModule(pl.LightningModule):
+    def __init__(
+        self,
+        backbone: Backbone,
+        loss: WeightedSum,
+        *,
+        optimizer_factory: Callable[..., torch.optim.Optimizer],
+        scheduler_factory: Callable[..., Any],
+        seed: int,
+        checkpoint_identity: dict[str, Any],
+    ) -> None:
+        super().__init__()
+        self.backbone, self.loss = backbone, loss
+        self.optimizer_factory, self.scheduler_factory = optimizer_factory, scheduler_factory
+        self.seed = seed
+        self.checkpoint_identity = checkpoint_identity
+
+    def forward(self, batch: dict[str, Tensor]) -> ForwardOutput:
+        return self.backbone(batch, requires=self.loss.requires)
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        self._seed_step_randomness(batch_idx)
+        total, logged = self.loss(self(batch))
+        self._log("train", logged, batch)
+        return total
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        _, logged = self.loss(self(batch))
+        self._log("val", logged, batch)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = self.optimizer_factory([self.backbone, self.loss])
+        scheduler = self.scheduler_factory(optimizer)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["degen_train"] = self.checkpoint_identity
+
+    def _seed_step_randomness(self, batch_idx: int) -> None:
+        """Dropout (the global RNG) is a function of (seed, step, micro-batch, rank): exact on resume."""
+        micro = batch_idx % self.trainer.accumulate_grad_batches
+        torch.manual_seed(mix_seed(self.seed, 0xD409, self.global_step, micro, self.global_rank))
+
+    def _log(self, stage: str, logged: dict[str, Tensor], batch: dict[str, Tensor]) -> None:
+        names = list(logged)
+        values = torch.stack([logged[n].float() for n in names])
+        if stage == "train" and self.trainer.world_size > 1:
+            # One collective for all metrics: train curves show the global batch, not rank 0's share.
+            values = self.trainer.strategy.reduce(values, reduce_op="mean")
+        metrics = {f"{stage}/{name}": value for name, value in zip(names, values, strict=True)}
+        self.log_dict(
+            metrics,
+            on_step=stage == "train",
+            on_epoch=stage != "train",
+            sync_dist=stage != "train",
+            batch_size=batch["input_ids"].shape[0],
+        )
+        if stage == "train":
+            self.log("loss", metrics["train/loss"], prog_bar=True, logger=False, batch_size=1)

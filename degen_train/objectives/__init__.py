@@ -1,0 +1,3 @@
+"""Pretraining objectives; importing this package registers them."""
+
+from degen_train.objectives import mle, mlm, nsp  # noqa: F401

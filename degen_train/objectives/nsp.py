@@ -1,0 +1,29 @@
+"""Next-sentence prediction (Devlin et al. 2019)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from degen_train.terms import LossTerm, distributed_mean, register_term
+from degen_train.types import ForwardOutput, TermOutput
+
+
+@register_term("nsp")
+class NextSentenceTerm(LossTerm):
+    """L_NSP = −(1/B) Σ_b log p(y_b | [CLS]_b), y = 0 if segment B follows A else 1; Devlin et al. 2019.
+
+    The classifier is the HF model's own NSP head, so it is exported with the model.
+    """
+
+    family = "encoder"
+    data_format = "mlm_nsp"
+    requires = frozenset({"sequence_logits"})
+
+    def forward(self, output: ForwardOutput) -> TermOutput:
+        logits, labels = output.sequence_logits, output.sequence_labels
+        assert logits is not None and labels is not None
+        total = F.cross_entropy(logits.float(), labels, reduction="sum")
+        count = torch.tensor(float(labels.numel()), device=labels.device)
+        accuracy = (logits.detach().argmax(-1) == labels).float().mean()
+        return TermOutput(distributed_mean(total, count), {"accuracy": accuracy})

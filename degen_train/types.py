@@ -1,0 +1,41 @@
+"""Typed records passed between the backbone, the loss terms and the module. No logic here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForwardOutput:
+    """What one forward pass produced. B batch, T tokens, H hidden, V vocab, N labelled positions.
+
+    Vocabulary logits are computed only where ``labels != -100`` (row-major order): at 15% of the
+    positions for MLM this skips most of the (B·T·V) projection and gives the same loss.
+    """
+
+    input_ids: Tensor  # (B, T) what the model saw (masked or corrupted)
+    attention_mask: Tensor  # (B, T) 1 = real token
+    hidden_states: Tensor  # (B, T, H) last layer
+    labels: Tensor  # (B, T) target id, -100 = no target
+    logits: Tensor | None  # (N, V) at the positions where labels != -100
+    target_ids: Tensor  # (N,) labels at those positions
+    embedding_weight: Tensor  # (V, H) input embeddings
+    output_embedding_weight: Tensor  # (V, H) LM-head decoder (the same tensor when tied)
+    original_ids: Tensor | None = None  # (B, T) ids before masking/corruption
+    pooled: Tensor | None = None  # (B, H) [CLS] after the pooler
+    sequence_logits: Tensor | None = None  # (B, 2) NSP head
+    sequence_labels: Tensor | None = None  # (B,) NSP label: 0 = B follows A, 1 = random B
+    all_hidden_states: tuple[Tensor, ...] | None = None  # embeddings + every layer, when asked
+    teacher_hidden_states: Tensor | None = None  # (B, T, H) frozen teacher, no grad
+    views: tuple[ForwardOutput, ...] = ()  # extra views (e.g. COCO-LM crops)
+    extras: dict[str, Tensor] = field(default_factory=dict)  # method-specific tensors
+
+
+@dataclass(frozen=True)
+class TermOutput:
+    """A term's result: an unweighted scalar loss and detached scalars to log."""
+
+    loss: Tensor
+    metrics: dict[str, Tensor] = field(default_factory=dict)
