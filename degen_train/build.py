@@ -12,8 +12,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from degen_train.terms import LossTerm, TermContext
 
-CHECKPOINT_MODEL_KEYS = ("family", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                         "max_position", "tie_embeddings", "init_from")
+CHECKPOINT_MODEL_KEYS = (
+    "family",
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "intermediate_size",
+    "max_position",
+    "tie_embeddings",
+    "init_from",
+)
 
 
 def data_format_for(terms: dict[str, LossTerm], family: str, model_name: str) -> str:

@@ -21,8 +21,9 @@ def wandb_has_credentials() -> bool:
     return auth is not None
 
 
-def wandb_logger(*, mode: str = "auto", save_dir: str, project: str, group: str | None = None,
-                 name: str | None = None, **kwargs: Any) -> WandbLogger:
+def wandb_logger(
+    *, mode: str = "auto", save_dir: str, project: str, group: str | None = None, name: str | None = None, **kwargs: Any
+) -> WandbLogger:
     """A WandbLogger that never prompts: mode=auto is online only with credentials, else offline."""
     if mode not in WANDB_MODES:
         raise ValueError(f"logger.wandb.mode={mode!r} is not one of {', '.join(WANDB_MODES)}")
@@ -30,5 +31,6 @@ def wandb_logger(*, mode: str = "auto", save_dir: str, project: str, group: str 
         mode = os.environ.get("WANDB_MODE") or ("online" if wandb_has_credentials() else "offline")
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ.setdefault("WANDB_CONSOLE", "off")
-    return WandbLogger(project=project, group=group, name=name, save_dir=save_dir, mode=mode,
-                       anonymous="never", **kwargs)
+    return WandbLogger(
+        project=project, group=group, name=name, save_dir=save_dir, mode=mode, anonymous="never", **kwargs
+    )

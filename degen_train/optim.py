@@ -25,8 +25,15 @@ def parameter_groups(modules: Iterable[nn.Module], weight_decay: float) -> list[
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def build_optimizer(modules: Iterable[nn.Module], *, lr: float, weight_decay: float, betas: tuple[float, float],
-                    eps: float, fused: bool | None = None) -> torch.optim.Optimizer:
+def build_optimizer(
+    modules: Iterable[nn.Module],
+    *,
+    lr: float,
+    weight_decay: float,
+    betas: tuple[float, float],
+    eps: float,
+    fused: bool | None = None,
+) -> torch.optim.Optimizer:
     if lr <= 0:
         raise ValueError(f"optimizer.lr must be > 0, got {lr}")
     groups = parameter_groups(modules, weight_decay)
@@ -46,15 +53,17 @@ def lr_factor(step: int, *, warmup_steps: int, total_steps: int, schedule: str, 
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, *, schedule: str, warmup_steps: int, total_steps: int,
-                    min_ratio: float) -> torch.optim.lr_scheduler.LambdaLR:
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, *, schedule: str, warmup_steps: int, total_steps: int, min_ratio: float
+) -> torch.optim.lr_scheduler.LambdaLR:
     if schedule not in SCHEDULES:
         raise ValueError(f"scheduler.name={schedule!r} is not one of {', '.join(SCHEDULES)}")
     if total_steps <= 0:
         raise ValueError(f"scheduler.total_steps must be > 0, got {total_steps} (set trainer.max_steps)")
 
     def factor(step: int) -> float:
-        return lr_factor(step, warmup_steps=warmup_steps, total_steps=total_steps, schedule=schedule,
-                         min_ratio=min_ratio)
+        return lr_factor(
+            step, warmup_steps=warmup_steps, total_steps=total_steps, schedule=schedule, min_ratio=min_ratio
+        )
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

@@ -14,15 +14,17 @@ LAYER_MODULES = {
 }
 
 
-def fsdp_strategy(*, wrap_layers: list[str], sharding_strategy: str = "FULL_SHARD",
-                  state_dict_type: str = "full", **kwargs: Any) -> FSDPStrategy:
+def fsdp_strategy(
+    *, wrap_layers: list[str], sharding_strategy: str = "FULL_SHARD", state_dict_type: str = "full", **kwargs: Any
+) -> FSDPStrategy:
     """FSDP with one unit per transformer layer class named in ``wrap_layers``."""
     unknown = [name for name in wrap_layers if name not in LAYER_MODULES]
     if unknown:
         raise ValueError(f"strategy.wrap_layers: unknown layer {unknown}; known: {', '.join(LAYER_MODULES)}")
     layers = {getattr(importlib.import_module(LAYER_MODULES[name]), name) for name in wrap_layers}
-    return FSDPStrategy(auto_wrap_policy=layers, sharding_strategy=sharding_strategy,
-                        state_dict_type=state_dict_type, **kwargs)
+    return FSDPStrategy(
+        auto_wrap_policy=layers, sharding_strategy=sharding_strategy, state_dict_type=state_dict_type, **kwargs
+    )
 
 
 def deepspeed_strategy(*, stage: int = 2, offload_optimizer: bool = False, **kwargs: Any) -> Strategy:

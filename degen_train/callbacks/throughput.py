@@ -19,15 +19,16 @@ class TokenThroughput(Callback):
         self.total_seconds = 0.0
         self._last: float | None = None
 
-    def on_train_batch_end(self, trainer: pl.Trainer, module: pl.LightningModule, outputs: Any,
-                           batch: dict, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, module: pl.LightningModule, outputs: Any, batch: dict, batch_idx: int
+    ) -> None:
         now = time.perf_counter()
         tokens = int(batch["attention_mask"].sum()) * trainer.world_size
         if self._last is not None:  # the first batch pays start-up costs: not counted
             self.total_tokens += tokens
             self.total_seconds += now - self._last
         self._last = now
-        self.marks = (self.marks + [(now, tokens)])[-(self.window + 1):]
+        self.marks = (self.marks + [(now, tokens)])[-(self.window + 1) :]
         if len(self.marks) > 1:
             span = self.marks[-1][0] - self.marks[0][0]
             rate = sum(t for _, t in self.marks[1:]) / max(span, 1e-9)

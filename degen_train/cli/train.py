@@ -48,11 +48,19 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     data = prepare_data(cfg.data, family=family, data_format=data_format, seed=int(cfg.seed))
     torch.manual_seed(int(cfg.seed))
     hf_model = build_hf_model(cfg.model, tokenizer=data.tokenizer, with_nsp_head=data_format == "mlm_nsp")
-    context = TermContext(family=family, hidden_size=hf_model.config.hidden_size, vocab_size=len(data.tokenizer),
-                          batch_size=int(cfg.data.batch_size), model_name=model_name)
+    context = TermContext(
+        family=family,
+        hidden_size=hf_model.config.hidden_size,
+        vocab_size=len(data.tokenizer),
+        batch_size=int(cfg.data.batch_size),
+        model_name=model_name,
+    )
     check_terms(terms, context)
-    identity = {"model": OmegaConf.to_container(cfg.model, resolve=True), "terms": list(terms),
-                "signature": shape_signature(hf_model)}
+    identity = {
+        "model": OmegaConf.to_container(cfg.model, resolve=True),
+        "terms": list(terms),
+        "signature": shape_signature(hf_model),
+    }
     module = PretrainModule(
         Backbone(hf_model),
         WeightedSum(terms, weights),
@@ -61,10 +69,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         seed=int(cfg.seed),
         checkpoint_identity=identity,
     )
-    collator = make_collator(data.tokenizer, data_format=data_format, masking=cfg.masking,
-                             vocab_size=len(data.tokenizer))
-    datamodule = PretrainDataModule(data, collator, batch_size=int(cfg.data.batch_size),
-                                    num_workers=int(cfg.data.num_workers), seed=int(cfg.seed))
+    collator = make_collator(
+        data.tokenizer, data_format=data_format, masking=cfg.masking, vocab_size=len(data.tokenizer)
+    )
+    datamodule = PretrainDataModule(
+        data, collator, batch_size=int(cfg.data.batch_size), num_workers=int(cfg.data.num_workers), seed=int(cfg.seed)
+    )
     trainer = build_trainer(cfg)
     if trainer.is_global_zero:
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -56,7 +56,9 @@ def prepare_data(cfg: Any, *, family: str, data_format: str, seed: int) -> Prepa
     common = {"tokenizer": tokenizer, "data_format": data_format, "block_size": int(cfg.block_size), "seed": seed}
     train = build_examples(train_docs, cache_root=cache_dir, identity=identity + ":train", **common)
     validation = build_examples(validation_docs, cache_root=cache_dir, identity=identity + ":validation", **common)
-    log.info("examples: %d train, %d validation (%s, block %d)", len(train), len(validation), data_format, cfg.block_size)
+    log.info(
+        "examples: %d train, %d validation (%s, block %d)", len(train), len(validation), data_format, cfg.block_size
+    )
     return PreparedData(train, validation, tokenizer)
 
 

@@ -94,7 +94,11 @@ def _nsp_pairs(documents: datasets.Dataset, tokenizer: Any, *, block_size: int, 
         out = []
         for text in batch["text"]:
             segments = split_segments(text)
-            ids = tokenizer(segments, add_special_tokens=False, return_attention_mask=False)["input_ids"] if segments else []
+            ids = (
+                tokenizer(segments, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+                if segments
+                else []
+            )
             out.append([s for s in ids if s])
         return {"segments": out}
 

@@ -23,7 +23,9 @@ ENCODER_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 END_OF_TEXT = "<|endoftext|>"
 
 
-def get_tokenizer(cfg: Any, *, family: str, corpus: Any, corpus_identity: str, cache_dir: Path) -> PreTrainedTokenizerFast:
+def get_tokenizer(
+    cfg: Any, *, family: str, corpus: Any, corpus_identity: str, cache_dir: Path
+) -> PreTrainedTokenizerFast:
     """The tokenizer named by ``cfg.path``, else one trained on ``corpus`` (cached)."""
     if cfg.get("path"):
         return AutoTokenizer.from_pretrained(str(cfg.path))

@@ -48,7 +48,13 @@ def build_hf_model(cfg: Any, *, tokenizer: Any, with_nsp_head: bool) -> PreTrain
     """A fresh model from the size preset, or the weights at ``cfg.init_from`` (path or hub name)."""
     family = model_family(cfg)
     if cfg.get("init_from"):
-        loader = AutoModelForCausalLM if family == "decoder" else AutoModelForPreTraining if with_nsp_head else AutoModelForMaskedLM
+        loader = (
+            AutoModelForCausalLM
+            if family == "decoder"
+            else AutoModelForPreTraining
+            if with_nsp_head
+            else AutoModelForMaskedLM
+        )
         model = loader.from_pretrained(str(cfg.init_from), attn_implementation=cfg.attention)
         if model.get_input_embeddings().num_embeddings < len(tokenizer):
             raise ValueError(
@@ -95,8 +101,17 @@ def build_hf_model(cfg: Any, *, tokenizer: Any, with_nsp_head: bool) -> PreTrain
 def shape_signature(model: PreTrainedModel) -> dict[str, Any]:
     """What must match for a checkpoint to load into this model."""
     config = model.config
-    names = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-             "intermediate_size", "n_inner", "max_position_embeddings", "tie_word_embeddings")
+    names = (
+        "model_type",
+        "vocab_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "n_inner",
+        "max_position_embeddings",
+        "tie_word_embeddings",
+    )
     signature = {name: getattr(config, name, None) for name in names}
     signature["architecture"] = type(model).__name__
     return signature
