@@ -8,6 +8,7 @@ from typing import Any
 import hydra
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from degen_train.terms import LossTerm, TermContext
@@ -91,6 +92,8 @@ def build_strategy(cfg: DictConfig) -> Any:
 
 def build_trainer(cfg: DictConfig) -> pl.Trainer:
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]
+    if not cfg.trainer.get("enable_progress_bar", True):
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     loggers = [hydra.utils.instantiate(c) for c in (cfg.logger or {}).values() if c is not None]
     return hydra.utils.instantiate(
         cfg.trainer, callbacks=callbacks, logger=loggers or False, strategy=build_strategy(cfg.strategy)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import csv
 import netrc
 import os
 from typing import Any
 
-from lightning.pytorch.loggers import WandbLogger
+from lightning.fabric.loggers.logger import rank_zero_experiment
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 
@@ -34,3 +37,41 @@ def wandb_logger(
     return WandbLogger(
         project=project, group=group, name=name, save_dir=save_dir, mode=mode, anonymous="never", **kwargs
     )
+
+
+class _AppendingWriter(ExperimentWriter):
+    """Keeps an existing metrics.csv (a resumed run appends to it) instead of deleting it."""
+
+    def _check_log_dir_exists(self) -> None:
+        if self._fs.isfile(self.metrics_file_path):
+            with self._fs.open(self.metrics_file_path, "r", newline="") as handle:
+                header = next(csv.reader(handle), [])
+            self.metrics_keys = sorted(header)
+
+    def drop_rows_from(self, step: int) -> None:
+        """Forget rows logged at ``step`` or later (written after the checkpoint a run resumes from)."""
+        if not self._fs.isfile(self.metrics_file_path):
+            return
+        with self._fs.open(self.metrics_file_path, "r", newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        kept = [row for row in rows if not row.get("step") or int(float(row["step"])) < step]
+        if len(kept) != len(rows):
+            with self._fs.open(self.metrics_file_path, "w", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=self.metrics_keys)
+                writer.writeheader()
+                writer.writerows(kept)
+
+
+class ResumableCSVLogger(CSVLogger):
+    """CSVLogger whose metrics.csv survives a resume: rows before the resumed step are kept."""
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> _AppendingWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _AppendingWriter(log_dir=self.log_dir)
+        return self._experiment
+
+    def prepare_resume(self, step: int) -> None:
+        self.experiment.drop_rows_from(step)

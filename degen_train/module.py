@@ -50,6 +50,11 @@ class PretrainModule(pl.LightningModule):
         scheduler = self.scheduler_factory(optimizer)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
+    def on_train_start(self) -> None:
+        for logger in self.loggers:
+            if hasattr(logger, "prepare_resume"):
+                logger.prepare_resume(self.global_step)
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["degen_train"] = self.checkpoint_identity
 
