@@ -29,9 +29,9 @@ def data_format_for(terms: dict[str, LossTerm], family: str, model_name: str) ->
     """Check every term fits the model family and return the example layout the terms need."""
     for key, term in terms.items():
         if term.family is not None and term.family != family:
-            hint = "a gpt2_* model" if term.family == "decoder" else "an encoder model (tiny, mini, small, base, large)"
+            hint = "model=gpt2_tiny (or another gpt2_*)" if term.family == "decoder" else "model=tiny, mini, small, ..."
             raise ValueError(
-                f"loss term {key!r} needs a {term.family} model but model={model_name} is a {family}: use {hint}"
+                f"loss term {key!r} needs the {term.family} family but model={model_name} is {family}: use {hint}"
             )
     formats = {term.data_format for term in terms.values() if term.data_format}
     if "mlm_nsp" in formats:

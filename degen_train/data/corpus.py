@@ -113,7 +113,8 @@ def _select_text_column(dataset: Any, column: str, where: str) -> Any:
 
 
 def _drop_empty(dataset: Any, where: str, streaming: bool) -> Any:
-    dataset = dataset.filter(lambda row: row["text"] is not None and bool(str(row["text"]).strip()))
+    dataset = dataset.map(lambda row: {"text": str(row["text"] or "").strip()})
+    dataset = dataset.filter(lambda row: bool(row["text"]))
     if streaming:
         if next(iter(dataset), None) is None:
             raise ValueError(f"corpus {where} is empty: no non-blank document")

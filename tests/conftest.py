@@ -1,0 +1,44 @@
+"""Test set-up: nothing downloads, wandb never prompts, caches live in a temporary folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ["WANDB_MODE"] = "disabled"
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+# Settings that keep a test run small and quiet.
+FAST = [
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "trainer.log_every_n_steps=1",
+    "trainer.limit_val_batches=2",
+    "data.batch_size=8",
+    "data.block_size=64",
+    "model.max_position=128",
+]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cache = tmp_path_factory.mktemp("degen_cache")
+    os.environ["DEGEN_TRAIN_CACHE"] = str(cache)
+    os.environ.setdefault("HF_DATASETS_CACHE", str(cache / "hf_datasets"))
+    return cache
+
+
+def shared_data(*parts: str) -> Path:
+    """A file under ../shared/data, or skip the test saying why."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} is absent: the shared data folder only exists on the project's machines")
+    return path

@@ -1,0 +1,28 @@
+"""Small helpers shared by the end-to-end tests."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from degen_train.cli.train import train
+from degen_train.config import load_config
+from tests.conftest import FAST
+
+
+def run(run_dir: Path, *overrides: str) -> dict[str, Any]:
+    """Train in-process with the fast settings plus ``overrides``; returns summary.json's content."""
+    return train(load_config([*FAST, *overrides], run_dir=run_dir))
+
+
+def logged(run_dir: Path, key: str) -> dict[int, float]:
+    """{step: value} of one metric in RUN/logs/metrics.csv."""
+    with open(run_dir / "logs" / "metrics.csv", newline="") as handle:
+        return {int(r["step"]): float(r[key]) for r in csv.DictReader(handle) if r.get(key)}
+
+
+def checkpoint_weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, map_location="cpu", weights_only=False)["state_dict"]

@@ -1,0 +1,95 @@
+"""Exact resume: 2N steps in one run equal N steps + resume + N steps (weights and logged losses)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from degen_train.config import load_config
+from degen_train.data.builtin_corpus import builtin_documents
+from degen_train.data.datamodule import prepare_data
+from tests.helpers import checkpoint_weights, logged, run
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A few help topics: about five batches an epoch, so the runs below cross epochs."""
+    path = tmp_path_factory.mktemp("corpus") / "topics.txt"
+    path.write_text("\n\n".join(builtin_documents()[:4]))
+    return path
+
+
+def settings(corpus: Path) -> list[str]:
+    return [
+        "data=text",
+        f"data.path={corpus}",
+        "data.tokenizer.vocab_size=1000",
+        "trainer.val_check_interval=3",
+        "callbacks.checkpoint.every_n_train_steps=3",
+        "export_hf=false",
+    ]
+
+
+def test_stop_and_resume_equals_one_run(tmp_path: Path, small_corpus: Path) -> None:
+    common = settings(small_corpus)
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    run(straight, *common, "trainer.max_steps=14")
+    run(split, *common, "trainer.max_steps=7", "scheduler.total_steps=14")
+    halfway = checkpoint_weights(split / "checkpoints" / "last.ckpt")
+    run(split, *common, "trainer.max_steps=14", "ckpt_path=last")
+
+    examples = len(prepare_data(load_config(settings(small_corpus)).data, family="encoder", data_format="mlm", seed=0).train)
+    assert 14 > 2 * (examples // 8)  # 8 = data.batch_size of the fast settings: the runs cross two epochs
+    a, b = checkpoint_weights(straight / "checkpoints" / "last.ckpt"), checkpoint_weights(split / "checkpoints" / "last.ckpt")
+    assert a.keys() == b.keys()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-6
+    assert max((a[k] - halfway[k]).abs().max().item() for k in a) > 1e-3  # the second half did train
+    assert logged(straight, "train/loss") == logged(split, "train/loss")
+    assert logged(straight, "val/loss") == logged(split, "val/loss")
+    assert len(logged(split, "train/loss")) == 14
+
+
+def test_resume_without_checkpoint_names_the_path_and_writes_nothing(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"ckpt_path=last but .*checkpoints/last.ckpt does not exist"):
+        run(tmp_path, "ckpt_path=last")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_checkpoint_from_another_shape_is_refused_before_training(tmp_path: Path, small_corpus: Path) -> None:
+    run(tmp_path, *settings(small_corpus), "trainer.max_steps=2")
+    config_before = (tmp_path / "config.yaml").read_bytes()
+    ckpt_before = (tmp_path / "checkpoints" / "last.ckpt").read_bytes()
+    with pytest.raises(ValueError, match=r"written with model.hidden_size=128, this run has model.hidden_size=256"):
+        run(tmp_path, *settings(small_corpus), "model=mini", "trainer.max_steps=4", "ckpt_path=last")
+    with pytest.raises(ValueError, match=r"trained with loss terms \['mlm'\], this run has \['mlm', 'nsp'\]"):
+        run(tmp_path, *settings(small_corpus), "objective=mlm_nsp", "trainer.max_steps=4", "ckpt_path=last")
+    assert (tmp_path / "config.yaml").read_bytes() == config_before
+    assert (tmp_path / "checkpoints" / "last.ckpt").read_bytes() == ckpt_before
+
+
+def test_a_failed_checkpoint_write_keeps_the_previous_one(
+    tmp_path: Path, small_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run(tmp_path, *settings(small_corpus), "trainer.max_steps=3")
+    good = (tmp_path / "checkpoints" / "last.ckpt").read_bytes()
+    from fsspec.implementations.local import LocalFileOpener
+
+    real_write = LocalFileOpener.write
+    crashed = []
+
+    def crash_halfway(self, data):  # the disk fills up / the job is killed while a checkpoint is written
+        if not str(self.path).endswith(".ckpt"):
+            return real_write(self, data)
+        crashed.append(self.path)
+        real_write(self, bytes(data)[: len(data) // 2])
+        raise OSError("simulated crash while writing")
+
+    monkeypatch.setattr(LocalFileOpener, "write", crash_halfway, raising=False)
+    with pytest.raises(OSError, match="simulated crash"):
+        run(tmp_path, *settings(small_corpus), "trainer.max_steps=6", "ckpt_path=last")
+    monkeypatch.undo()
+    assert crashed, "the crash was not injected into a checkpoint write"
+    assert (tmp_path / "checkpoints" / "last.ckpt").read_bytes() == good
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 3
