@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+from hydra.errors import InstantiationException
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import ProgressBar
@@ -84,18 +85,28 @@ def check_checkpoint_matches(path: Path, cfg: DictConfig, term_names: list[str])
         )
 
 
+def instantiate(cfg: Any, **kwargs: Any) -> Any:
+    """hydra.utils.instantiate, but our own input errors surface as themselves, not wrapped."""
+    try:
+        return hydra.utils.instantiate(cfg, **kwargs)
+    except InstantiationException as error:
+        if isinstance(error.__cause__, ValueError | FileNotFoundError):
+            raise error.__cause__ from None
+        raise
+
+
 def build_strategy(cfg: DictConfig) -> Any:
     if cfg.get("_target_"):
-        return hydra.utils.instantiate(cfg)
+        return instantiate(cfg)
     return cfg.name
 
 
 def build_trainer(cfg: DictConfig) -> pl.Trainer:
-    callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]
+    callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]
     if not cfg.trainer.get("enable_progress_bar", True):
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
-    loggers = [hydra.utils.instantiate(c) for c in (cfg.logger or {}).values() if c is not None]
-    return hydra.utils.instantiate(
+    loggers = [instantiate(c) for c in (cfg.logger or {}).values() if c is not None]
+    return instantiate(
         cfg.trainer, callbacks=callbacks, logger=loggers or False, strategy=build_strategy(cfg.strategy)
     )
 

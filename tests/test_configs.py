@@ -1,0 +1,94 @@
+"""Every option of every config group, and every recipe, composes and builds (heavy models on 'meta')."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import hydra
+import pytest
+import torch
+from hydra.errors import ConfigCompositionException
+
+from degen_train.build import build_strategy, build_trainer
+from degen_train.cli.paths import config_dir
+from degen_train.config import load_config
+from degen_train.data.tokenizer import train_wordpiece
+from degen_train.models.backbone import build_hf_model, model_family
+
+CONF = config_dir()
+GROUPS = ["model", "objective", "regularizer", "data", "optimizer", "scheduler", "trainer", "strategy", "logger",
+          "callbacks"]
+OPTIONS = [(group, path.stem) for group in GROUPS for path in sorted((CONF / group).glob("*.yaml"))]
+RECIPES = sorted(p.stem for p in (CONF / "recipe").glob("*.yaml"))
+NEEDS = {
+    ("data", "text"): ["data.path=README.md"],
+    ("data", "hub"): ["data.name=wikitext"],
+}
+
+
+def companions(group: str, option: str) -> list[str]:
+    if group == "model" and option.startswith("gpt2"):
+        return ["objective=mle"]
+    if group == "objective" and option == "mle":
+        return ["model=gpt2_tiny"]
+    return NEEDS.get((group, option), [])
+
+
+@pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
+def test_every_group_option_composes_and_builds(group: str, option: str, tmp_path: Path) -> None:
+    cfg = load_config([f"{group}={option}", *companions(group, option)], run_dir=tmp_path)
+    if group == "model":
+        tokenizer = train_wordpiece(iter(["a small corpus of words"] * 3), cfg.data.tokenizer)
+        with torch.device("meta"):  # shapes only: base and large without allocating their weights
+            model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False)
+        assert model.config.hidden_size == cfg.model.hidden_size
+        assert model_family(cfg.model) == cfg.model.family
+    elif group == "strategy":
+        if option == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+            with pytest.raises(ValueError, match="strategy=deepspeed needs the deepspeed package"):
+                build_strategy(cfg.strategy)
+        else:
+            assert build_strategy(cfg.strategy) is not None
+    elif group in ("optimizer", "scheduler"):
+        optimizer = hydra.utils.instantiate(cfg.optimizer)([torch.nn.Linear(2, 2)])
+        scheduler = hydra.utils.instantiate(cfg.scheduler)(optimizer)
+        assert scheduler.get_last_lr()[0] > 0
+    elif group in ("trainer", "logger", "callbacks"):
+        if group == "trainer" and cfg.trainer.accelerator == "gpu" and not torch.cuda.is_available():
+            pytest.skip("trainer=gpu needs a CUDA device")
+        build_trainer(cfg)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_recipe_composes_with_a_model_override(recipe: str, tmp_path: Path) -> None:
+    cfg = load_config([f"recipe={recipe}"], run_dir=tmp_path)
+    small = "gpt2_tiny" if cfg.model.family == "decoder" else "tiny"
+    resized = load_config([f"recipe={recipe}", f"model={small}"], run_dir=tmp_path)
+    assert resized.model.hidden_size == 128
+    assert resized.trainer.max_steps == cfg.trainer.max_steps  # the recipe's other settings stay
+
+
+def test_recipes_resolve_from_another_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert load_config(["recipe=bert_mlm_nsp"]).objective.keys() == {"mlm", "nsp"}
+
+
+def test_unknown_group_option_lists_the_choices() -> None:
+    with pytest.raises(ConfigCompositionException, match=r"(?s)Could not find 'model/huge'.*Available options.*mini"):
+        load_config(["model=huge"])
+
+
+def test_any_trainer_argument_is_reachable(tmp_path: Path) -> None:
+    cfg = load_config(["trainer.max_steps=7", "+trainer.fast_dev_run=false", "trainer.precision=bf16-mixed"],
+                      run_dir=tmp_path)
+    trainer = build_trainer(cfg)
+    assert trainer.max_steps == 7 and "bf16" in str(trainer.precision)
+    assert cfg.scheduler.total_steps == 7
+
+
+def test_objective_that_does_not_fit_the_model_family(tmp_path: Path) -> None:
+    from tests.helpers import run
+
+    with pytest.raises(ValueError, match=r"loss term 'mlm' needs the encoder family but model=gpt2_tiny is decoder"):
+        run(tmp_path, "model=gpt2_tiny")
