@@ -9,7 +9,7 @@ import hydra
 from hydra.errors import InstantiationException
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import ProgressBar
+from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from degen_train.terms import LossTerm, TermContext
@@ -106,9 +106,9 @@ def build_trainer(cfg: DictConfig) -> pl.Trainer:
     if not cfg.trainer.get("enable_progress_bar", True):
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     loggers = [instantiate(c) for c in (cfg.logger or {}).values() if c is not None]
-    return instantiate(
-        cfg.trainer, callbacks=callbacks, logger=loggers or False, strategy=build_strategy(cfg.strategy)
-    )
+    if not loggers:  # logger=none: nothing for a learning-rate monitor to write to
+        callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
+    return instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, strategy=build_strategy(cfg.strategy))
 
 
 def resolved_config(cfg: DictConfig) -> dict[str, Any]:

@@ -50,6 +50,26 @@ class PretrainModule(pl.LightningModule):
         scheduler = self.scheduler_factory(optimizer)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        if not gradient_clip_val:
+            return
+        fused = any(group.get("fused") for group in optimizer.param_groups)
+        if fused and getattr(self.trainer.precision_plugin, "scaler", None) is None:
+            # Lightning refuses to clip for a fused optimizer because of fp16 loss scaling; with no
+            # scaler (fp32, bf16) the gradients are already unscaled and clipping them is exact.
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            if gradient_clip_algorithm == "value":
+                torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
+            else:
+                torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+            return
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
     def on_train_start(self) -> None:
         for logger in self.loggers:
             if hasattr(logger, "prepare_resume"):

@@ -17,8 +17,18 @@ from degen_train.data.tokenizer import train_wordpiece
 from degen_train.models.backbone import build_hf_model, model_family
 
 CONF = config_dir()
-GROUPS = ["model", "objective", "regularizer", "data", "optimizer", "scheduler", "trainer", "strategy", "logger",
-          "callbacks"]
+GROUPS = [
+    "model",
+    "objective",
+    "regularizer",
+    "data",
+    "optimizer",
+    "scheduler",
+    "trainer",
+    "strategy",
+    "logger",
+    "callbacks",
+]
 OPTIONS = [(group, path.stem) for group in GROUPS for path in sorted((CONF / group).glob("*.yaml"))]
 RECIPES = sorted(p.stem for p in (CONF / "recipe").glob("*.yaml"))
 NEEDS = {
@@ -80,8 +90,9 @@ def test_unknown_group_option_lists_the_choices() -> None:
 
 
 def test_any_trainer_argument_is_reachable(tmp_path: Path) -> None:
-    cfg = load_config(["trainer.max_steps=7", "+trainer.fast_dev_run=false", "trainer.precision=bf16-mixed"],
-                      run_dir=tmp_path)
+    cfg = load_config(
+        ["trainer.max_steps=7", "+trainer.fast_dev_run=false", "trainer.precision=bf16-mixed"], run_dir=tmp_path
+    )
     trainer = build_trainer(cfg)
     assert trainer.max_steps == 7 and "bf16" in str(trainer.precision)
     assert cfg.scheduler.total_steps == 7

@@ -13,13 +13,25 @@ from tests.conftest import FAST
 from tests.helpers import checkpoint_weights, logged
 
 CLI = str(Path(sys.executable).parent / "degen-train")
-COMMON = [*FAST, "model.dropout=0", "model.attention_dropout=0", "trainer.accelerator=cpu",
-          "trainer.max_steps=6", "trainer.val_check_interval=3", "export_hf=false"]
+COMMON = [
+    *FAST,
+    "model.dropout=0",
+    "model.attention_dropout=0",
+    "trainer.accelerator=cpu",
+    "trainer.max_steps=6",
+    "trainer.val_check_interval=3",
+    "export_hf=false",
+]
 
 
 def cli(run_dir: Path, *overrides: str) -> None:
-    result = subprocess.run([CLI, *COMMON, *overrides, f"hydra.run.dir={run_dir}"], capture_output=True, text=True,
-                            env={**os.environ}, timeout=600)
+    result = subprocess.run(
+        [CLI, *COMMON, *overrides, f"hydra.run.dir={run_dir}"],
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
 
 

@@ -40,9 +40,14 @@ def test_stop_and_resume_equals_one_run(tmp_path: Path, small_corpus: Path) -> N
     halfway = checkpoint_weights(split / "checkpoints" / "last.ckpt")
     run(split, *common, "trainer.max_steps=14", "ckpt_path=last")
 
-    examples = len(prepare_data(load_config(settings(small_corpus)).data, family="encoder", data_format="mlm", seed=0).train)
+    examples = len(
+        prepare_data(load_config(settings(small_corpus)).data, family="encoder", data_format="mlm", seed=0).train
+    )
     assert 14 > 2 * (examples // 8)  # 8 = data.batch_size of the fast settings: the runs cross two epochs
-    a, b = checkpoint_weights(straight / "checkpoints" / "last.ckpt"), checkpoint_weights(split / "checkpoints" / "last.ckpt")
+    a, b = (
+        checkpoint_weights(straight / "checkpoints" / "last.ckpt"),
+        checkpoint_weights(split / "checkpoints" / "last.ckpt"),
+    )
     assert a.keys() == b.keys()
     assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-6
     assert max((a[k] - halfway[k]).abs().max().item() for k in a) > 1e-3  # the second half did train

@@ -38,7 +38,10 @@ def test_export_loads_offline_and_matches_the_trained_model(mlm_run: Path) -> No
     assert isinstance(AutoModel.from_pretrained(mlm_run / "hf"), torch.nn.Module)
     # The Lightning model, rebuilt from last.ckpt's weights.
     trained = AutoModelForMaskedLM.from_config(exported.config)
-    weights = {k.removeprefix("backbone.model."): v for k, v in checkpoint_weights(mlm_run / "checkpoints" / "last.ckpt").items()}
+    weights = {
+        k.removeprefix("backbone.model."): v
+        for k, v in checkpoint_weights(mlm_run / "checkpoints" / "last.ckpt").items()
+    }
     trained.load_state_dict(weights, strict=False)
     backbone = Backbone(trained).eval()
     encoded = tokenizer(["The assert statement checks a condition.", "A loop runs."], padding=True, return_tensors="pt")
@@ -48,7 +51,9 @@ def test_export_loads_offline_and_matches_the_trained_model(mlm_run: Path) -> No
         ours = backbone(batch).logits  # (N, V) at labelled positions only
     assert torch.allclose(backbone.full_logits(batch), reference, atol=1e-5)
     assert torch.allclose(ours, reference[batch["labels"] != -100], atol=1e-5)
-    assert exported.cls.predictions.decoder.weight.data_ptr() == exported.bert.embeddings.word_embeddings.weight.data_ptr()
+    assert (
+        exported.cls.predictions.decoder.weight.data_ptr() == exported.bert.embeddings.word_embeddings.weight.data_ptr()
+    )
 
 
 def test_mle_on_a_decoder_exports_a_causal_lm(tmp_path: Path) -> None:

@@ -1,0 +1,50 @@
+"""Shared pieces of the benchmarks: a real corpus, batches, timing, the machine's matmul peak."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+WIKITEXT = REPO.parent / "shared" / "data" / "wikitext-2"
+RESULTS = REPO / "bench" / "results"
+
+
+def corpus_overrides() -> list[str]:
+    """WikiText-2 when the shared data is present, else the embedded corpus."""
+    if (WIKITEXT / "train.txt").exists():
+        os.environ.setdefault("DEGEN_TRAIN_WIKITEXT2", str(WIKITEXT))
+        return ["data=wikitext2"]
+    return ["data=builtin", "data.tokenizer.vocab_size=30522"]
+
+
+def matmul_peak(size: int = 2048, repeats: int = 10, dtype: torch.dtype = torch.float32) -> float:
+    """Measured FLOP/s of a square matmul: the denominator of MFU on this machine."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    a @ b
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * size**3 * repeats / (time.perf_counter() - start)
+
+
+def timed_steps(step: Callable[[int], int], *, warmup: int, steps: int) -> float:
+    """Tokens per second over ``steps`` calls of ``step(i) -> tokens`` after ``warmup`` calls."""
+    for i in range(warmup):
+        step(i)
+    tokens, start = 0, time.perf_counter()
+    for i in range(warmup, warmup + steps):
+        tokens += step(i)
+    return tokens / (time.perf_counter() - start)
+
+
+def save(name: str, payload: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path

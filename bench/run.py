@@ -1,0 +1,27 @@
+"""make bench: every benchmark, side by side in one run; results in bench/results/*.json."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+import datasets  # noqa: E402
+
+from bench import spine  # noqa: E402
+
+datasets.disable_progress_bars()
+
+
+def main() -> None:
+    wanted = set(sys.argv[1:]) or {"spine"}
+    if "spine" in wanted:
+        spine.main()
+
+
+if __name__ == "__main__":
+    main()

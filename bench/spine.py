@@ -1,0 +1,154 @@
+"""Issue 2 benchmark: degen-train's step against a plain PyTorch loop over the same HF model and batches.
+
+Side by side in one process, same data and batch: the ratio is what counts, not the absolute rate.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+from typing import Any
+
+import torch
+from transformers import BertForMaskedLM, GPT2LMHeadModel
+
+from bench.common import corpus_overrides, matmul_peak, save, timed_steps
+from degen_train.build import data_format_for
+from degen_train.cli.train import train
+from degen_train.config import load_config
+from degen_train.data.datamodule import PretrainDataModule, make_collator, prepare_data
+from degen_train.models.backbone import Backbone, build_hf_model
+from degen_train.module import PretrainModule
+from degen_train.optim import build_optimizer
+from degen_train.terms import WeightedSum, build_terms
+
+
+def batches(cfg: Any, family: str, fmt: str, count: int) -> tuple[list[dict], Any]:
+    data = prepare_data(cfg.data, family=family, data_format=fmt, seed=0)
+    collator = make_collator(data.tokenizer, data_format=fmt, masking=cfg.masking, vocab_size=len(data.tokenizer))
+    module = PretrainDataModule(data, collator, batch_size=int(cfg.data.batch_size), num_workers=0, seed=0)
+    return list(itertools.islice(iter(module.train_dataloader()), count)), data.tokenizer
+
+
+def model_flops_per_token(model: Any, seq: int, predicted_share: float) -> float:
+    """6·P_body + attention (12·L·T·H) + 6·H·V on the predicted share of positions (the useful work)."""
+    config = model.config
+    embeddings = model.get_input_embeddings().weight.numel()
+    body = sum(p.numel() for p in model.parameters()) - embeddings
+    layers, hidden = config.num_hidden_layers, config.hidden_size
+    return 6 * body + 12 * layers * seq * hidden + 6 * hidden * config.vocab_size * predicted_share
+
+
+def ours(cfg: Any, steps: list[dict], tokenizer: Any, *, precision: str, fused: bool) -> float:
+    terms, weights = build_terms({"objective": cfg.objective})
+    torch.manual_seed(0)
+    model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False)
+    module = PretrainModule(
+        Backbone(model),
+        WeightedSum(terms, weights),
+        optimizer_factory=None,
+        scheduler_factory=None,
+        seed=0,
+        checkpoint_identity={},
+    )
+    optimizer = build_optimizer([module], lr=1e-4, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-8, fused=fused)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed")
+
+    def step(i: int) -> int:
+        batch = steps[i % len(steps)]
+        with autocast:
+            total, _ = module.loss(module(batch))
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return int(batch["attention_mask"].sum())
+
+    return timed_steps(step, warmup=2, steps=len(steps) - 2)
+
+
+def full_run(overrides: list[str], steps: int = 10) -> float:
+    """The whole degen-train run (Lightning loop, data loading, logging): mean tokens/s after step 1."""
+    with tempfile.TemporaryDirectory() as run_dir:
+        quiet = [
+            "trainer.enable_progress_bar=false",
+            "trainer.enable_model_summary=false",
+            "export_hf=false",
+            "final_validation=false",
+            "trainer.limit_val_batches=0",
+            "~callbacks.checkpoint",
+            "logger=none",
+        ]
+        summary = train(load_config([*overrides, *quiet, f"trainer.max_steps={steps}"], run_dir=run_dir))
+    return summary["tokens_per_s"]
+
+
+def plain_loop(model: Any, steps: list[dict]) -> float:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+
+    def step(i: int) -> int:
+        batch = steps[i % len(steps)]
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return int(batch["attention_mask"].sum())
+
+    return timed_steps(step, warmup=2, steps=len(steps) - 2)
+
+
+def gpt2_labels(batch: dict) -> dict:
+    """HF's GPT-2 shifts labels itself: give it the unshifted ids with padding ignored."""
+    labels = batch["original_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    return {**batch, "labels": labels}
+
+
+def main(steps: int = 8) -> dict:
+    peak = matmul_peak()
+    results: dict[str, Any] = {"matmul_peak_gflops": peak / 1e9}
+    for family, model_name, objective, baseline in (
+        ("encoder", "mini", "mlm", BertForMaskedLM),
+        ("decoder", "gpt2_mini", "mle", GPT2LMHeadModel),
+    ):
+        cfg_overrides = [
+            *corpus_overrides(),
+            f"model={model_name}",
+            f"objective={objective}",
+            "data.batch_size=32",
+            "data.block_size=128",
+        ]
+        cfg = load_config(cfg_overrides)
+        terms, _ = build_terms({"objective": cfg.objective})
+        fmt = data_format_for(terms, family, model_name)
+        data, tokenizer = batches(cfg, family, fmt, steps)
+        torch.manual_seed(0)
+        reference_model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False)
+        share = sum(int((b["labels"] != -100).sum()) for b in data) / sum(int(b["attention_mask"].sum()) for b in data)
+        flops = model_flops_per_token(reference_model, 128, share)
+        base_batches = data if family == "encoder" else [gpt2_labels(b) for b in data]
+        rates = {"plain_hf_fp32": plain_loop(reference_model, base_batches)}
+        rates["degen_train_fp32"] = ours(cfg, data, tokenizer, precision="32-true", fused=False)
+        rates["degen_train_cli_fp32"] = full_run(cfg_overrides)
+        if family == "encoder":
+            rates["degen_train_bf16_fused"] = ours(cfg, data, tokenizer, precision="bf16-mixed", fused=True)
+            rates["degen_train_cli_bf16_fused"] = full_run(
+                [*cfg_overrides, "trainer.precision=bf16-mixed", "optimizer.fused=true"]
+            )
+        entry = {"vocab": len(tokenizer), "tokens_per_s": rates, "model_flops_per_token": flops}
+        entry["ratio_vs_plain"] = {k: v / rates["plain_hf_fp32"] for k, v in rates.items()}
+        entry["mfu"] = {k: v * flops / peak for k, v in rates.items()}
+        results[model_name] = entry
+        print(
+            model_name,
+            {
+                k: f"{v:,.0f} tok/s ({entry['ratio_vs_plain'][k]:.2f}x, MFU {entry['mfu'][k]:.1%})"
+                for k, v in rates.items()
+            },
+        )
+    save("spine", results)
+    return results
+
+
+if __name__ == "__main__":
+    main()
