@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from hydra.errors import InstantiationException
 import lightning.pytorch as pl
 import torch
+from hydra.errors import InstantiationException
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 

@@ -33,7 +33,7 @@ def test_tokenizer_and_examples_are_cached(tmp_path: Path, monkeypatch: pytest.M
         raise AssertionError("a cached step ran again")
 
     monkeypatch.setattr(tokenizer_module, "train_wordpiece", forbidden)
-    monkeypatch.setattr(examples_module, "_packed_blocks", forbidden)
+    monkeypatch.setattr(examples_module, "packed_blocks", forbidden)
     second = prepare_data(cfg, family="encoder", data_format="mlm", seed=0)
     assert second.train["input_ids"] == first.train["input_ids"]
     assert len(second.tokenizer) == len(first.tokenizer) == 2000
@@ -110,3 +110,17 @@ def test_utf8_offset_across_chunk_boundaries(tmp_path: Path) -> None:
     assert first_bad_utf8_offset(path, chunk_size=3) == 20
     path.write_bytes("é".encode() * 10)
     assert first_bad_utf8_offset(path, chunk_size=3) is None
+
+
+def test_streaming_gives_the_same_blocks_as_loading(tmp_path: Path) -> None:
+    paragraphs = "\n\n".join(f"Paragraph {i} talks about topic {i % 7} at some length." for i in range(400))
+    (tmp_path / "c.txt").write_text(paragraphs)
+    common = ["data=text", f"data.path={tmp_path / 'c.txt'}", f"data.cache_dir={tmp_path / 'cache'}",
+              "data.tokenizer.vocab_size=500", "data.block_size=32", f"data.validation_path={tmp_path / 'c.txt'}"]
+    loaded = prepare_data(data_cfg(*common), family="encoder", data_format="mlm", seed=0)
+    streamed = prepare_data(data_cfg(*common, "data.streaming=true"), family="encoder", data_format="mlm", seed=0)
+    assert len(streamed.train) > 100
+    assert list(streamed.train["input_ids"]) == list(loaded.train["input_ids"])
+    split = prepare_data(data_cfg(*common[:-1], "data.streaming=true", "data.validation_documents=50"),
+                         family="encoder", data_format="mlm_nsp", seed=0)
+    assert 0 < len(split.validation) < len(split.train)

@@ -45,7 +45,7 @@ def load_corpus(cfg: Any) -> Corpus:
         docs = builtin_documents()
         identity = _digest(["builtin", sys.version_info[:2], *docs])
         train = datasets.Dataset.from_dict({"text": docs})
-        return Corpus(train, None, identity)
+        return Corpus(train.to_iterable_dataset() if cfg.streaming else train, None, identity)
     if source == "text":
         train, train_id = _load_local(cfg, cfg.path, "data.path")
         validation, validation_id = (None, "")

@@ -33,8 +33,6 @@ class PreparedData:
 
 def prepare_data(cfg: Any, *, family: str, data_format: str, seed: int) -> PreparedData:
     """Corpus -> tokenizer -> train/validation documents -> examples, each step cached on disk."""
-    if cfg.get("streaming"):
-        raise ValueError("data.streaming=true is not supported yet: load the corpus into memory (default)")
     cache_dir = Path(str(cfg.cache_dir)).expanduser()
     corpus = load_corpus(cfg)
     tokenizer = get_tokenizer(
@@ -42,6 +40,9 @@ def prepare_data(cfg: Any, *, family: str, data_format: str, seed: int) -> Prepa
     )
     if corpus.validation is not None:
         train_docs, validation_docs = corpus.train, corpus.validation
+    elif cfg.streaming:  # a stream has no random split: its first documents are the validation set
+        count = int(cfg.validation_documents)
+        train_docs, validation_docs = corpus.train.skip(count), corpus.train.take(count)
     else:
         fraction = float(cfg.validation_fraction)
         if not 0 < fraction < 1:
@@ -51,7 +52,16 @@ def prepare_data(cfg: Any, *, family: str, data_format: str, seed: int) -> Prepa
         split = corpus.train.train_test_split(test_size=fraction, seed=int(cfg.split_seed))
         train_docs, validation_docs = split["train"], split["test"]
     identity = hashlib.sha256(
-        repr([corpus.identity, tokenizer_identity(tokenizer), cfg.validation_fraction, cfg.split_seed]).encode()
+        repr(
+            [
+                corpus.identity,
+                tokenizer_identity(tokenizer),
+                cfg.validation_fraction,
+                cfg.split_seed,
+                cfg.streaming,
+                cfg.validation_documents,
+            ]
+        ).encode()
     ).hexdigest()[:16]
     common = {"tokenizer": tokenizer, "data_format": data_format, "block_size": int(cfg.block_size), "seed": seed}
     train = build_examples(train_docs, cache_root=cache_dir, identity=identity + ":train", **common)

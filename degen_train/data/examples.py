@@ -3,7 +3,11 @@
 - ``mlm``: documents joined by [SEP] into one stream, cut into blocks of T−2 and framed [CLS] … [SEP].
 - ``causal``: documents joined by <|endoftext|>, cut into blocks of T.
 - ``mlm_nsp``: [CLS] A [SEP] B [SEP] pairs, B the true continuation or (p = 0.5) text from another
-  document, fixed once per corpus from the seed as in BERT's data preparation.
+  document, drawn once per corpus from the seed as in BERT's data preparation.
+
+Documents are read in batches and examples written to disk as they are made (``from_generator``),
+so a streamed corpus larger than memory becomes a memory-mapped table; random access then makes
+resuming exact and cheap.
 """
 
 from __future__ import annotations
@@ -12,6 +16,9 @@ import hashlib
 import logging
 import random
 import re
+import tempfile
+from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +30,12 @@ log = logging.getLogger(__name__)
 
 FORMATS = ("mlm", "mlm_nsp", "causal")
 SENTENCE_BOUNDARY = re.compile(r"(?<=[.!?])\s+|\n+")
+READ_BATCH = 512
+NSP_POOL = 10_000  # documents kept for drawing random second segments
 
 
 def build_examples(
-    documents: datasets.Dataset,
+    documents: datasets.Dataset | datasets.IterableDataset,
     tokenizer: Any,
     *,
     data_format: str,
@@ -44,44 +53,72 @@ def build_examples(
         log.info("examples cache hit: %s", target)
         return datasets.load_from_disk(str(target))
     if data_format == "mlm_nsp":
-        examples = _nsp_pairs(documents, tokenizer, block_size=block_size, seed=seed)
+        rows = nsp_pairs(_segmented(documents, tokenizer), tokenizer, block_size=block_size, seed=seed)
     else:
-        examples = _packed_blocks(documents, tokenizer, data_format=data_format, block_size=block_size)
-    if len(examples) == 0:
-        raise ValueError("the corpus gave no training example: it is shorter than one block")
-    with atomic_directory(target) as staging:
+        rows = packed_blocks(
+            _tokenized(documents, tokenizer), tokenizer, data_format=data_format, block_size=block_size
+        )
+    with tempfile.TemporaryDirectory(dir=cache_root) as scratch, atomic_directory(target) as staging:
+        examples = _materialise(rows, scratch)
+        if len(examples) == 0:
+            raise ValueError("the corpus gave no training example: it is shorter than one block")
         examples.save_to_disk(str(staging))
     return datasets.load_from_disk(str(target))
 
 
-def _tokenize(documents: datasets.Dataset, tokenizer: Any) -> datasets.Dataset:
-    def encode(batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
-        encoded = tokenizer(batch["text"], add_special_tokens=False, return_attention_mask=False)
-        return {"ids": encoded["input_ids"]}
+def _materialise(rows: Iterator[dict], scratch: str) -> datasets.Dataset:
+    buffer: list[dict] = []
 
-    return documents.map(encode, batched=True, remove_columns=documents.column_names, desc="tokenizing")
+    def generate() -> Iterator[dict]:
+        yield from buffer
+        yield from rows
+
+    first = next(rows, None)
+    if first is None:
+        return datasets.Dataset.from_dict({"input_ids": []})
+    buffer.append(first)
+    # A fresh fingerprint per call: the rows are identified by our own cache key, not by hashing.
+    return datasets.Dataset.from_generator(
+        generate, cache_dir=scratch, fingerprint=hashlib.sha1(scratch.encode()).hexdigest()
+    )
 
 
-def _packed_blocks(documents: datasets.Dataset, tokenizer: Any, *, data_format: str, block_size: int) -> Any:
+def _batches(documents: Any) -> Iterator[list[str]]:
+    for batch in documents.iter(batch_size=READ_BATCH):
+        yield batch["text"]
+
+
+def _tokenized(documents: Any, tokenizer: Any) -> Iterator[list[int]]:
+    for texts in _batches(documents):
+        yield from tokenizer(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+
+
+def _segmented(documents: Any, tokenizer: Any) -> Iterator[list[list[int]]]:
+    for texts in _batches(documents):
+        for text in texts:
+            segments = split_segments(text)
+            if segments:
+                ids = tokenizer(segments, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+                if any(ids):
+                    yield [s for s in ids if s]
+
+
+def packed_blocks(docs: Iterator[list[int]], tokenizer: Any, *, data_format: str, block_size: int) -> Iterator[dict]:
+    """Concatenate documents with a separator and cut the stream into framed blocks."""
     if data_format == "mlm":
         head, tail, separator = [tokenizer.cls_token_id], [tokenizer.sep_token_id], tokenizer.sep_token_id
     else:
         head, tail, separator = [], [], tokenizer.eos_token_id
     body = block_size - len(head) - len(tail)
-    min_tail = max(8, body // 4)  # a short last block is kept (padded) rather than thrown away
-
-    def pack(batch: dict[str, list[list[int]]]) -> dict[str, list[list[int]]]:
-        stream: list[int] = []
-        for ids in batch["ids"]:
-            stream.extend(ids)
-            stream.append(separator)
-        blocks = [stream[start : start + body] for start in range(0, len(stream), body)]
-        if blocks and len(blocks[-1]) < min(min_tail, len(stream)):
-            blocks.pop()
-        return {"input_ids": [head + block + tail for block in blocks]}
-
-    tokenized = _tokenize(documents, tokenizer)
-    return tokenized.map(pack, batched=True, batch_size=1000, remove_columns=["ids"], desc="packing")
+    stream: list[int] = []
+    for ids in docs:
+        stream.extend(ids)
+        stream.append(separator)
+        while len(stream) >= body:
+            yield {"input_ids": head + stream[:body] + tail}
+            del stream[:body]
+    if len(stream) >= min(8, body):  # a short last block is kept (padded) rather than thrown away
+        yield {"input_ids": head + stream + tail}
 
 
 def split_segments(text: str) -> list[str]:
@@ -89,34 +126,20 @@ def split_segments(text: str) -> list[str]:
     return [part.strip() for part in SENTENCE_BOUNDARY.split(text) if part and part.strip()]
 
 
-def _nsp_pairs(documents: datasets.Dataset, tokenizer: Any, *, block_size: int, seed: int) -> datasets.Dataset:
-    def encode(batch: dict[str, list[str]]) -> dict[str, list[list[list[int]]]]:
-        out = []
-        for text in batch["text"]:
-            segments = split_segments(text)
-            ids = (
-                tokenizer(segments, add_special_tokens=False, return_attention_mask=False)["input_ids"]
-                if segments
-                else []
-            )
-            out.append([s for s in ids if s])
-        return {"segments": out}
-
-    docs = documents.map(encode, batched=True, remove_columns=documents.column_names, desc="segmenting")
-    docs = [d for d in docs["segments"] if d]
-    if len(docs) < 2:
-        raise ValueError("next-sentence prediction needs at least 2 non-empty documents in the corpus")
+def nsp_pairs(docs: Iterator[list[list[int]]], tokenizer: Any, *, block_size: int, seed: int) -> Iterator[dict]:
+    """BERT-style sentence pairs; random B segments come from up to NSP_POOL earlier documents."""
     rng = random.Random(seed)
     budget = block_size - 3
-    rows: dict[str, list] = {"input_ids": [], "token_type_ids": [], "next_sentence_label": []}
-    for index, segments in enumerate(docs):
+    pool: deque[list[list[int]]] = deque(maxlen=NSP_POOL)
+    for segments in docs:
         for chunk in _chunks(segments, budget):
-            first, second, label = _make_pair(chunk, docs, index, budget, rng)
-            ids = [tokenizer.cls_token_id, *first, tokenizer.sep_token_id, *second, tokenizer.sep_token_id]
-            rows["input_ids"].append(ids)
-            rows["token_type_ids"].append([0] * (len(first) + 2) + [1] * (len(second) + 1))
-            rows["next_sentence_label"].append(label)
-    return datasets.Dataset.from_dict(rows)
+            first, second, label = _make_pair(chunk, pool, budget, rng)
+            yield {
+                "input_ids": [tokenizer.cls_token_id, *first, tokenizer.sep_token_id, *second, tokenizer.sep_token_id],
+                "token_type_ids": [0] * (len(first) + 2) + [1] * (len(second) + 1),
+                "next_sentence_label": label,
+            }
+        pool.append(segments)
 
 
 def _chunks(segments: list[list[int]], budget: int) -> list[list[list[int]]]:
@@ -132,8 +155,9 @@ def _chunks(segments: list[list[int]], budget: int) -> list[list[list[int]]]:
     return chunks
 
 
-def _make_pair(chunk: list[list[int]], docs: list, index: int, budget: int, rng: random.Random) -> tuple:
-    is_random = rng.random() < 0.5
+def _make_pair(chunk: list[list[int]], pool: deque, budget: int, rng: random.Random) -> tuple:
+    # The very first document has no other document to draw from: its pairs are true continuations.
+    is_random = rng.random() < 0.5 and len(pool) > 0
     if len(chunk) == 1:  # one long segment: its halves are a true continuation
         tokens = chunk[0]
         middle = max(1, len(tokens) // 2)
@@ -141,10 +165,9 @@ def _make_pair(chunk: list[list[int]], docs: list, index: int, budget: int, rng:
     split = rng.randint(1, len(chunk) - 1)
     first = [t for segment in chunk[:split] for t in segment]
     if is_random:
-        other = rng.randrange(len(docs) - 1)
-        other = other + 1 if other >= index else other
-        start = rng.randrange(len(docs[other]))
-        second = [t for segment in docs[other][start:] for t in segment]
+        other = pool[rng.randrange(len(pool))]
+        start = rng.randrange(len(other))
+        second = [t for segment in other[start:] for t in segment]
     else:
         second = [t for segment in chunk[split:] for t in segment]
     first, second = _truncate_pair(first, second, budget, rng)
@@ -153,11 +176,11 @@ def _make_pair(chunk: list[list[int]], docs: list, index: int, budget: int, rng:
 
 def _truncate_pair(first: list[int], second: list[int], budget: int, rng: random.Random) -> tuple:
     first, second = list(first), list(second)
-    # B is truncated from its end first when it is long (keeps A's end next to B's start).
+    # B is cut from its end first when long, which keeps A's end next to B's start.
     if len(second) > budget // 2:
         second = second[: max(budget // 2, budget - len(first))]
     while len(first) + len(second) > budget:
         longer = first if len(first) > len(second) else second
-        # Trim the front or back at random, as BERT does, so no position is always cut.
+        # Trim A's front or back at random, as BERT does, so no position is always cut.
         longer.pop(0 if (longer is first and rng.random() < 0.5) else -1)
     return first, second
