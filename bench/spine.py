@@ -124,6 +124,7 @@ def main(steps: int = 8) -> dict:
         data, tokenizer = batches(cfg, family, fmt, steps)
         torch.manual_seed(0)
         reference_model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False)
+        assert type(reference_model) is baseline  # the stock HF class, used as HF intends
         share = sum(int((b["labels"] != -100).sum()) for b in data) / sum(int(b["attention_mask"].sum()) for b in data)
         flops = model_flops_per_token(reference_model, 128, share)
         base_batches = data if family == "encoder" else [gpt2_labels(b) for b in data]

@@ -96,7 +96,7 @@ def test_missing_text_column_lists_the_columns(tmp_path: Path) -> None:
 
 def test_non_utf8_file_reports_file_and_offset(tmp_path: Path) -> None:
     bad = tmp_path / "latin1.txt"
-    bad.write_bytes("caf".encode() + b"\xe9 au lait\n")
+    bad.write_bytes(b"caf" + b"\xe9 au lait\n")
     with pytest.raises(ValueError, match=r"latin1.txt is not valid UTF-8: bad byte at offset 3"):
         load_corpus(data_cfg("data=text", f"data.path={bad}"))
     (tmp_path / "good.txt").write_text("fine text here\n")
@@ -115,12 +115,22 @@ def test_utf8_offset_across_chunk_boundaries(tmp_path: Path) -> None:
 def test_streaming_gives_the_same_blocks_as_loading(tmp_path: Path) -> None:
     paragraphs = "\n\n".join(f"Paragraph {i} talks about topic {i % 7} at some length." for i in range(400))
     (tmp_path / "c.txt").write_text(paragraphs)
-    common = ["data=text", f"data.path={tmp_path / 'c.txt'}", f"data.cache_dir={tmp_path / 'cache'}",
-              "data.tokenizer.vocab_size=500", "data.block_size=32", f"data.validation_path={tmp_path / 'c.txt'}"]
+    common = [
+        "data=text",
+        f"data.path={tmp_path / 'c.txt'}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "data.tokenizer.vocab_size=500",
+        "data.block_size=32",
+        f"data.validation_path={tmp_path / 'c.txt'}",
+    ]
     loaded = prepare_data(data_cfg(*common), family="encoder", data_format="mlm", seed=0)
     streamed = prepare_data(data_cfg(*common, "data.streaming=true"), family="encoder", data_format="mlm", seed=0)
     assert len(streamed.train) > 100
     assert list(streamed.train["input_ids"]) == list(loaded.train["input_ids"])
-    split = prepare_data(data_cfg(*common[:-1], "data.streaming=true", "data.validation_documents=50"),
-                         family="encoder", data_format="mlm_nsp", seed=0)
+    split = prepare_data(
+        data_cfg(*common[:-1], "data.streaming=true", "data.validation_documents=50"),
+        family="encoder",
+        data_format="mlm_nsp",
+        seed=0,
+    )
     assert 0 < len(split.validation) < len(split.train)

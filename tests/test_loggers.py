@@ -20,7 +20,9 @@ def test_wandb_without_credentials_runs_offline(tmp_path: Path, monkeypatch: pyt
 
 
 def test_wandb_mode_is_checked() -> None:
-    with pytest.raises(ValueError, match=r"logger.wandb.mode='sometimes' is not one of auto, online, offline, disabled"):
+    with pytest.raises(
+        ValueError, match=r"logger.wandb.mode='sometimes' is not one of auto, online, offline, disabled"
+    ):
         wandb_logger(mode="sometimes", save_dir=".", project="p")
 
 
