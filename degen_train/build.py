@@ -42,9 +42,9 @@ def data_format_for(terms: dict[str, LossTerm], family: str, model_name: str) ->
     return "mlm" if family == "encoder" else "causal"
 
 
-def check_terms(terms: dict[str, LossTerm], context: TermContext) -> None:
+def setup_terms(terms: dict[str, LossTerm], context: TermContext) -> None:
     for term in terms.values():
-        term.check(context)
+        term.setup(context)
 
 
 def resolve_checkpoint(ckpt_path: str | None, run_dir: Path) -> Path | None:

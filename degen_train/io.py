@@ -52,3 +52,11 @@ def atomic_write_json(path: Path, payload: Any) -> None:
     except BaseException:
         Path(staging).unlink(missing_ok=True)
         raise
+
+
+def resolve_pretrained(name: str) -> str:
+    """A degen_train run directory means its ``hf/`` export; other paths and hub names pass through."""
+    path = Path(str(name)).expanduser()
+    if (path / "hf" / "config.json").exists():
+        return str(path / "hf")
+    return str(path) if path.exists() else str(name)

@@ -33,6 +33,7 @@ class PretrainModule(pl.LightningModule):
         self.checkpoint_identity = checkpoint_identity
 
     def forward(self, batch: dict[str, Tensor]) -> ForwardOutput:
+        batch = self.loss.prepare_batch(batch, self.backbone)
         return self.backbone(batch, requires=self.loss.requires)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:

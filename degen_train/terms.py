@@ -48,19 +48,25 @@ class LossTerm(nn.Module):
     def forward(self, output: ForwardOutput) -> TermOutput:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def check(self, context: TermContext) -> None:
-        """Raise a clear ValueError when this term cannot work with the model or data."""
+    def setup(self, context: TermContext) -> None:
+        """Check the term fits the model and data (raise a clear ValueError if not); build what it needs."""
+
+    def prepare_batch(self, batch: dict[str, Tensor], backbone: nn.Module) -> dict[str, Tensor]:
+        """Change the model's input before the forward pass (e.g. corrupt it, add views); default: none."""
+        return batch
 
 
 @dataclass(frozen=True)
 class TermContext:
-    """What a term may check against before training starts."""
+    """What a term may check against, and build from, before training starts."""
 
     family: str
     hidden_size: int
     vocab_size: int
     batch_size: int
     model_name: str
+    backbone: Any = None  # degen_train.models.backbone.Backbone
+    seed: int = 0
 
 
 def distributed_mean(total: Tensor, count: Tensor) -> Tensor:
@@ -91,6 +97,11 @@ class WeightedSum(nn.Module):
         for term in self.terms.values():
             needed |= term.requires
         return frozenset(needed)
+
+    def prepare_batch(self, batch: dict[str, Tensor], backbone: nn.Module) -> dict[str, Tensor]:
+        for term in self.terms.values():
+            batch = term.prepare_batch(batch, backbone)
+        return batch
 
     def forward(self, output: ForwardOutput) -> tuple[Tensor, dict[str, Tensor]]:
         total: Tensor | None = None

@@ -24,6 +24,7 @@ class ForwardOutput:
     embedding_weight: Tensor  # (V, H) input embeddings
     output_embedding_weight: Tensor  # (V, H) LM-head decoder (the same tensor when tied)
     original_ids: Tensor | None = None  # (B, T) ids before masking/corruption
+    token_type_ids: Tensor | None = None  # (B, T) segment ids (NSP pairs)
     pooled: Tensor | None = None  # (B, H) [CLS] after the pooler
     sequence_logits: Tensor | None = None  # (B, 2) NSP head
     sequence_labels: Tensor | None = None  # (B,) NSP label: 0 = B follows A, 1 = random B

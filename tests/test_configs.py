@@ -34,6 +34,7 @@ RECIPES = sorted(p.stem for p in (CONF / "recipe").glob("*.yaml"))
 NEEDS = {
     ("data", "text"): ["data.path=README.md"],
     ("data", "hub"): ["data.name=wikitext"],
+    ("regularizer", "tacl"): ["regularizer.tacl.teacher=runs/teacher"],
 }
 
 
@@ -72,9 +73,10 @@ def test_every_group_option_composes_and_builds(group: str, option: str, tmp_pat
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_every_recipe_composes_with_a_model_override(recipe: str, tmp_path: Path) -> None:
-    cfg = load_config([f"recipe={recipe}"], run_dir=tmp_path)
+    extra = ["teacher=runs/teacher"] if recipe == "tacl" else []
+    cfg = load_config([f"recipe={recipe}", *extra], run_dir=tmp_path)
     small = "gpt2_tiny" if cfg.model.family == "decoder" else "tiny"
-    resized = load_config([f"recipe={recipe}", f"model={small}"], run_dir=tmp_path)
+    resized = load_config([f"recipe={recipe}", f"model={small}", *extra], run_dir=tmp_path)
     assert resized.model.hidden_size == 128
     assert resized.trainer.max_steps == cfg.trainer.max_steps  # the recipe's other settings stay
 

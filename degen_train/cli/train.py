@@ -17,10 +17,10 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from degen_train.build import (  # noqa: E402
     build_trainer,
     check_checkpoint_matches,
-    check_terms,
     data_format_for,
     resolve_checkpoint,
     resolved_config,
+    setup_terms,
 )
 from degen_train.cli.paths import config_dir  # noqa: E402
 from degen_train.data.datamodule import PretrainDataModule, make_collator, prepare_data  # noqa: E402
@@ -48,21 +48,24 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     data = prepare_data(cfg.data, family=family, data_format=data_format, seed=int(cfg.seed))
     torch.manual_seed(int(cfg.seed))
     hf_model = build_hf_model(cfg.model, tokenizer=data.tokenizer, with_nsp_head=data_format == "mlm_nsp")
+    backbone = Backbone(hf_model)
     context = TermContext(
         family=family,
         hidden_size=hf_model.config.hidden_size,
-        vocab_size=len(data.tokenizer),
+        vocab_size=hf_model.get_input_embeddings().num_embeddings,
         batch_size=int(cfg.data.batch_size),
         model_name=model_name,
+        backbone=backbone,
+        seed=int(cfg.seed),
     )
-    check_terms(terms, context)
+    setup_terms(terms, context)
     identity = {
         "model": OmegaConf.to_container(cfg.model, resolve=True),
         "terms": list(terms),
         "signature": shape_signature(hf_model),
     }
     module = PretrainModule(
-        Backbone(hf_model),
+        backbone,
         WeightedSum(terms, weights),
         optimizer_factory=hydra.utils.instantiate(cfg.optimizer),
         scheduler_factory=hydra.utils.instantiate(cfg.scheduler),

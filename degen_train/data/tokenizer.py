@@ -15,7 +15,7 @@ from typing import Any
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, BertTokenizerFast, GPT2TokenizerFast, PreTrainedTokenizerFast
 
-from degen_train.io import atomic_directory
+from degen_train.io import atomic_directory, resolve_pretrained
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ def get_tokenizer(
 ) -> PreTrainedTokenizerFast:
     """The tokenizer named by ``cfg.path``, else one trained on ``corpus`` (cached)."""
     if cfg.get("path"):
-        return AutoTokenizer.from_pretrained(str(cfg.path))
+        return AutoTokenizer.from_pretrained(resolve_pretrained(cfg.path))
     settings = [corpus_identity, family, cfg.vocab_size, cfg.min_frequency, cfg.lowercase, cfg.max_documents]
     key = hashlib.sha256(repr(settings).encode()).hexdigest()[:16]
     target = cache_dir / "tokenizers" / key

@@ -23,6 +23,7 @@ from transformers import (
     PreTrainedModel,
 )
 
+from degen_train.io import resolve_pretrained
 from degen_train.types import ForwardOutput
 
 FAMILIES = ("encoder", "decoder")
@@ -32,7 +33,7 @@ FAMILY_OF_MODEL_TYPE = {"bert": "encoder", "roberta": "encoder", "gpt2": "decode
 def model_family(cfg: Any) -> str:
     """The family of the configured model: from ``init_from``'s config when set, else ``cfg.family``."""
     if cfg.get("init_from"):
-        model_type = AutoConfig.from_pretrained(str(cfg.init_from)).model_type
+        model_type = AutoConfig.from_pretrained(resolve_pretrained(cfg.init_from)).model_type
         if model_type not in FAMILY_OF_MODEL_TYPE:
             raise ValueError(
                 f"model.init_from={cfg.init_from} is a {model_type!r} model; supported: "
@@ -55,7 +56,7 @@ def build_hf_model(cfg: Any, *, tokenizer: Any, with_nsp_head: bool) -> PreTrain
             if with_nsp_head
             else AutoModelForMaskedLM
         )
-        model = loader.from_pretrained(str(cfg.init_from), attn_implementation=cfg.attention)
+        model = loader.from_pretrained(resolve_pretrained(cfg.init_from), attn_implementation=cfg.attention)
         if model.get_input_embeddings().num_embeddings < len(tokenizer):
             raise ValueError(
                 f"model.init_from={cfg.init_from} has {model.get_input_embeddings().num_embeddings} embeddings "
@@ -152,6 +153,7 @@ class Backbone(nn.Module):
             embedding_weight=self.model.get_input_embeddings().weight,
             output_embedding_weight=self.model.get_output_embeddings().weight,
             original_ids=batch.get("original_ids"),
+            token_type_ids=batch.get("token_type_ids"),
             pooled=pooled,
             sequence_logits=sequence_logits,
             sequence_labels=batch.get("next_sentence_label"),

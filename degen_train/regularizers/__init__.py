@@ -3,3 +3,5 @@
 Add one: a file here with a ``@register_term("name")`` LossTerm, a yaml in conf/regularizer/,
 and a test with a hand-computed case.
 """
+
+from degen_train.regularizers import cosreg, tacl  # noqa: F401

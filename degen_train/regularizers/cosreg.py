@@ -1,0 +1,90 @@
+"""Gao et al. 2019 cosine regularization of the (tied) embedding matrix, or of hidden states."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from degen_train.terms import LossTerm, TermContext, register_term
+from degen_train.types import ForwardOutput, TermOutput
+
+MATRICES = ("input", "output", "both")
+ROWS = ("all", "seen")
+TARGETS = ("embedding", "hidden")
+NORMALISATIONS = ("n_squared", "pairs")
+
+
+def cosine_regularizer(vectors: Tensor, *, normalization: str = "n_squared") -> Tensor:
+    """R_cos = (1/N²) Σ_i Σ_{j≠i} cos(w_i, w_j) = (‖Σ_i ŵ_i‖² − N) / N²; Gao et al. 2019 (ICLR), eq. 4.
+
+    Exact in O(N·d) time and memory (no N×N matrix), in float32 whatever the autocast dtype.
+    ``normalization="pairs"`` divides by N(N−1) instead: the mean over distinct pairs.
+    """
+    count = vectors.shape[0]
+    if count < 2:
+        return vectors.new_zeros((), dtype=torch.float32)
+    with torch.autocast(device_type=vectors.device.type, enabled=False):
+        unit = F.normalize(vectors.float(), dim=-1)  # (N, d)
+        total = unit.sum(0)  # (d,)
+        off_diagonal = total @ total - (unit * unit).sum()  # Σ_i Σ_{j≠i}; (unit·unit) is N unless a row is 0
+    return off_diagonal / (count * count if normalization == "n_squared" else count * (count - 1))
+
+
+@register_term("cosreg")
+class CosineRegularizer(LossTerm):
+    """γ · R_cos over embedding rows (all, or only tokens seen so far) or over the batch's hidden states."""
+
+    def __init__(
+        self, *, matrix: str = "input", rows: str = "all", target: str = "embedding", normalization: str = "n_squared"
+    ) -> None:
+        super().__init__()
+        for name, value, choices in (
+            ("matrix", matrix, MATRICES),
+            ("rows", rows, ROWS),
+            ("target", target, TARGETS),
+            ("normalization", normalization, NORMALISATIONS),
+        ):
+            if value not in choices:
+                raise ValueError(f"regularizer.cosreg.{name}={value!r} is not one of {', '.join(choices)}")
+        self.matrix, self.rows, self.target, self.normalization = matrix, rows, target, normalization
+        # Which token ids have appeared in training inputs; checkpointed, so "seen" survives a resume.
+        self.register_buffer("seen", torch.zeros(0, dtype=torch.bool))
+
+    def setup(self, context: TermContext) -> None:
+        self.seen = torch.zeros(context.vocab_size, dtype=torch.bool)
+
+    def forward(self, output: ForwardOutput) -> TermOutput:
+        if self.target == "hidden":
+            vectors = output.hidden_states[output.attention_mask.bool()]  # (tokens, H)
+            loss = cosine_regularizer(vectors, normalization=self.normalization)
+            return TermOutput(loss, {"mean_cosine": loss.detach()})
+        matrices = self._matrices(output)
+        if self.rows == "seen":
+            self._mark_seen(output)
+            matrices = [m[self.seen[: m.shape[0]]] for m in matrices]
+        losses = [cosine_regularizer(m, normalization=self.normalization) for m in matrices]
+        loss = torch.stack(losses).mean()
+        metrics = {"rows": torch.tensor(float(matrices[0].shape[0]))}
+        return TermOutput(loss, metrics)
+
+    def _matrices(self, output: ForwardOutput) -> list[Tensor]:
+        tied = output.embedding_weight is output.output_embedding_weight
+        if self.matrix == "input" or tied:
+            return [output.embedding_weight]
+        if self.matrix == "output":
+            return [output.output_embedding_weight]
+        return [output.embedding_weight, output.output_embedding_weight]
+
+    @torch.no_grad()
+    def _mark_seen(self, output: ForwardOutput) -> None:
+        if not self.training:
+            return
+        ids = output.original_ids if output.original_ids is not None else output.input_ids
+        batch_seen = torch.zeros_like(self.seen)
+        batch_seen[ids[output.attention_mask.bool()]] = True
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            as_int = batch_seen.to(torch.uint8)
+            torch.distributed.all_reduce(as_int, op=torch.distributed.ReduceOp.MAX)
+            batch_seen = as_int.bool()
+        self.seen |= batch_seen

@@ -1,0 +1,127 @@
+"""TaCL: token-aware contrastive learning against a frozen teacher (Su et al. 2021)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from transformers import AutoModel
+
+from degen_train.io import resolve_pretrained
+from degen_train.terms import LossTerm, TermContext, distributed_mean, register_term
+from degen_train.types import ForwardOutput, TermOutput
+
+log = logging.getLogger(__name__)
+
+
+def tacl_loss(
+    student: Tensor, teacher: Tensor, anchors: Tensor, candidates: Tensor, *, temperature: float
+) -> tuple[Tensor, Tensor]:
+    """Σ_i −log( e^{cos(h̃_i, h_i)/τ} / Σ_{j∈C(i)} e^{cos(h̃_i, h_j)/τ} ) over anchors i, and their count;
+    Su et al. 2021 (TaCL), eq. 2. student, teacher: (B, T, H); anchors: (B, T) bool; candidates: (B, T, T)
+    bool, row i = the positions j allowed in i's denominator (i itself always included)."""
+    with torch.autocast(device_type=student.device.type, enabled=False):
+        s = F.normalize(student.float(), dim=-1)
+        t = F.normalize(teacher.float(), dim=-1)
+        logits = torch.einsum("bih,bjh->bij", s, t) / temperature  # (B, T, T): one T×T per sequence
+        logits = logits.masked_fill(~candidates, float("-inf"))
+        log_prob = logits.diagonal(dim1=1, dim2=2) - torch.logsumexp(logits, dim=-1)  # (B, T)
+    return -(log_prob[anchors]).sum(), anchors.sum().float()
+
+
+def resolve_teacher_path(teacher: str | None) -> str:
+    """A degen_train run directory (its hf/ export), an HF model directory, or a hub name."""
+    if not teacher:
+        raise ValueError(
+            "regularizer.tacl.teacher is not set: give a degen_train run directory, an HF BERT-style "
+            "model directory or a hub name (the student starts from the same weights: model.init_from)"
+        )
+    resolved = resolve_pretrained(teacher)
+    if Path(resolved).is_dir() and not (Path(resolved) / "config.json").exists():
+        raise ValueError(f"regularizer.tacl.teacher={teacher} is neither a degen_train run nor an HF model directory")
+    return resolved
+
+
+@register_term("tacl")
+class TokenContrastiveTerm(LossTerm):
+    """InfoNCE between student tokens at masked positions and the frozen teacher's tokens of the same sequence."""
+
+    requires = frozenset()
+
+    def __init__(
+        self,
+        *,
+        teacher: str | None = None,
+        temperature: float = 0.01,
+        pad_in_denominator: bool = True,
+        teacher_dropout: bool = True,
+        exclude_same_token: bool = False,
+    ) -> None:
+        super().__init__()
+        if temperature <= 0:
+            raise ValueError(f"regularizer.tacl.temperature must be > 0, got {temperature}")
+        self.teacher_path = resolve_teacher_path(teacher)
+        self.temperature = temperature
+        self.pad_in_denominator = pad_in_denominator
+        self.teacher_dropout = teacher_dropout
+        self.exclude_same_token = exclude_same_token
+        # Kept outside the module tree on purpose: no parameters in the optimizer, nothing in
+        # checkpoints or DDP buckets. It is reloaded from ``teacher_path`` on resume.
+        self._teacher: list[nn.Module] = []
+
+    @property
+    def teacher(self) -> nn.Module | None:
+        return self._teacher[0] if self._teacher else None
+
+    def setup(self, context: TermContext) -> None:
+        teacher = AutoModel.from_pretrained(self.teacher_path, add_pooling_layer=False)
+        config = teacher.config
+        if config.hidden_size != context.hidden_size:
+            raise ValueError(
+                f"TaCL teacher {self.teacher_path} has hidden size {config.hidden_size}, "
+                f"the student has {context.hidden_size}"
+            )
+        if config.vocab_size != context.vocab_size:
+            raise ValueError(
+                f"TaCL teacher {self.teacher_path} has vocabulary {config.vocab_size}, "
+                f"the student has {context.vocab_size}: use the teacher's tokenizer"
+            )
+        teacher.requires_grad_(False)
+        self._teacher[:] = [teacher]
+        self.train(self.training)
+        log.info("TaCL teacher: %s (frozen, dropout %s)", self.teacher_path, "on" if self.teacher_dropout else "off")
+
+    def train(self, mode: bool = True) -> TokenContrastiveTerm:
+        super().train(mode)
+        if self.teacher is not None:  # the teacher's mode is a setting, not the trainer's stage
+            self.teacher.train(mode and self.teacher_dropout)
+        return self
+
+    def forward(self, output: ForwardOutput) -> TermOutput:
+        assert self.teacher is not None and output.original_ids is not None
+        if next(self.teacher.parameters()).device != output.hidden_states.device:
+            self.teacher.to(output.hidden_states.device)
+        with torch.no_grad():
+            kwargs = {"input_ids": output.original_ids, "attention_mask": output.attention_mask}
+            if output.token_type_ids is not None:
+                kwargs["token_type_ids"] = output.token_type_ids
+            teacher_hidden = self.teacher(**kwargs).last_hidden_state  # (B, T, H)
+        anchors = output.labels != -100  # the MLM-selected positions
+        candidates = self.candidates(output.original_ids, output.attention_mask)
+        total, count = tacl_loss(
+            output.hidden_states, teacher_hidden, anchors, candidates, temperature=self.temperature
+        )
+        return TermOutput(distributed_mean(total, count), {"anchors": count})
+
+    def candidates(self, ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """(B, T, T) bool: which positions j enter position i's denominator."""
+        size = ids.shape[1]
+        allowed = torch.ones(ids.shape[0], size, size, dtype=torch.bool, device=ids.device)
+        if not self.pad_in_denominator:
+            allowed &= attention_mask.bool()[:, None, :]
+        if self.exclude_same_token:
+            allowed &= ids[:, :, None] != ids[:, None, :]
+        return allowed | torch.eye(size, dtype=torch.bool, device=ids.device)

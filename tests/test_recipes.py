@@ -1,0 +1,49 @@
+"""Every recipe trains 20 steps on the tiny model, and resumes exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from degen_train.cli.paths import config_dir
+from tests.helpers import checkpoint_weights, logged, run
+
+RECIPES = sorted(p.stem for p in (config_dir() / "recipe").glob("*.yaml"))
+TINY = ["data.tokenizer.vocab_size=1000", "trainer.val_check_interval=10", "callbacks.checkpoint.every_n_train_steps=4"]
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Stage 1 of TaCL: a short MLM+NSP run whose export is the teacher."""
+    run_dir = tmp_path_factory.mktemp("teacher")
+    run(run_dir, "recipe=bert_mlm_nsp", "model=tiny", *TINY, "trainer.max_steps=3")
+    return run_dir
+
+
+def overrides(recipe: str, teacher: Path) -> list[str]:
+    model = "gpt2_tiny" if recipe in ("gpt2_mle", "gao_cosreg") else "tiny"
+    extra = [f"teacher={teacher}"] if recipe == "tacl" else []
+    return [f"recipe={recipe}", f"model={model}", *TINY, *extra]
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_recipe_trains_twenty_steps(recipe: str, tmp_path: Path, teacher: Path) -> None:
+    summary = run(tmp_path, *overrides(recipe, teacher), "trainer.max_steps=20", "scheduler.warmup_steps=2")
+    assert summary["final_step"] == 20
+    losses = logged(tmp_path, "train/loss")
+    assert losses[19] < losses[0]
+    assert (tmp_path / "hf" / "config.json").exists()
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_recipe_resumes_exactly(recipe: str, tmp_path: Path, teacher: Path) -> None:
+    common = [*overrides(recipe, teacher), "export_hf=false", "scheduler.warmup_steps=2"]
+    run(tmp_path / "straight", *common, "trainer.max_steps=8")
+    run(tmp_path / "split", *common, "trainer.max_steps=4", "scheduler.total_steps=8")
+    run(tmp_path / "split", *common, "trainer.max_steps=8", "ckpt_path=last")
+    a = checkpoint_weights(tmp_path / "straight" / "checkpoints" / "last.ckpt")
+    b = checkpoint_weights(tmp_path / "split" / "checkpoints" / "last.ckpt")
+    assert a.keys() == b.keys()
+    assert max((a[k].float() - b[k].float()).abs().max().item() for k in a) <= 1e-6
+    assert logged(tmp_path / "straight", "train/loss") == logged(tmp_path / "split", "train/loss")

@@ -1,0 +1,72 @@
+"""Gao et al.'s cosine regularizer: hand case, the naive N×N form, options and gradients."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from degen_train.regularizers.cosreg import CosineRegularizer, cosine_regularizer
+from degen_train.terms import TermContext
+from tests.unit.test_objectives import output
+
+
+def naive(vectors: torch.Tensor, denominator: float) -> torch.Tensor:
+    unit = F.normalize(vectors, dim=-1)
+    cos = unit @ unit.T  # (N, N)
+    return (cos.sum() - cos.diagonal().sum()) / denominator
+
+
+def test_hand_case_three_rows() -> None:
+    rows = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    # cos pairs: 0, 1/√2, 1/√2; each counted twice over i≠j -> 2√2; Gao divides by N² = 9.
+    assert cosine_regularizer(rows).item() == pytest.approx(2 * math.sqrt(2) / 9, rel=1e-6)
+    assert cosine_regularizer(rows, normalization="pairs").item() == pytest.approx(math.sqrt(2) / 3, rel=1e-6)
+
+
+@pytest.mark.parametrize("count", [2, 7, 50])
+def test_matches_the_naive_form_value_and_gradient(count: int) -> None:
+    weights = torch.randn(count, 16, dtype=torch.float64, requires_grad=True)
+    ours = cosine_regularizer(weights)
+    (grad_ours,) = torch.autograd.grad(ours, weights)
+    reference = naive(weights.float(), count * count)
+    (grad_ref,) = torch.autograd.grad(reference, weights)
+    assert ours.item() == pytest.approx(reference.item(), abs=1e-6)
+    assert torch.allclose(grad_ours, grad_ref, atol=1e-6)
+
+
+def test_runs_in_float32_under_bf16_autocast() -> None:
+    weights = torch.randn(300, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        value = cosine_regularizer(weights)
+    assert value.dtype == torch.float32
+    assert value.item() == pytest.approx(naive(weights, 300 * 300).item(), abs=1e-6)
+
+
+def test_seen_rows_only_and_hidden_target() -> None:
+    embedding = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.0]])
+    term = CosineRegularizer(rows="seen")
+    term.setup(TermContext(family="encoder", hidden_size=2, vocab_size=4, batch_size=1, model_name="t"))
+    out = output(torch.zeros(1, 4), torch.tensor([0]))
+    out = type(out)(
+        **{
+            **out.__dict__,
+            "embedding_weight": embedding,
+            "output_embedding_weight": embedding,
+            "input_ids": torch.tensor([[0, 3]]),
+            "attention_mask": torch.ones(1, 2, dtype=torch.long),
+        }
+    )
+    # Seen rows 0 and 3 are opposite: cos = -1 twice over i≠j, divided by N² = 4.
+    assert term(out).loss.item() == pytest.approx(-0.5)
+    assert term.seen.tolist() == [True, False, False, True]
+    hidden = CosineRegularizer(target="hidden")
+    out = type(out)(**{**out.__dict__, "hidden_states": torch.tensor([[[1.0, 0.0], [1.0, 1.0]]])})
+    assert hidden(out).loss.item() == pytest.approx(2 / math.sqrt(2) / 4)
+
+
+def test_bad_option_names_the_choices() -> None:
+    with pytest.raises(ValueError, match=r"regularizer.cosreg.rows='rare' is not one of all, seen"):
+        CosineRegularizer(rows="rare")

@@ -1,0 +1,66 @@
+"""TaCL's token-level InfoNCE: hand cases, the padding and same-token switches, a frozen teacher."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import BertConfig, BertModel
+
+from degen_train.regularizers.tacl import TokenContrastiveTerm, tacl_loss
+from degen_train.terms import TermContext
+
+
+def test_hand_case_one_anchor() -> None:
+    student = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])
+    teacher = torch.tensor([[[2.0, 0.0], [1.0, 1.0]]])
+    anchors = torch.tensor([[True, False]])
+    candidates = torch.ones(1, 2, 2, dtype=torch.bool)
+    total, count = tacl_loss(student, teacher, anchors, candidates, temperature=1.0)
+    # cos(h̃0, h0) = 1, cos(h̃0, h1) = 1/√2: −log(e¹ / (e¹ + e^{1/√2})).
+    assert total.item() == pytest.approx(math.log(1 + math.exp(1 / math.sqrt(2) - 1)), rel=1e-6)
+    assert count.item() == 1
+    total, _ = tacl_loss(student, teacher, anchors, candidates, temperature=0.5)
+    assert total.item() == pytest.approx(math.log(1 + math.exp((1 / math.sqrt(2) - 1) / 0.5)), rel=1e-6)
+
+
+def term(tmp_path: Path, **options) -> TokenContrastiveTerm:
+    config = BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)
+    BertModel(config).save_pretrained(tmp_path / "teacher")
+    tacl = TokenContrastiveTerm(teacher=str(tmp_path / "teacher"), **options)
+    tacl.setup(TermContext(family="encoder", hidden_size=8, vocab_size=20, batch_size=2, model_name="tiny"))
+    return tacl
+
+
+def test_padding_and_same_token_switches(tmp_path: Path) -> None:
+    ids = torch.tensor([[2, 5, 5, 0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    keep_pad = term(tmp_path).candidates(ids, mask)[0]
+    assert keep_pad.all()
+    no_pad = term(tmp_path, pad_in_denominator=False).candidates(ids, mask)[0]
+    assert no_pad[:, 3].tolist() == [False, False, False, True]  # pad only in its own row (never an anchor)
+    distinct = term(tmp_path, exclude_same_token=True).candidates(ids, mask)[0]
+    assert distinct[1].tolist() == [True, True, False, True]  # 5 at position 2 is not a negative for position 1
+
+
+def test_teacher_is_frozen_outside_the_module_tree_and_mode_follows_the_switch(tmp_path: Path) -> None:
+    tacl = term(tmp_path, teacher_dropout=False)
+    assert list(tacl.parameters()) == [] and tacl.state_dict() == {}
+    assert not any(p.requires_grad for p in tacl.teacher.parameters())
+    tacl.train()
+    assert not tacl.teacher.training
+    assert term(tmp_path, teacher_dropout=True).train().teacher.training
+
+
+def test_bad_teacher_settings(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"regularizer.tacl.teacher is not set"):
+        TokenContrastiveTerm(teacher=None)
+    with pytest.raises(ValueError, match=r"regularizer.tacl.temperature must be > 0, got -0.1"):
+        TokenContrastiveTerm(teacher="x", temperature=-0.1)
+    tacl = term(tmp_path)
+    with pytest.raises(ValueError, match=r"TaCL teacher .* has hidden size 8, the student has 16"):
+        tacl.setup(TermContext(family="encoder", hidden_size=16, vocab_size=20, batch_size=2, model_name="m"))
+    with pytest.raises(ValueError, match=r"TaCL teacher .* has vocabulary 20, the student has 30"):
+        tacl.setup(TermContext(family="encoder", hidden_size=8, vocab_size=30, batch_size=2, model_name="m"))
