@@ -44,6 +44,7 @@ class LossTerm(nn.Module):
     requires: ClassVar[frozenset[str]] = frozenset()
     family: ClassVar[str | None] = None
     data_format: ClassVar[str | None] = None
+    perplexity_metric: ClassVar[str | None] = None  # the metric whose exp() is the run's perplexity
 
     def forward(self, output: ForwardOutput) -> TermOutput:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -87,7 +87,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(checkpoint) if checkpoint else None)
     train_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     val_metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0] if cfg.final_validation else {}
-    summary = _summary(cfg, trainer, train_metrics, val_metrics, first_term=next(iter(terms)))
+    perplexity_key = next((f"val/{k}/{t.perplexity_metric}" for k, t in terms.items() if t.perplexity_metric), None)
+    summary = _summary(cfg, trainer, train_metrics, val_metrics, perplexity_key=perplexity_key)
     if trainer.is_global_zero:
         if cfg.export_hf:
             export_pretrained(hf_model, data.tokenizer, run_dir / "hf")
@@ -96,10 +97,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     return summary
 
 
-def _summary(cfg: DictConfig, trainer: Any, train_metrics: dict, val_metrics: dict, first_term: str) -> dict:
+def _summary(cfg: DictConfig, trainer: Any, train_metrics: dict, val_metrics: dict, perplexity_key: str | None) -> dict:
     throughput = next((c for c in trainer.callbacks if hasattr(c, "mean_tokens_per_s")), None)
     val_loss = val_metrics.get("val/loss")
-    main_val = val_metrics.get(f"val/{first_term}/loss")
+    main_val = val_metrics.get(perplexity_key) if perplexity_key else None
     return {
         "final_step": trainer.global_step,
         "train_loss": train_metrics.get("train/loss"),

@@ -28,6 +28,10 @@ from degen_train.types import ForwardOutput
 
 FAMILIES = ("encoder", "decoder")
 FAMILY_OF_MODEL_TYPE = {"bert": "encoder", "roberta": "encoder", "gpt2": "decoder"}
+# Batch entries with a ForwardOutput field of their own; any other entry lands in ``extras``.
+BATCH_KEYS = frozenset(
+    {"input_ids", "attention_mask", "labels", "original_ids", "token_type_ids", "next_sentence_label", "views"}
+)
 
 
 def model_family(cfg: Any) -> str:
@@ -125,9 +129,16 @@ class Backbone(nn.Module):
         super().__init__()
         self.model = model
         self.family = FAMILY_OF_MODEL_TYPE.get(model.config.model_type, "encoder")
-        cls = getattr(model, "cls", None)
-        self.vocab_head: nn.Module = cls.predictions if cls is not None else model.lm_head
-        self.nsp_head: nn.Module | None = getattr(cls, "seq_relationship", None)
+
+    @property
+    def vocab_head(self) -> nn.Module:
+        """The HF model's own MLM / LM head (tied to the input embeddings by default)."""
+        cls = getattr(self.model, "cls", None)
+        return cls.predictions if cls is not None else self.model.lm_head
+
+    @property
+    def nsp_head(self) -> nn.Module | None:
+        return getattr(getattr(self.model, "cls", None), "seq_relationship", None)
 
     def encode(self, batch: dict[str, Tensor], *, all_layers: bool = False) -> Any:
         kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
@@ -135,7 +146,8 @@ class Backbone(nn.Module):
             kwargs["token_type_ids"] = batch["token_type_ids"]
         return self.model.base_model(**kwargs, output_hidden_states=all_layers, return_dict=True)
 
-    def forward(self, batch: dict[str, Tensor], *, requires: frozenset[str] = frozenset()) -> ForwardOutput:
+    def forward(self, batch: dict[str, Any], *, requires: frozenset[str] = frozenset()) -> ForwardOutput:
+        """One pass over ``batch``, plus one per entry of ``batch["views"]`` (extra inputs a term asked for)."""
         encoded = self.encode(batch, all_layers="all_hidden_states" in requires)
         hidden = encoded.last_hidden_state  # (B, T, H)
         labels = batch["labels"]
@@ -158,6 +170,8 @@ class Backbone(nn.Module):
             sequence_logits=sequence_logits,
             sequence_labels=batch.get("next_sentence_label"),
             all_hidden_states=encoded.hidden_states if "all_hidden_states" in requires else None,
+            views=tuple(self(view, requires=requires) for view in batch.get("views", ())),
+            extras={k: v for k, v in batch.items() if k not in BATCH_KEYS},
         )
 
     @torch.no_grad()

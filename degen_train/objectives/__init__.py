@@ -1,3 +1,3 @@
 """Pretraining objectives; importing this package registers them."""
 
-from degen_train.objectives import mle, mlm, nsp  # noqa: F401
+from degen_train.objectives import coco_clm, electra, mle, mlm, nsp  # noqa: F401

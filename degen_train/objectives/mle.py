@@ -12,6 +12,7 @@ class CausalLMTerm(LossTerm):
     """L_MLE = −(1/N) Σ_t log p(x_{t+1} | x_≤t); Radford et al. 2019 (GPT-2), as in Gao et al. 2019."""
 
     family = "decoder"
+    perplexity_metric = "loss"
     data_format = "causal"
 
     def forward(self, output: ForwardOutput) -> TermOutput:

@@ -28,6 +28,7 @@ class MaskedLMTerm(LossTerm):
     """L_MLM = −(1/N) Σ_{i masked} log p(x_i | x̃); Devlin et al. 2019 (BERT)."""
 
     family = "encoder"
+    perplexity_metric = "loss"
     data_format = "mlm"
 
     def forward(self, output: ForwardOutput) -> TermOutput:

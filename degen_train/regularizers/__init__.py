@@ -4,4 +4,4 @@ Add one: a file here with a ``@register_term("name")`` LossTerm, a yaml in conf/
 and a test with a hand-computed case.
 """
 
-from degen_train.regularizers import cosreg, tacl  # noqa: F401
+from degen_train.regularizers import coco_scl, cosreg, tacl  # noqa: F401

@@ -64,3 +64,25 @@ def test_bad_teacher_settings(tmp_path: Path) -> None:
         tacl.setup(TermContext(family="encoder", hidden_size=16, vocab_size=20, batch_size=2, model_name="m"))
     with pytest.raises(ValueError, match=r"TaCL teacher .* has vocabulary 20, the student has 30"):
         tacl.setup(TermContext(family="encoder", hidden_size=8, vocab_size=30, batch_size=2, model_name="m"))
+
+
+def test_gradients_reach_the_student_and_never_the_teacher(tmp_path: Path) -> None:
+    from transformers import BertForMaskedLM
+
+    from degen_train.models.backbone import Backbone
+
+    tacl = term(tmp_path)
+    student = Backbone(BertForMaskedLM.from_pretrained(tmp_path / "teacher"))
+    ids = torch.tensor([[2, 5, 6, 7, 3]])
+    labels = torch.tensor([[-100, 5, -100, 7, -100]])
+    batch = {
+        "input_ids": torch.where(labels != -100, 4, ids),
+        "original_ids": ids,
+        "labels": labels,
+        "attention_mask": torch.ones_like(ids),
+    }
+    result = tacl(student(batch))
+    result.loss.backward()
+    assert result.metrics["anchors"].item() == 2
+    assert student.model.bert.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
+    assert all(p.grad is None for p in tacl.teacher.parameters())

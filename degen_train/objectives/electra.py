@@ -1,0 +1,49 @@
+"""ELECTRA replaced-token detection (Clark et al. 2020): the baseline COCO-LM improves on."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from degen_train.objectives.corruption import GeneratorCorruption
+from degen_train.terms import TermContext, distributed_mean, register_term
+from degen_train.types import ForwardOutput, TermOutput
+
+
+def replaced_token_detection(logits: Tensor, replaced: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Σ_t BCE(σ(d_t), 1[x̂_t ≠ x_t]) over real tokens, and their count; Clark et al. 2020 (ELECTRA)."""
+    loss = F.binary_cross_entropy_with_logits(logits.float()[mask], replaced.float()[mask], reduction="sum")
+    return loss, mask.sum().float()
+
+
+@register_term("electra")
+class ElectraTerm(GeneratorCorruption):
+    """L = L_gen + λ · L_RTD, λ = 50; Clark et al. 2020 (ELECTRA)."""
+
+    def __init__(self, *, detection_weight: float = 50.0, **generator_options) -> None:
+        super().__init__(**generator_options)
+        if detection_weight < 0:
+            raise ValueError(f"objective.electra.detection_weight must be >= 0, got {detection_weight}")
+        self.detection_weight = detection_weight
+        self.detection_head: nn.Module | None = None
+
+    def setup(self, context: TermContext) -> None:
+        super().setup(context)
+        self.detection_head = nn.Linear(context.hidden_size, 1)
+
+    def forward(self, output: ForwardOutput) -> TermOutput:
+        assert self.detection_head is not None
+        logits = self.detection_head(output.hidden_states).squeeze(-1)  # (B, T)
+        replaced, mask = output.extras["replaced"], output.attention_mask.bool()
+        total, count = replaced_token_detection(logits, replaced, mask)
+        detection = distributed_mean(total, count)
+        generator = self.generator_loss(output)
+        accuracy = ((logits.detach() > 0) == replaced)[mask].float().mean()
+        loss = self.generator_weight * generator + self.detection_weight * detection
+        metrics = {
+            "generator_mlm": generator.detach(),
+            "detection": detection.detach(),
+            "detection_accuracy": accuracy,
+            "replaced_rate": replaced[mask].float().mean(),
+        }
+        return TermOutput(loss, metrics)

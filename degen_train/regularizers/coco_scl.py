@@ -1,0 +1,118 @@
+"""COCO-LM sequence contrastive learning (Meng et al. 2021): corrupted sequence vs a cropped original."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from degen_train.data.sampling import mix_seed
+from degen_train.terms import LossTerm, TermContext, register_term
+from degen_train.types import ForwardOutput, TermOutput
+
+
+def sequence_contrastive_loss(
+    first: Tensor,
+    second: Tensor,
+    *,
+    temperature: float,
+    first_offset: int = 0,
+    all_first: Tensor | None = None,
+    all_second: Tensor | None = None,
+) -> Tensor:
+    """(1/2B) Σ_views −log( e^{cos(z, z⁺)/τ} / Σ_{z'≠z} e^{cos(z, z')/τ} ) over 2B views, in-batch negatives;
+    Meng et al. 2021 (COCO-LM), eq. 7. With ``all_*`` (gathered across processes) the local rows start
+    at ``first_offset`` in them and every process's views are negatives."""
+    all_first = first if all_first is None else all_first
+    all_second = second if all_second is None else all_second
+    with torch.autocast(device_type=first.device.type, enabled=False):
+        total = all_first.shape[0]
+        keys = F.normalize(torch.cat([all_first, all_second]).float(), dim=-1)  # (2G, H)
+        queries = F.normalize(torch.cat([first, second]).float(), dim=-1)  # (2B, H)
+        local = first.shape[0]
+        rows = torch.cat([torch.arange(local), torch.arange(local) + total]) + first_offset
+        positives = torch.cat([torch.arange(local) + total, torch.arange(local)]) + first_offset
+        logits = queries @ keys.T / temperature  # (2B, 2G)
+        logits[torch.arange(2 * local), rows.to(logits.device)] = float("-inf")  # a view is not its own negative
+        return F.cross_entropy(logits, positives.to(logits.device))
+
+
+def gather_keeping_local_gradient(local: Tensor) -> tuple[Tensor, int]:
+    """All processes' rows, gradients flowing only into this process's shard; and the shard's offset."""
+    world, rank = torch.distributed.get_world_size(), torch.distributed.get_rank()
+    parts = [torch.empty_like(local) for _ in range(world)]
+    torch.distributed.all_gather(parts, local.detach().contiguous())
+    parts[rank] = local
+    return torch.cat(parts), rank * local.shape[0]
+
+
+def crop_views(ids: Tensor, attention_mask: Tensor, sample_seeds: Tensor, *, fraction: float) -> dict[str, Tensor]:
+    """[CLS] + a contiguous ``fraction`` of each sequence's tokens after [CLS], start drawn per example."""
+    rows = []
+    for b in range(ids.shape[0]):
+        length = int(attention_mask[b].sum())
+        body = ids[b, 1:length]
+        keep = max(1, round(fraction * body.numel()))
+        generator = torch.Generator().manual_seed(mix_seed(int(sample_seeds[b]), 0x5C1))
+        start = int(torch.randint(body.numel() - keep + 1, (1,), generator=generator))
+        rows.append(torch.cat([ids[b, :1], body[start : start + keep]]))
+    width = max(len(r) for r in rows)
+    cropped = torch.zeros(len(rows), width, dtype=ids.dtype, device=ids.device)
+    mask = torch.zeros_like(cropped)
+    for b, row in enumerate(rows):
+        cropped[b, : len(row)], mask[b, : len(row)] = row, 1
+    return {"input_ids": cropped, "attention_mask": mask, "labels": torch.full_like(cropped, -100)}
+
+
+@register_term("coco_scl")
+class SequenceContrastiveTerm(LossTerm):
+    """InfoNCE between [CLS] projections of the main input and a cropped original, τ = 1."""
+
+    family = "encoder"
+
+    def __init__(self, *, crop_fraction: float = 0.9, temperature: float = 1.0, gather_negatives: bool = False) -> None:
+        super().__init__()
+        if not 0 < crop_fraction <= 1:
+            raise ValueError(f"regularizer.coco_scl.crop_fraction must be in (0, 1], got {crop_fraction}")
+        if temperature <= 0:
+            raise ValueError(f"regularizer.coco_scl.temperature must be > 0, got {temperature}")
+        self.crop_fraction, self.temperature, self.gather_negatives = crop_fraction, temperature, gather_negatives
+        self.projection: nn.Module | None = None
+
+    def setup(self, context: TermContext) -> None:
+        if context.batch_size < 2:
+            raise ValueError(
+                f"sequence contrastive learning needs data.batch_size >= 2 (in-batch negatives), "
+                f"got {context.batch_size}"
+            )
+        self.projection = nn.Linear(context.hidden_size, context.hidden_size)
+
+    def prepare_batch(self, batch: dict[str, Any], backbone: nn.Module) -> dict[str, Any]:
+        crop = crop_views(
+            batch["original_ids"], batch["attention_mask"], batch["sample_seed"], fraction=self.crop_fraction
+        )
+        self.view_index = len(batch.get("views", ()))
+        return {**batch, "views": (*batch.get("views", ()), crop)}
+
+    def forward(self, output: ForwardOutput) -> TermOutput:
+        assert self.projection is not None
+        first = self.projection(output.hidden_states[:, 0])  # (B, H) [CLS] of the main input
+        second = self.projection(output.views[self.view_index].hidden_states[:, 0])  # (B, H) of the crop
+        if self.gather_negatives and torch.distributed.is_available() and torch.distributed.is_initialized():
+            all_first, offset = gather_keeping_local_gradient(first)
+            all_second, _ = gather_keeping_local_gradient(second)
+            loss = sequence_contrastive_loss(
+                first,
+                second,
+                temperature=self.temperature,
+                first_offset=offset,
+                all_first=all_first,
+                all_second=all_second,
+            )
+        else:
+            loss = sequence_contrastive_loss(first, second, temperature=self.temperature)
+        with torch.no_grad():
+            similarity = F.cosine_similarity(first, second, dim=-1).mean()
+        return TermOutput(loss, {"positive_cosine": similarity})
