@@ -12,15 +12,17 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import datasets  # noqa: E402
 
-from bench import spine  # noqa: E402
+from bench import losses, spine  # noqa: E402
 
 datasets.disable_progress_bars()
 
 
 def main() -> None:
-    wanted = set(sys.argv[1:]) or {"spine"}
+    wanted = set(sys.argv[1:]) or {"spine", "losses"}
     if "spine" in wanted:
         spine.main()
+    if "losses" in wanted:
+        losses.main()
 
 
 if __name__ == "__main__":

@@ -43,15 +43,19 @@ class AuxiliaryGenerator(nn.Module):
 
 @torch.no_grad()
 def sample_replacements(logits: Tensor, selected: Tensor, sample_seeds: Tensor, *, temperature: float = 1.0) -> Tensor:
-    """Draw x̂_i ~ softmax(z_i / t) at each selected position, row b's draws seeded by its example seed.
+    """Draw x̂_i ~ softmax(z_i / t) at each selected position by inverse-CDF sampling.
 
-    Seeds per example keep the draws identical under any batching, process count or resume.
+    Each example's uniforms come from its own seed, so the draws are identical under any batching,
+    process count or resume. One uniform per position (not one exponential per vocabulary entry, as
+    ``torch.multinomial`` draws) keeps sampling cheap next to the generator's forward pass.
     """
     probs = F.softmax(logits.float() / temperature, dim=-1)  # (N, V)
+    cdf = probs.cumsum(dim=-1)  # (N, V)
     rows = selected.nonzero()[:, 0]  # (N,) the example each selected position belongs to
-    out = torch.empty(len(rows), dtype=torch.long, device=logits.device)
+    uniforms = torch.empty(len(rows), dtype=torch.float64)
     for b in rows.unique().tolist():
-        here = rows == b
-        generator = torch.Generator(device=logits.device).manual_seed(mix_seed(int(sample_seeds[b]), 0xC0C0))
-        out[here] = torch.multinomial(probs[here], 1, generator=generator).squeeze(-1)
-    return out
+        here = (rows == b).cpu()
+        generator = torch.Generator().manual_seed(mix_seed(int(sample_seeds[b]), 0xC0C0))
+        uniforms[here] = torch.rand(int(here.sum()), generator=generator, dtype=torch.float64)
+    targets = uniforms.to(cdf.device, torch.float32)[:, None] * cdf[:, -1:]  # (N, 1), scaled to the CDF's end
+    return torch.searchsorted(cdf, targets).squeeze(-1).clamp_max(cdf.shape[-1] - 1)
