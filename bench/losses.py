@@ -24,8 +24,14 @@ from degen_train.terms import TermContext, WeightedSum, build_terms
 def make_loss(sections: dict, backbone: Backbone, batch_size: int) -> WeightedSum:
     terms, weights = build_terms(sections)
     config = backbone.model.config
-    context = TermContext(family="encoder", hidden_size=config.hidden_size, vocab_size=config.vocab_size,
-                          batch_size=batch_size, model_name="bench", backbone=backbone)
+    context = TermContext(
+        family="encoder",
+        hidden_size=config.hidden_size,
+        vocab_size=config.vocab_size,
+        batch_size=batch_size,
+        model_name="bench",
+        backbone=backbone,
+    )
     for term in terms.values():
         term.setup(context)
     return WeightedSum(terms, weights)
@@ -64,8 +70,12 @@ def cosreg_at_scale() -> dict:
     cosine_regularizer(weights).backward()
     seconds = time.perf_counter() - start
     peak_gb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 2**20
-    return {"seconds": seconds, "peak_rss_growth_gb": peak_gb, "n_by_n_would_need_gb": 250_000**2 * 4 / 1e9,
-            "matrix_gb": weights.numel() * 4 / 1e9}
+    return {
+        "seconds": seconds,
+        "peak_rss_growth_gb": peak_gb,
+        "n_by_n_would_need_gb": 250_000**2 * 4 / 1e9,
+        "matrix_gb": weights.numel() * 4 / 1e9,
+    }
 
 
 def main(repeats: int = 8) -> dict:
@@ -98,8 +108,12 @@ def main(repeats: int = 8) -> dict:
                 teacher(input_ids=data[0]["original_ids"], attention_mask=data[0]["attention_mask"])
 
         teacher_s = timed(teacher_forward, repeats)
-    results["tacl_mini"] = {"mlm_step_s": mlm, "tacl_step_s": tacl, "teacher_forward_s": teacher_s,
-                            "extra_over_teacher_forward": (tacl - mlm) / teacher_s}
+    results["tacl_mini"] = {
+        "mlm_step_s": mlm,
+        "tacl_step_s": tacl,
+        "teacher_forward_s": teacher_s,
+        "extra_over_teacher_forward": (tacl - mlm) / teacher_s,
+    }
 
     coco_loss = make_loss({"objective": {"coco_clm": {}}, "regularizer": {"coco_scl": {}}}, mini, 32)
     coco = step_seconds(mini, coco_loss, data, repeats)
@@ -117,11 +131,19 @@ def main(repeats: int = 8) -> dict:
 
     parts = timed(generator_pass, repeats) + timed(crop_pass, repeats)
     mini.zero_grad(set_to_none=True)
-    results["coco_lm_mini"] = {"mlm_step_s": mlm, "coco_step_s": coco, "generator_plus_crop_s": parts,
-                               "extra_over_parts": (coco - mlm) / parts}
+    results["coco_lm_mini"] = {
+        "mlm_step_s": mlm,
+        "coco_step_s": coco,
+        "generator_plus_crop_s": parts,
+        "extra_over_parts": (coco - mlm) / parts,
+    }
     for name, entry in results.items():
-        print(name, {k: round(v, 4) if isinstance(v, float) else v for k, v in entry.items()}
-              if isinstance(entry, dict) else round(entry, 1))
+        print(
+            name,
+            {k: round(v, 4) if isinstance(v, float) else v for k, v in entry.items()}
+            if isinstance(entry, dict)
+            else round(entry, 1),
+        )
     save("losses", results)
     return results
 

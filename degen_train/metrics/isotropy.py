@@ -1,0 +1,170 @@
+"""Isotropy metrics over a matrix of vectors (M, d), batched, accumulated in float64.
+
+Nothing here builds an M×M matrix: every metric is a function of running sums (Σx, Σx̂, XᵀX, ...)
+gathered in chunks, so a million vectors cost O(M·d + d²) memory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+CHUNK = 65_536
+
+
+def _chunks(vectors: Tensor, size: int = CHUNK) -> Iterable[Tensor]:
+    for start in range(0, vectors.shape[0], size):
+        yield vectors[start : start + size].double()
+
+
+@dataclass
+class VectorMoments:
+    """Running sums of a stream of vectors: count, Σx, Σx̂ (unit vectors), XᵀX and Σ‖x‖², in float64."""
+
+    dim: int
+    count: int = 0
+    total: Tensor = field(init=False)
+    unit_total: Tensor = field(init=False)
+    gram: Tensor = field(init=False)
+    square_norms: float = 0.0
+    nonzero: int = 0
+
+    def __post_init__(self) -> None:
+        self.total = torch.zeros(self.dim, dtype=torch.float64)
+        self.unit_total = torch.zeros(self.dim, dtype=torch.float64)
+        self.gram = torch.zeros(self.dim, self.dim, dtype=torch.float64)
+
+    def update(self, vectors: Tensor) -> VectorMoments:
+        for chunk in _chunks(vectors.detach().cpu()):
+            norms = chunk.norm(dim=1)
+            self.count += chunk.shape[0]
+            self.nonzero += int((norms > 0).sum())
+            self.total += chunk.sum(0)
+            self.unit_total += (chunk / norms.clamp_min(1e-300)[:, None]).sum(0)
+            self.gram += chunk.T @ chunk
+            self.square_norms += float((norms**2).sum())
+        return self
+
+    @classmethod
+    def of(cls, vectors: Tensor) -> VectorMoments:
+        return cls(vectors.shape[1]).update(vectors)
+
+    @property
+    def mean(self) -> Tensor:
+        return self.total / max(self.count, 1)
+
+    @property
+    def covariance(self) -> Tensor:
+        """Unbiased covariance (d, d): (XᵀX − M·μμᵀ) / (M − 1)."""
+        mean = self.mean
+        return (self.gram - self.count * torch.outer(mean, mean)) / max(self.count - 1, 1)
+
+
+def mean_pairwise_cosine(vectors: Tensor | VectorMoments) -> float:
+    """(1/(M(M−1))) Σ_{i≠j} cos(x_i, x_j) = (‖Σ_i x̂_i‖² − M) / (M(M−1)); Ethayarajh 2019's anisotropy baseline."""
+    moments = vectors if isinstance(vectors, VectorMoments) else VectorMoments.of(vectors)
+    m = moments.nonzero
+    if m < 2:
+        return float("nan")
+    return float((moments.unit_total @ moments.unit_total - m) / (m * (m - 1)))
+
+
+def mean_cosine_across_groups(vectors: Tensor, groups: Tensor) -> float:
+    """Mean cos(x_i, x_j) over pairs from different groups (sentences): (‖S‖² − Σ_g ‖S_g‖²) / (M² − Σ_g m_g²),
+    S = Σ x̂; Ethayarajh 2019 (random words from different contexts)."""
+    unit = torch.nn.functional.normalize(vectors.double(), dim=-1)
+    labels, inverse = torch.unique(groups, return_inverse=True)
+    per_group = torch.zeros(len(labels), unit.shape[1], dtype=torch.float64).index_add_(0, inverse, unit)
+    sizes = torch.bincount(inverse, minlength=len(labels)).double()
+    total = unit.sum(0)
+    pairs = unit.shape[0] ** 2 - float((sizes**2).sum())
+    if pairs <= 0:
+        return float("nan")
+    return float((total @ total - (per_group * per_group).sum()) / pairs)
+
+
+def self_similarity(sequences: Iterable[Tensor]) -> dict[str, float]:
+    """Mean over sequences of s(x) = (1/(n(n−1))) Σ_{i≠j} cos(h_i, h_j) within a sequence (TaCL, Su et al.
+    2021, fig. 2), and intra-sentence similarity (1/n) Σ_i cos(h_i, h̄) with h̄ the sequence mean (Ethayarajh 2019)."""
+    selfs, intras = [], []
+    for tokens in sequences:
+        if tokens.shape[0] < 2:
+            continue
+        unit = torch.nn.functional.normalize(tokens.double(), dim=-1)
+        total = unit.sum(0)
+        n = unit.shape[0]
+        selfs.append(float((total @ total - n) / (n * (n - 1))))
+        centre = tokens.double().mean(0)
+        intras.append(float(torch.nn.functional.cosine_similarity(tokens.double(), centre[None], dim=-1).mean()))
+    return {
+        "self_similarity": float(np.mean(selfs)) if selfs else float("nan"),
+        "intra_sentence_similarity": float(np.mean(intras)) if intras else float("nan"),
+    }
+
+
+def _eigenvalues(moments: VectorMoments) -> Tensor:
+    return torch.linalg.eigvalsh(moments.covariance).clamp_min(0).flip(0)  # descending
+
+
+def isoscore(vectors: Tensor | VectorMoments) -> float:
+    """IsoScore = ((n − δ²(n − √n))² − n) / (n(n − 1)), δ = ‖√n·λ/‖λ‖ − 1‖ / √(2(n − √n)), λ the covariance
+    spectrum; Rudman et al. 2022 (IsoScore). 1 = isotropic, 0 = one direction."""
+    moments = vectors if isinstance(vectors, VectorMoments) else VectorMoments.of(vectors)
+    spectrum = _eigenvalues(moments)
+    n = spectrum.numel()
+    normalised = spectrum * math.sqrt(n) / spectrum.norm()
+    defect = (normalised - 1).norm() / math.sqrt(2 * (n - math.sqrt(n)))
+    return float(((n - defect**2 * (n - math.sqrt(n))) ** 2 - n) / (n * (n - 1)))
+
+
+def partition_isotropy(vectors: Tensor) -> float:
+    """I(W) = min_c Z(c) / max_c Z(c), Z(c) = Σ_i exp(cᵀw_i), c over the eigenvectors of WᵀW;
+    Mu & Viswanath 2018 (all-but-the-top). 1 = isotropic."""
+    moments = VectorMoments.of(vectors)
+    _, directions = torch.linalg.eigh(moments.gram)  # (d, d), columns are unit directions
+    log_z = None
+    for chunk in _chunks(vectors.detach().cpu()):
+        part = torch.logsumexp(chunk @ directions, dim=0)  # (d,)
+        log_z = part if log_z is None else torch.logaddexp(log_z, part)
+    assert log_z is not None
+    return float(torch.exp(log_z.min() - log_z.max()))
+
+
+def effective_rank(vectors: Tensor | VectorMoments) -> float:
+    """exp(H(p)), p_k = σ_k / Σσ over the singular values of the centred matrix; Roy & Vetterli 2007."""
+    moments = vectors if isinstance(vectors, VectorMoments) else VectorMoments.of(vectors)
+    singular = _eigenvalues(moments).sqrt()
+    p = singular / singular.sum()
+    p = p[p > 0]
+    return float(torch.exp(-(p * p.log()).sum()))
+
+
+def top_k_variance_share(vectors: Tensor | VectorMoments, k: int = 1) -> float:
+    """Σ_{top k} λ / Σ λ: the share of variance on the k leading principal directions (centred)."""
+    moments = vectors if isinstance(vectors, VectorMoments) else VectorMoments.of(vectors)
+    spectrum = _eigenvalues(moments)
+    return float(spectrum[:k].sum() / spectrum.sum())
+
+
+def singular_spectrum(vectors: Tensor | VectorMoments) -> Tensor:
+    """Singular values of the centred matrix, descending (√ of the scatter's eigenvalues)."""
+    moments = vectors if isinstance(vectors, VectorMoments) else VectorMoments.of(vectors)
+    return (_eigenvalues(moments) * max(moments.count - 1, 1)).sqrt()
+
+
+def outlier_dimensions(vectors: Tensor | VectorMoments, threshold: float = 3.0) -> dict:
+    """Dimensions whose mean value lies more than ``threshold`` standard deviations from the mean of all
+    dimensions' means, and their share of E‖x‖²; Luo et al. 2021 (positional artefacts / outliers),
+    as defined by Kovaleva et al. 2021."""
+    moments = vectors if isinstance(vectors, VectorMoments) else VectorMoments.of(vectors)
+    means = moments.mean
+    z = (means - means.mean()) / means.std().clamp_min(1e-12)
+    dims = torch.nonzero(z.abs() > threshold).flatten()
+    second_moment = moments.gram.diagonal() / max(moments.count, 1)  # E[x_d²]
+    share = float(second_moment[dims].sum() / second_moment.sum()) if len(dims) else 0.0
+    return {"dims": dims.tolist(), "z_scores": z[dims].tolist(), "norm_share": share, "means": means.tolist()}

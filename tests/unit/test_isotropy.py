@@ -1,0 +1,115 @@
+"""Isotropy metrics and transforms against hand-computed cases and the naive forms."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from degen_train.metrics.frequency import norm_frequency_correlation, rare_frequent_cosine, uniformly_negative_direction
+from degen_train.metrics.isotropy import (
+    VectorMoments,
+    effective_rank,
+    isoscore,
+    mean_cosine_across_groups,
+    mean_pairwise_cosine,
+    outlier_dimensions,
+    partition_isotropy,
+    self_similarity,
+    top_k_variance_share,
+)
+from degen_train.metrics.transforms import clip_outliers, fit_whitening, remove_top_directions
+
+THREE = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+
+
+def test_mean_pairwise_cosine_hand_case_and_naive_form() -> None:
+    assert mean_pairwise_cosine(THREE) == pytest.approx(math.sqrt(2) / 3, rel=1e-12)
+    x = torch.randn(500, 16) + 0.5
+    unit = torch.nn.functional.normalize(x.double(), dim=-1)
+    cos = unit @ unit.T
+    naive = (cos.sum() - cos.diagonal().sum()) / (500 * 499)
+    assert mean_pairwise_cosine(x) == pytest.approx(naive.item(), abs=1e-12)
+    chunked = VectorMoments(16).update(x[:123]).update(x[123:])
+    assert mean_pairwise_cosine(chunked) == pytest.approx(naive.item(), abs=1e-12)
+
+
+def test_cosine_across_sentences_only() -> None:
+    vectors = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    groups = torch.tensor([0, 0, 1, 1])
+    # Cross pairs: (a,c) 0, (a,d) 1/√2, (b,c) 0, (b,d) 1/√2 -> mean √2/4.
+    assert mean_cosine_across_groups(vectors, groups) == pytest.approx(math.sqrt(2) / 4, rel=1e-12)
+
+
+def test_self_and_intra_sentence_similarity() -> None:
+    result = self_similarity([THREE])
+    assert result["self_similarity"] == pytest.approx(math.sqrt(2) / 3, rel=1e-12)
+    # Mean (2/3, 2/3): cosines 1/√2, 1/√2, 1.
+    assert result["intra_sentence_similarity"] == pytest.approx((math.sqrt(2) + 1) / 3, rel=1e-12)
+
+
+def test_isoscore_matches_the_reference_package() -> None:
+    from IsoScore.IsoScore import IsoScore as reference
+
+    torch.manual_seed(0)
+    anisotropic = torch.randn(2000, 8) * torch.tensor([5.0, 3, 1, 1, 0.5, 0.2, 0.1, 0.1])
+    assert isoscore(anisotropic) == pytest.approx(float(reference(anisotropic.numpy())), abs=1e-4)
+    assert isoscore(torch.randn(20000, 8)) > 0.95
+    assert isoscore(torch.randn(2000, 1) * torch.ones(1, 8) + 1e-4 * torch.randn(2000, 8)) < 0.01
+
+
+def test_partition_isotropy_hand_case() -> None:
+    # WᵀW = diag(4, 1): Z(e1) = e² + 1, Z(e2) = 1 + e.
+    assert partition_isotropy(torch.tensor([[2.0, 0.0], [0.0, 1.0]])) == pytest.approx(
+        (1 + math.e) / (math.e**2 + 1), rel=1e-9
+    )
+    balanced = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
+    assert partition_isotropy(balanced) == pytest.approx(1.0)
+
+
+def test_effective_rank_and_variance_share_hand_case() -> None:
+    x = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 2.0], [0.0, -2.0]])
+    # Singular values 1 : 2 -> p = (1/3, 2/3); variances 2/3 and 8/3.
+    assert effective_rank(x) == pytest.approx(math.exp(-(1 / 3 * math.log(1 / 3) + 2 / 3 * math.log(2 / 3))))
+    assert top_k_variance_share(x, 1) == pytest.approx(0.8)
+
+
+def test_outlier_dimensions_hand_case() -> None:
+    x = torch.ones(10, 20)
+    x[:, 7] = 10.0
+    result = outlier_dimensions(x)
+    # Means: 19 ones and one 10 -> z = 9 · 0.95 / std, std = √(19·0.45² + 8.55²)/√19 ... > 3.
+    assert result["dims"] == [7]
+    assert result["norm_share"] == pytest.approx(100 / 119)
+
+
+def test_frequency_views_and_negative_direction() -> None:
+    weights = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 0.0], [0.0, 4.0]])
+    assert norm_frequency_correlation(weights, torch.tensor([1, 10, 100, 1000])) == pytest.approx(1.0)
+    views = rare_frequent_cosine(
+        torch.tensor([[1.0, 0], [1, 0.01], [0, 1], [0.01, 1], [1, 1]]), torch.tensor([100, 90, 2, 1, 0]), fraction=0.5
+    )
+    assert views["frequent"] > 0.99 and views["rare"] > 0.99 and views["unseen_count"] == 1
+    assert uniformly_negative_direction(torch.eye(2))["exists"]
+    assert not uniformly_negative_direction(torch.tensor([[1.0, 0], [-1, 0], [0, 1], [0, -1]]))["exists"]
+
+
+def test_whitening_gives_identity_covariance() -> None:
+    x = torch.randn(3000, 6, dtype=torch.float64) @ torch.randn(6, 6, dtype=torch.float64) + 3
+    white = fit_whitening(x)(x)
+    assert torch.allclose(white.mean(0), torch.zeros(6, dtype=torch.float64), atol=1e-9)
+    assert torch.allclose(torch.cov(white.T), torch.eye(6, dtype=torch.float64), atol=1e-6)
+
+
+def test_fewer_vectors_than_dimensions_warns(caplog: pytest.LogCaptureFixture) -> None:
+    fit_whitening(torch.randn(3, 8))
+    assert "whitening fitted on 3 vectors of dimension 8" in caplog.text
+
+
+def test_clipping_and_all_but_the_top() -> None:
+    x = torch.randn(100, 4)
+    assert (clip_outliers(x, [1, 3])[:, [1, 3]] == 0).all()
+    stretched = torch.randn(2000, 4) * torch.tensor([10.0, 1, 1, 1])
+    removed = remove_top_directions(stretched, 1)
+    assert removed.var(0)[0] < 0.1 and removed.var(0)[1:].min() > 0.5
