@@ -1,0 +1,176 @@
+"""degen-analyze PATH [--out DIR]: isotropy of a degen_train run or any HF model directory, in numbers and PNGs."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from degen_train.io import atomic_write_json
+from degen_train.metrics import plots
+from degen_train.metrics.encode import load_encoder, token_vectors_by_layer
+from degen_train.metrics.frequency import norm_frequency_correlation, rare_frequent_cosine, uniformly_negative_direction
+from degen_train.metrics.isotropy import (
+    VectorMoments,
+    effective_rank,
+    isoscore,
+    mean_cosine_across_groups,
+    mean_pairwise_cosine,
+    outlier_dimensions,
+    partition_isotropy,
+    self_similarity,
+    singular_spectrum,
+    top_k_variance_share,
+)
+from degen_train.metrics.transforms import clip_outliers, fit_whitening
+
+log = logging.getLogger("degen_train.analyze")
+
+
+def matrix_metrics(vectors: torch.Tensor) -> dict[str, Any]:
+    """The isotropy numbers of one matrix of vectors (embedding rows or contextual token vectors)."""
+    moments = VectorMoments.of(vectors)
+    outliers = outlier_dimensions(moments)
+    return {
+        "mean_cosine": mean_pairwise_cosine(moments),
+        "isoscore": isoscore(moments),
+        "partition_isotropy": partition_isotropy(vectors),
+        "effective_rank": effective_rank(moments),
+        "top1_variance_share": top_k_variance_share(moments, 1),
+        "top10_variance_share": top_k_variance_share(moments, 10),
+        "outlier_dims": outliers["dims"],
+        "outlier_z_scores": outliers["z_scores"],
+        "outlier_norm_share": outliers["norm_share"],
+        "count": moments.count,
+    }
+
+
+def corpus_sentences(path: Path, corpus: str | None, limit: int) -> list[str]:
+    """Sentences to encode: a text file (one per line), else the run's validation text, else the builtin corpus."""
+    if corpus:
+        lines = [line.strip() for line in Path(corpus).read_text(encoding="utf-8").splitlines() if line.strip()]
+    elif (path / "config.yaml").exists():
+        from degen_train.data.corpus import load_corpus
+
+        data_cfg = OmegaConf.load(path / "config.yaml").data
+        loaded = load_corpus(data_cfg)
+        documents = loaded.validation
+        if documents is None:
+            documents = loaded.train.train_test_split(test_size=data_cfg.validation_fraction, seed=data_cfg.split_seed)[
+                "test"
+            ]
+        lines = [p for doc in documents["text"] for p in doc.split("\n") if p.strip()]
+    else:
+        from degen_train.data.builtin_corpus import builtin_documents
+
+        lines = [p for doc in builtin_documents() for p in doc.split("\n")]
+    if not lines:
+        raise ValueError(f"no sentences to analyse in {corpus or path}")
+    return lines[:limit]
+
+
+def random_pair_cosines(vectors: torch.Tensor, count: int = 20000, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    first = torch.randint(len(vectors), (count,), generator=generator)
+    second = torch.randint(len(vectors), (count,), generator=generator)
+    keep = first != second
+    return torch.nn.functional.cosine_similarity(vectors[first[keep]].double(), vectors[second[keep]].double(), dim=-1)
+
+
+def analyze(
+    path: str | Path,
+    *,
+    out: str | Path | None = None,
+    corpus: str | None = None,
+    max_sentences: int = 1000,
+    batch_size: int = 32,
+) -> dict[str, Any]:
+    path = Path(path)
+    encoder = load_encoder(path, batch_size=batch_size, max_length=128)
+    out_dir = Path(out) if out else path / "analysis"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sentences = corpus_sentences(path, corpus, max_sentences)
+    per_layer, ids = token_vectors_by_layer(encoder, sentences)
+    vocab = encoder.model.get_input_embeddings().weight.detach()
+    counts = torch.bincount(torch.cat(ids), minlength=vocab.shape[0])[: vocab.shape[0]]
+
+    result: dict[str, Any] = {"model": str(encoder.source), "sentences": len(sentences)}
+    result["embedding"] = matrix_metrics(vocab)
+    result["embedding"]["norm_log_frequency_spearman"] = norm_frequency_correlation(vocab, counts)
+    result["embedding"]["rare_frequent_cosine"] = rare_frequent_cosine(vocab, counts)
+    layers: list[dict[str, Any]] = []
+    curves: dict[str, list[float]] = {"raw": [], "whitened": [], "clipped": []}
+    for index, sequences in enumerate(per_layer):
+        vectors = torch.cat(sequences)
+        groups = torch.cat([torch.full((len(s),), i) for i, s in enumerate(sequences)])
+        entry = matrix_metrics(vectors)
+        entry.update(self_similarity(sequences))
+        entry["mean_cosine_across_sentences"] = mean_cosine_across_groups(vectors, groups)
+        entry["mean_cosine_whitened"] = mean_pairwise_cosine(fit_whitening(vectors)(vectors))
+        entry["mean_cosine_clipped"] = mean_pairwise_cosine(clip_outliers(vectors, entry["outlier_dims"]))
+        for mode, key in (
+            ("raw", "mean_cosine"),
+            ("whitened", "mean_cosine_whitened"),
+            ("clipped", "mean_cosine_clipped"),
+        ):
+            curves[mode].append(entry[key])
+        layers.append(entry)
+    result["layers"] = layers
+    last = torch.cat(per_layer[-1])
+    sample = last[torch.randperm(len(last), generator=torch.Generator().manual_seed(0))[:2000]]
+    result["last_layer_uniformly_negative_direction"] = uniformly_negative_direction(sample)
+    result["truncated_sequences"] = encoder.truncated
+
+    pictures = {
+        "cone": plots.cone_plot(
+            vocab, counts, out_dir / "cone.png", title=f"embedding rows: {'/'.join(encoder.source.parts[-2:])}"
+        ),
+        "spectrum": plots.spectrum_plot(singular_spectrum(vocab), out_dir / "spectrum.png"),
+        "layer_cosine": plots.layer_cosine_plot(curves, out_dir / "layer_cosine.png"),
+        "cosine_histogram": plots.cosine_histogram(
+            {"embeddings": random_pair_cosines(vocab), "last layer": random_pair_cosines(last)},
+            out_dir / "cosine_histogram.png",
+        ),
+        "dimension_means": plots.dimension_means_plot(
+            outlier_dimensions(last)["means"], layers[-1]["outlier_dims"], out_dir / "dimension_means.png"
+        ),
+    }
+    result["pictures"] = {name: str(p) for name, p in pictures.items()}
+    atomic_write_json(out_dir / "metrics.json", result)
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="degen-analyze", description=__doc__)
+    parser.add_argument("path", help="a degen_train run directory or an HF model directory")
+    parser.add_argument("--out", help="output directory (default: PATH/analysis)")
+    parser.add_argument("--corpus", help="a text file, one sentence per line (default: the run's validation text)")
+    parser.add_argument("--max-sentences", type=int, default=1000)
+    parser.add_argument("--batch-size", type=int, default=32)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    try:
+        result = analyze(
+            args.path, out=args.out, corpus=args.corpus, max_sentences=args.max_sentences, batch_size=args.batch_size
+        )
+    except (ValueError, FileNotFoundError) as error:
+        parser.exit(2, f"degen-analyze: error: {error}\n")
+    embedding, last = result["embedding"], result["layers"][-1]
+    print(
+        f"embedding rows: mean cosine {embedding['mean_cosine']:.4f}, IsoScore {embedding['isoscore']:.4f}, "
+        f"outlier dims {embedding['outlier_dims']}"
+    )
+    print(
+        f"last layer: mean cosine {last['mean_cosine']:.4f} (whitened {last['mean_cosine_whitened']:.4f}, "
+        f"clipped {last['mean_cosine_clipped']:.4f}), self-similarity {last['self_similarity']:.4f}"
+    )
+    print(f"wrote {Path(result['pictures']['cone']).parent}")
+
+
+if __name__ == "__main__":
+    main()

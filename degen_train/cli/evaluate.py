@@ -1,0 +1,97 @@
+"""degen-eval MODEL --sts FILE [--sts FILE ...] [--wic DIR] --out DIR: STS (Spearman × 100) and WiC accuracy."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from degen_train.io import atomic_write_json
+from degen_train.metrics.encode import load_encoder, sentence_vectors, word_vectors
+from degen_train.metrics.probes import MODES, read_sts, read_wic, sts_scores, wic_scores
+
+log = logging.getLogger("degen_train.eval")
+
+
+def evaluate(
+    model: str | Path,
+    *,
+    sts: Sequence[str | Path] = (),
+    wic: str | Path | None = None,
+    out: str | Path,
+    layer: str | int = "last",
+    batch_size: int = 32,
+    max_length: int | None = None,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """Score ``model`` on STS files and a WiC directory; writes OUT/eval.json and returns its content."""
+    if not sts and wic is None:
+        raise ValueError("nothing to evaluate: give --sts FILE and/or --wic DIR")
+    # Read every input first: a bad file fails before the model is loaded.
+    sts_sets = {Path(p).stem: read_sts(p) for p in sts}
+    wic_items = read_wic(wic) if wic is not None else None
+    encoder = load_encoder(model, batch_size=batch_size, max_length=max_length)
+    result: dict[str, Any] = {"model": str(encoder.source), "layer": layer}
+    if sts_sets:
+        result["sts"] = {}
+        for name, pairs in sts_sets.items():
+            if limit:
+                pairs = type(pairs)(pairs.first[:limit], pairs.second[:limit], pairs.scores[:limit])
+            result["sts"][name] = sts_scores(pairs, lambda s: sentence_vectors(encoder, s, layer=layer))
+    if wic_items is not None:
+        if limit:
+            wic_items = type(wic_items)(wic_items.words[:limit], wic_items.positions[:limit], wic_items.labels[:limit])
+        first = word_vectors(encoder, [w[0] for w in wic_items.words], [p[0] for p in wic_items.positions])
+        second = word_vectors(encoder, [w[1] for w in wic_items.words], [p[1] for p in wic_items.positions])
+        result["wic"] = wic_scores(wic_items, (first, second))
+    result["truncated_sequences"] = encoder.truncated
+    if encoder.truncated:
+        log.warning("%d sequences were longer than %d tokens and were truncated", encoder.truncated, encoder.max_length)
+    atomic_write_json(Path(out) / "eval.json", result)
+    return result
+
+
+def format_table(result: dict[str, Any]) -> str:
+    lines = [f"{'task':<24}" + "".join(f"{m:>10}" for m in MODES) + f"{'n':>8}"]
+    for name, scores in result.get("sts", {}).items():
+        lines.append(f"{'STS ' + name:<24}" + "".join(f"{scores[m]:>10.2f}" for m in MODES) + f"{scores['n']:>8}")
+    if "wic" in result:
+        wic = result["wic"]
+        cells = "".join(f"{wic[m]['accuracy'] * 100:>7.2f}@{wic[m]['threshold']:.1f}" for m in MODES)
+        lines.append(f"{'WiC acc@threshold':<24}" + cells + f"{wic['n']:>8}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="degen-eval", description=__doc__)
+    parser.add_argument("model", help="a degen_train run directory or an HF encoder directory")
+    parser.add_argument("--sts", action="append", default=[], help="an STS file (repeatable)")
+    parser.add_argument("--wic", help="a WiC directory (*.data.txt + *.gold.txt)")
+    parser.add_argument("--out", required=True, help="output directory for eval.json")
+    parser.add_argument("--layer", default="last", help="last | first_last | a layer index (0 = embeddings)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-length", type=int, default=None)
+    parser.add_argument("--limit", type=int, default=None, help="only the first N items of each set")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    layer = int(args.layer) if args.layer.lstrip("-").isdigit() else args.layer
+    try:
+        result = evaluate(
+            args.model,
+            sts=args.sts,
+            wic=args.wic,
+            out=args.out,
+            layer=layer,
+            batch_size=args.batch_size,
+            max_length=args.max_length,
+            limit=args.limit,
+        )
+    except (ValueError, FileNotFoundError) as error:
+        parser.exit(2, f"degen-eval: error: {error}\n")
+    print(format_table(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""Load an encoder (a degen_train run or any HF directory) and turn text into contextual vectors."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+from transformers import AutoModel, AutoTokenizer
+
+log = logging.getLogger(__name__)
+POOLING_LAYERS = ("last", "first_last")
+
+
+@dataclass
+class Encoder:
+    model: Any
+    tokenizer: Any
+    source: Path
+    max_length: int
+    batch_size: int = 32
+    truncated: int = 0
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.model.config.num_hidden_layers)
+
+
+def load_encoder(path: str | Path, *, batch_size: int = 32, max_length: int | None = None) -> Encoder:
+    """``path``: a degen_train run directory (its hf/ export) or an HF model directory; offline."""
+    path = Path(path).expanduser()
+    model_dir = path / "hf" if (path / "hf" / "config.json").exists() else path
+    if not (model_dir / "config.json").exists():
+        raise FileNotFoundError(
+            f"{path} is neither a degen_train run directory (with hf/) nor an HF model directory (with config.json)"
+        )
+    model = AutoModel.from_pretrained(model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    limit = max_length or min(int(getattr(model.config, "max_position_embeddings", 512)), 512)
+    return Encoder(model, tokenizer, model_dir, limit, batch_size)
+
+
+def _batches(items: Sequence[Any], size: int, description: str) -> Iterator[Sequence[Any]]:
+    for start in tqdm(range(0, len(items), size), desc=description, leave=False, disable=len(items) <= size):
+        yield items[start : start + size]
+
+
+def _forward(encoder: Encoder, encoded: dict) -> tuple[Tensor, ...]:
+    with torch.no_grad():
+        out = encoder.model(
+            **{k: v for k, v in encoded.items() if k in ("input_ids", "attention_mask", "token_type_ids")},
+            output_hidden_states=True,
+        )
+    return out.hidden_states  # embeddings + every layer, each (B, T, H)
+
+
+def _tokenize(encoder: Encoder, texts: Sequence[Any], **kwargs: Any) -> dict:
+    encoded = encoder.tokenizer(
+        list(texts), padding=True, truncation=True, max_length=encoder.max_length, return_tensors="pt", **kwargs
+    )
+    full = encoder.tokenizer(list(texts), truncation=False, **kwargs)["input_ids"]
+    encoder.truncated += sum(len(ids) > encoder.max_length for ids in full)
+    return encoded
+
+
+def sentence_vectors(encoder: Encoder, sentences: Sequence[str], *, layer: str | int = "last") -> Tensor:
+    """(S, H) mean of token vectors over the attention mask; layer: "last", "first_last" (average of the
+    first and last layer's means) or a layer index (0 = embeddings)."""
+    if isinstance(layer, str) and layer not in POOLING_LAYERS:
+        raise ValueError(f"layer={layer!r} is not one of {', '.join(POOLING_LAYERS)} or a layer index")
+    out = []
+    for chunk in _batches(sentences, encoder.batch_size, "encoding"):
+        encoded = _tokenize(encoder, chunk)
+        layers = _forward(encoder, encoded)
+        mask = encoded["attention_mask"].unsqueeze(-1).float()  # (B, T, 1)
+
+        def pooled(hidden: Tensor, mask: Tensor = mask) -> Tensor:
+            return (hidden * mask).sum(1) / mask.sum(1)
+
+        if layer == "last":
+            out.append(pooled(layers[-1]))
+        elif layer == "first_last":
+            out.append((pooled(layers[1]) + pooled(layers[-1])) / 2)
+        else:
+            out.append(pooled(layers[int(layer)]))
+    return torch.cat(out)
+
+
+def token_vectors_by_layer(encoder: Encoder, sentences: Sequence[str]) -> tuple[list[list[Tensor]], list[Tensor]]:
+    """Per layer (embeddings first), per sentence: (n_tokens, H) vectors of the real tokens; and the ids."""
+    per_layer: list[list[Tensor]] = [[] for _ in range(encoder.num_layers + 1)]
+    ids: list[Tensor] = []
+    for chunk in _batches(sentences, encoder.batch_size, "encoding"):
+        encoded = _tokenize(encoder, chunk)
+        layers = _forward(encoder, encoded)
+        for b, mask in enumerate(encoded["attention_mask"].bool()):
+            ids.append(encoded["input_ids"][b][mask])
+            for index, hidden in enumerate(layers):
+                per_layer[index].append(hidden[b][mask])
+    return per_layer, ids
+
+
+def word_vectors(encoder: Encoder, words: Sequence[list[str]], positions: Sequence[int]) -> Tensor:
+    """(S, H) last-layer vector of word ``positions[s]`` of pre-split sentence ``words[s]`` (mean over its sub-tokens)."""
+    out = []
+    for start in range(0, len(words), encoder.batch_size):
+        chunk = list(words[start : start + encoder.batch_size])
+        encoded = _tokenize(encoder, chunk, is_split_into_words=True)
+        hidden = _forward(encoder, encoded)[-1]
+        for b in range(len(chunk)):
+            word_ids = encoded.word_ids(b)
+            target = positions[start + b]
+            where = [t for t, w in enumerate(word_ids) if w == target]
+            if not where:  # the target word was cut off by truncation
+                out.append(torch.full((hidden.shape[-1],), float("nan")))
+                continue
+            out.append(hidden[b, where].mean(0))
+    return torch.stack(out)

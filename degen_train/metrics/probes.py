@@ -1,0 +1,159 @@
+"""STS and WiC probes: readers for the distribution formats, and scores in raw / whitened / clipped modes."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.stats import spearmanr
+from torch import Tensor
+
+from degen_train.metrics.isotropy import outlier_dimensions
+from degen_train.metrics.transforms import clip_outliers, fit_whitening
+
+MODES = ("raw", "whitened", "clipped")
+WIC_THRESHOLDS = [round(0.1 * k, 1) for k in range(1, 10)]
+SENTENCE_COLUMNS = [("sentence1", "sentence2"), ("sentence_A", "sentence_B"), ("s1", "s2"), ("text1", "text2")]
+SCORE_COLUMNS = ["score", "relatedness_score", "similarity", "label"]
+
+
+@dataclass(frozen=True)
+class SentencePairs:
+    first: list[str]
+    second: list[str]
+    scores: list[float]
+
+
+def _score(value: str, path: Path, line: int) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{path}, line {line}: score {value!r} is not a number") from None
+
+
+def read_sts(path: str | Path) -> SentencePairs:
+    """STS-B distribution (tab-separated, no header: genre, file, year, id, score, s1, s2, ...), SICK (header
+    with sentence_A, sentence_B, relatedness_score), or csv/tsv/jsonl with two sentence columns and a score."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"STS file {path} does not exist")
+    if path.suffix == ".jsonl":
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return _from_records(rows, path, header_line=0)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    first = lines[0].split("\t") if lines else []
+    if len(first) >= 7 and _is_number(first[4]) and not any(c in first for c in ("sentence_A", "sentence1")):
+        pairs = SentencePairs([], [], [])
+        for number, line in enumerate(lines, 1):
+            fields = line.split("\t")  # no quoting: sentences contain '"'
+            if len(fields) < 7:
+                raise ValueError(f"{path}, line {number}: {len(fields)} tab-separated fields, expected at least 7")
+            pairs.scores.append(_score(fields[4], path, number))
+            pairs.first.append(fields[5])
+            pairs.second.append(fields[6])
+        return pairs
+    delimiter = "\t" if "\t" in (lines[0] if lines else "") else ","
+    records = list(csv.DictReader(lines, delimiter=delimiter))
+    return _from_records(records, path, header_line=1)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _from_records(records: list[dict], path: Path, header_line: int) -> SentencePairs:
+    if not records:
+        raise ValueError(f"{path} has no rows")
+    columns = list(records[0])
+    sentences = next(((a, b) for a, b in SENTENCE_COLUMNS if a in columns and b in columns), None)
+    score = next((c for c in SCORE_COLUMNS if c in columns), None)
+    if sentences is None or score is None:
+        raise ValueError(
+            f"{path}: needs two sentence columns ({' / '.join('+'.join(p) for p in SENTENCE_COLUMNS)}) "
+            f"and a score column ({', '.join(SCORE_COLUMNS)}); columns are: {', '.join(columns)}"
+        )
+    pairs = SentencePairs([], [], [])
+    for number, record in enumerate(records, header_line + 1):
+        pairs.first.append(str(record[sentences[0]]))
+        pairs.second.append(str(record[sentences[1]]))
+        pairs.scores.append(_score(str(record[score]), path, number))
+    return pairs
+
+
+@dataclass(frozen=True)
+class WicItems:
+    words: list[tuple[list[str], list[str]]]
+    positions: list[tuple[int, int]]
+    labels: list[bool]
+
+
+def read_wic(directory: str | Path) -> WicItems:
+    """WiC distribution: ``*.data.txt`` (word, PoS, i1-i2, example 1, example 2) + ``*.gold.txt`` (T/F)."""
+    directory = Path(directory)
+    data_files = sorted(directory.glob("*.data.txt"))
+    if not data_files:
+        raise FileNotFoundError(f"no *.data.txt file in WiC directory {directory}")
+    data = data_files[0]
+    gold = data.with_name(data.name.replace(".data.txt", ".gold.txt"))
+    if not gold.exists():
+        raise FileNotFoundError(f"{gold} (the labels of {data.name}) does not exist")
+    labels = gold.read_text().split()
+    items = WicItems([], [], [])
+    lines = data.read_text(encoding="utf-8").splitlines()
+    if len(lines) != len(labels):
+        raise ValueError(f"{data} has {len(lines)} items but {gold} has {len(labels)} labels")
+    for number, (line, label) in enumerate(zip(lines, labels, strict=True), 1):
+        fields = line.split("\t")
+        if len(fields) != 5:
+            raise ValueError(f"{data}, line {number}: {len(fields)} tab-separated fields, expected 5")
+        try:
+            first, second = (int(i) for i in fields[2].split("-"))
+        except ValueError:
+            raise ValueError(f"{data}, line {number}: indices {fields[2]!r} are not 'i1-i2'") from None
+        if label not in ("T", "F"):
+            raise ValueError(f"{gold}, line {number}: label {label!r} is not T or F")
+        items.words.append((fields[3].split(" "), fields[4].split(" ")))
+        items.positions.append((first, second))
+        items.labels.append(label == "T")
+    return items
+
+
+def transformed(vectors: Tensor) -> dict[str, Tensor]:
+    """The three modes; whitening and outlier dims are fitted on the vectors being evaluated."""
+    dims = outlier_dimensions(vectors)["dims"]
+    return {"raw": vectors, "whitened": fit_whitening(vectors)(vectors), "clipped": clip_outliers(vectors, dims)}
+
+
+def sts_scores(pairs: SentencePairs, encode: Callable[[list[str]], Tensor]) -> dict[str, float]:
+    """Spearman ρ × 100 between gold scores and cos(u, v) of mean-pooled sentence vectors, per mode."""
+    vectors = encode(pairs.first + pairs.second)
+    count = len(pairs.first)
+    result: dict[str, float] = {"n": count}
+    for mode, vs in transformed(vectors).items():
+        cosine = torch.nn.functional.cosine_similarity(vs[:count].double(), vs[count:].double(), dim=-1)
+        result[mode] = float(spearmanr(cosine.numpy(), np.array(pairs.scores)).statistic * 100)
+    return result
+
+
+def wic_scores(items: WicItems, vectors: tuple[Tensor, Tensor]) -> dict:
+    """Accuracy of 'same sense iff cos > t' for t in 0.1..0.9, the best t per mode (Luo et al. 2021)."""
+    first, second = vectors
+    count = first.shape[0]
+    keep = ~(first.isnan().any(1) | second.isnan().any(1))
+    labels = torch.tensor(items.labels)[keep]
+    result: dict = {"n": int(keep.sum()), "dropped": int(count - keep.sum())}
+    for mode, vs in transformed(torch.cat([first[keep], second[keep]])).items():
+        cosine = torch.nn.functional.cosine_similarity(vs[: len(labels)].double(), vs[len(labels) :].double(), dim=-1)
+        accuracies = {t: float(((cosine > t) == labels).float().mean()) for t in WIC_THRESHOLDS}
+        best = max(accuracies, key=accuracies.get)
+        result[mode] = {"accuracy": accuracies[best], "threshold": best, "by_threshold": accuracies}
+    return result
