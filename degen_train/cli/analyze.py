@@ -105,7 +105,7 @@ def analyze(
     result["embedding"]["rare_frequent_cosine"] = rare_frequent_cosine(vocab, counts)
     layers: list[dict[str, Any]] = []
     curves: dict[str, list[float]] = {"raw": [], "whitened": [], "clipped": []}
-    for index, sequences in enumerate(per_layer):
+    for sequences in per_layer:
         vectors = torch.cat(sequences)
         groups = torch.cat([torch.full((len(s),), i) for i, s in enumerate(sequences)])
         entry = matrix_metrics(vectors)

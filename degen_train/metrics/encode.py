@@ -106,7 +106,7 @@ def token_vectors_by_layer(encoder: Encoder, sentences: Sequence[str]) -> tuple[
 
 
 def word_vectors(encoder: Encoder, words: Sequence[list[str]], positions: Sequence[int]) -> Tensor:
-    """(S, H) last-layer vector of word ``positions[s]`` of pre-split sentence ``words[s]`` (mean over its sub-tokens)."""
+    """(S, H) last-layer vector of word ``positions[s]`` of pre-split ``words[s]``, mean over its sub-tokens."""
     out = []
     for start in range(0, len(words), encoder.batch_size):
         chunk = list(words[start : start + encoder.batch_size])
