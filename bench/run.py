@@ -12,17 +12,19 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import datasets  # noqa: E402
 
-from bench import losses, spine  # noqa: E402
+from bench import losses, metrics, spine  # noqa: E402
 
 datasets.disable_progress_bars()
 
 
 def main() -> None:
-    wanted = set(sys.argv[1:]) or {"spine", "losses"}
+    wanted = set(sys.argv[1:]) or {"spine", "losses", "metrics"}
     if "spine" in wanted:
         spine.main()
     if "losses" in wanted:
         losses.main()
+    if "metrics" in wanted:
+        metrics.main()
 
 
 if __name__ == "__main__":

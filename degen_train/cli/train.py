@@ -22,10 +22,13 @@ from degen_train.build import (  # noqa: E402
     resolved_config,
     setup_terms,
 )
+from degen_train.callbacks.isotropy import IsotropyMonitor  # noqa: E402
+from degen_train.cli.evaluate import evaluate  # noqa: E402
 from degen_train.cli.paths import config_dir  # noqa: E402
 from degen_train.data.datamodule import PretrainDataModule, make_collator, prepare_data  # noqa: E402
 from degen_train.export import export_pretrained  # noqa: E402
 from degen_train.io import atomic_write_json  # noqa: E402
+from degen_train.metrics.probes import read_sts, read_wic  # noqa: E402
 from degen_train.models.backbone import Backbone, build_hf_model, model_family, shape_signature  # noqa: E402
 from degen_train.module import PretrainModule  # noqa: E402
 from degen_train.terms import TermContext, WeightedSum, build_terms  # noqa: E402
@@ -41,6 +44,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     terms, weights = build_terms({"objective": cfg.objective, "regularizer": cfg.regularizer})
     family = model_family(cfg.model)
     data_format = data_format_for(terms, family, model_name)
+    for path in cfg.eval.sts:  # probe files are read now so that a typo fails before training, not after
+        read_sts(path)
+    if cfg.eval.wic:
+        read_wic(cfg.eval.wic)
     checkpoint = resolve_checkpoint(cfg.ckpt_path, run_dir)
     if checkpoint is not None:
         check_checkpoint_matches(checkpoint, cfg, list(terms))
@@ -92,6 +99,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if trainer.is_global_zero:
         if cfg.export_hf:
             export_pretrained(hf_model, data.tokenizer, run_dir / "hf")
+            if family == "encoder" and (cfg.eval.sts or cfg.eval.wic):
+                summary["eval"] = evaluate(
+                    run_dir / "hf", sts=list(cfg.eval.sts), wic=cfg.eval.wic, out=run_dir / "eval", layer=cfg.eval.layer
+                )
         atomic_write_json(run_dir / "summary.json", summary)
         log.info("run finished: %s", {k: v for k, v in summary.items() if k != "config"})
     return summary
@@ -99,6 +110,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 def _summary(cfg: DictConfig, trainer: Any, train_metrics: dict, val_metrics: dict, perplexity_key: str | None) -> dict:
     throughput = next((c for c in trainer.callbacks if hasattr(c, "mean_tokens_per_s")), None)
+    isotropy = next((c.latest for c in trainer.callbacks if isinstance(c, IsotropyMonitor)), {})
     val_loss = val_metrics.get("val/loss")
     main_val = val_metrics.get(perplexity_key) if perplexity_key else None
     return {
@@ -108,6 +120,7 @@ def _summary(cfg: DictConfig, trainer: Any, train_metrics: dict, val_metrics: di
         "val_perplexity": math.exp(main_val) if main_val is not None and main_val < 50 else None,
         "val_metrics": {k: float(v) for k, v in val_metrics.items()},
         "tokens_per_s": throughput.mean_tokens_per_s if throughput else None,
+        "isotropy": isotropy,
         "config": resolved_config(cfg),
     }
 

