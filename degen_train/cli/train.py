@@ -31,6 +31,7 @@ from degen_train.io import atomic_write_json  # noqa: E402
 from degen_train.metrics.probes import read_sts, read_wic  # noqa: E402
 from degen_train.models.backbone import Backbone, build_hf_model, model_family, shape_signature  # noqa: E402
 from degen_train.module import PretrainModule  # noqa: E402
+from degen_train.sweep import run_in_sweep, search_objective, swept_overrides  # noqa: E402
 from degen_train.terms import TermContext, WeightedSum, build_terms  # noqa: E402
 
 log = logging.getLogger("degen_train")
@@ -89,6 +90,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if trainer.is_global_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_json(run_dir / "config.json", resolved_config(cfg))
+        atomic_write_json(run_dir / "overrides.json", swept_overrides())
         OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
     # 3. Train, validate once more, export, summarise.
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(checkpoint) if checkpoint else None)
@@ -134,8 +136,13 @@ def _choice(group: str, cfg: DictConfig) -> str:
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="train")
-def _hydra_main(cfg: DictConfig) -> None:
-    train(cfg)
+def _hydra_main(cfg: DictConfig) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        return run_in_sweep(cfg, train)
+    return search_objective(train(cfg), cfg.search)
 
 
 def main() -> None:

@@ -47,7 +47,9 @@ def build_examples(
     """Examples with ``input_ids`` (and ``token_type_ids``, ``next_sentence_label`` for NSP)."""
     if data_format not in FORMATS:
         raise ValueError(f"data format {data_format!r} is not one of {', '.join(FORMATS)}")
-    key = hashlib.sha256(repr([identity, data_format, block_size, seed]).encode()).hexdigest()[:16]
+    # Only NSP pairs depend on the seed; packed blocks are shared by every seed of a sweep.
+    pair_seed = seed if data_format == "mlm_nsp" else None
+    key = hashlib.sha256(repr([identity, data_format, block_size, pair_seed]).encode()).hexdigest()[:16]
     target = cache_root / "examples" / key
     if (target / "dataset_info.json").exists():
         log.info("examples cache hit: %s", target)

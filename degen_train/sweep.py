@@ -1,0 +1,79 @@
+"""Runs inside a Hydra multirun: skip what finished, resume what did not, record failures and go on."""
+
+from __future__ import annotations
+
+import logging
+import math
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, open_dict
+
+from degen_train.io import atomic_write_json
+
+log = logging.getLogger("degen_train.sweep")
+FAILED = "failed.json"
+
+
+def swept_overrides() -> list[str]:
+    """The command-line/sweeper overrides that define this run (Hydra's task overrides)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    return [str(o) for o in HydraConfig.get().overrides.task]
+
+
+def finished_summary(run_dir: Path, max_steps: int) -> dict | None:
+    import json
+
+    path = run_dir / "summary.json"
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text())
+    return summary if summary.get("final_step") == max_steps else None
+
+
+def run_in_sweep(cfg: DictConfig, train: Callable[[DictConfig], dict[str, Any]]) -> float | None:
+    """One job of a sweep. A failure is written to RUN/failed.json and does not stop the other jobs."""
+    run_dir = Path(cfg.run_dir)
+    done = finished_summary(run_dir, int(cfg.trainer.max_steps))
+    if done is not None:
+        log.info("%s finished before: skipped", run_dir)
+        return search_objective(done, cfg.search)
+    if cfg.ckpt_path is None and (run_dir / "checkpoints" / "last.ckpt").exists():
+        log.info("%s stopped before the end: resuming from last.ckpt", run_dir)
+        with open_dict(cfg):
+            cfg.ckpt_path = "last"
+    (run_dir / FAILED).unlink(missing_ok=True)
+    try:
+        summary = train(cfg)
+    except Exception as error:  # noqa: BLE001 - one bad run must not end the sweep
+        log.error("run %s failed: %s", run_dir, error)
+        atomic_write_json(
+            run_dir / FAILED,
+            {
+                "error": f"{type(error).__name__}: {error}",
+                "traceback": traceback.format_exc(),
+                "overrides": swept_overrides(),
+            },
+        )
+        return None
+    return search_objective(summary, cfg.search)
+
+
+def search_objective(summary: dict[str, Any], search: Any) -> float:
+    """What a search minimises: ``search.metric`` + cosine_weight · mean cosine, or +inf above cosine_bound."""
+    value = summary.get(search.metric)
+    if value is None:
+        value = summary.get("val_metrics", {}).get(search.metric)
+    if value is None:
+        return math.inf
+    cosine = summary.get("isotropy", {}).get("isotropy/embedding/mean_cosine")
+    if cosine is not None:
+        if search.cosine_bound is not None and cosine > search.cosine_bound:
+            return math.inf
+        value += float(search.cosine_weight) * cosine
+    return float(value)
