@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import traceback
@@ -9,12 +10,43 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from degen_train.io import atomic_write_json
 
 log = logging.getLogger("degen_train.sweep")
 FAILED = "failed.json"
+
+
+SWEEP_FUNCTIONS = ("range(", "choice(", "interval(", "glob(", "tag(")
+
+
+def swept_keys(root: Any = None, argv: list[str] | None = None) -> set[str]:
+    """Keys that take several values in this sweep: from the command line and the sweeper's params."""
+    import sys
+
+    keys = set()
+    for arg in sys.argv[1:] if argv is None else argv:
+        key, _, value = arg.partition("=")
+        if value and ("," in value or value.startswith(SWEEP_FUNCTIONS)):
+            keys.add(key.lstrip("+~"))
+    params = OmegaConf.select(root, "hydra.sweeper.params") if root is not None else None
+    if params:
+        keys |= {str(k).lstrip("+~") for k in params}
+    return keys
+
+
+def run_name(overrides: Any, *, _root_: Any = None) -> str:
+    """A sweep job's folder name: its swept key=value pairs only (stable across reruns, short)."""
+    swept = swept_keys(_root_)
+    parts = sorted(str(o) for o in overrides if str(o).split("=", 1)[0].lstrip("+~") in swept)
+    name = ",".join(parts).replace("/", "_") or "run"
+    if len(name) > 150:
+        name = name[:130] + "-" + hashlib.sha1(name.encode()).hexdigest()[:8]
+    return name
+
+
+OmegaConf.register_new_resolver("dt.run_name", run_name, replace=True)
 
 
 def swept_overrides() -> list[str]:

@@ -222,9 +222,9 @@ def report(paths: Sequence[str | Path], *, out: str | Path | None = None) -> dic
     out_dir = Path(out) if out else Path(paths[0]) / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
     with (out_dir / "runs.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows({c: _cell(r.get(c)) for c in columns} for r in rows)
+        writer = csv.writer(handle)
+        writer.writerow([c.removeprefix("swept:") for c in columns])
+        writer.writerows([_cell(r.get(c)) for c in columns] for r in rows)
     grouped = seed_groups(rows)
     settings = ", ".join(f"{k}={v}" for k, v in sorted(common.items())) or "none"
     text = f"# Sweep report\n\nCommon overrides: {settings}\n\n" + markdown(rows, columns) + "\n"

@@ -1,0 +1,107 @@
+"""Multirun sweeps: a grid runs into one folder, failures are recorded, reruns skip finished runs; degen-report."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from degen_train.cli.report import main as report_main
+from degen_train.cli.report import report
+from tests.conftest import FAST
+
+CLI = str(Path(sys.executable).parent / "degen-train")
+QUICK = [
+    *FAST,
+    "trainer.max_steps=10",
+    "trainer.val_check_interval=10",
+    "export_hf=false",
+    "callbacks.isotropy.every_n_steps=5",
+    "data.tokenizer.vocab_size=2000",
+]
+
+
+def sweep(sweep_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [CLI, "-m", *QUICK, *overrides, f"hydra.sweep.dir={sweep_dir}"],
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+        timeout=900,
+    )
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    sweep_dir = tmp_path_factory.mktemp("grid")
+    result = sweep(sweep_dir, "regularizer=cosreg", "regularizer.cosreg.weight=0,1", "seed=1,2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return sweep_dir
+
+
+def test_grid_report_has_one_row_per_run_matching_its_summary(grid: Path) -> None:
+    runs = sorted(p.parent for p in grid.glob("*/summary.json"))
+    assert len(runs) == 4
+    result = report([grid])
+    with open(grid / "report" / "runs.csv", newline="") as handle:
+        rows = {r["run"]: r for r in csv.DictReader(handle)}
+    assert len(rows) == 4
+    for run in runs:
+        summary = json.loads((run / "summary.json").read_text())
+        row = rows[run.name]
+        assert float(row["val_loss"]) == pytest.approx(summary["val_loss"], rel=1e-3)
+        assert float(row["isotropy/embedding/mean_cosine"]) == pytest.approx(
+            summary["isotropy"]["isotropy/embedding/mean_cosine"], rel=1e-3
+        )
+        assert row["regularizer.cosreg.weight"] in ("0", "1") and row["seed"] in ("1", "2")
+    assert len(result["grouped"]) == 2 and all(g["seeds"] == 2 for g in result["grouped"])
+    html = (grid / "report" / "report.html").read_text()
+    assert "data:image/png;base64," in html and "Mean ± std over seeds" in html
+    assert "regularizer=cosreg" in (grid / "report" / "report.md").read_text().split("\n")[2]
+
+
+def test_rerunning_a_sweep_skips_finished_runs(grid: Path) -> None:
+    stamps = {p: p.stat().st_mtime_ns for p in grid.glob("*/summary.json")}
+    result = sweep(grid, "regularizer=cosreg", "regularizer.cosreg.weight=0,1", "seed=1,2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count("finished before: skipped") + result.stdout.count("finished before: skipped") == 4
+    assert {p: p.stat().st_mtime_ns for p in grid.glob("*/summary.json")} == stamps
+
+
+def test_a_failed_run_is_recorded_and_the_others_finish(tmp_path: Path) -> None:
+    result = sweep(tmp_path, "optimizer.lr=1e-3,-1,2e-3,3e-3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    failed = list(tmp_path.glob("*/failed.json"))
+    assert len(failed) == 1 and "optimizer.lr must be > 0, got -1" in json.loads(failed[0].read_text())["error"]
+    rows = report([tmp_path])["rows"]
+    assert sorted(r["status"] for r in rows) == ["failed", "finished", "finished", "finished"]
+    failed_row = next(r for r in rows if r["status"] == "failed")
+    assert failed_row["swept:optimizer.lr"] == "-1"
+
+
+def test_sweeping_a_key_that_does_not_exist_names_it(tmp_path: Path) -> None:
+    result = sweep(tmp_path, "regularizer.cosreg.weight=0.1,1")  # regularizer=none has no cosreg entry
+    assert result.returncode != 0
+    assert "regularizer.cosreg.weight" in result.stderr
+
+
+def test_report_on_a_folder_without_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        report_main([str(tmp_path)])
+    assert "no runs found in" in capsys.readouterr().err
+
+
+def test_runs_with_different_metric_sets_leave_blank_cells(grid: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "summary.json").write_text(json.dumps({"final_step": 3, "val_loss": 9.0, "isotropy": {}}))
+    runs = [*sorted(p.parent for p in grid.glob("*/summary.json"))[:1], other]
+    report(runs, out=tmp_path / "report")
+    with open(tmp_path / "report" / "runs.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows[1]["isotropy/embedding/mean_cosine"] == "" and rows[1]["val_loss"] == "9"
