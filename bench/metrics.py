@@ -73,8 +73,13 @@ def main() -> dict:
     # The million first: ru_maxrss is a high-water mark, so this reads our own peak before the naive forms'.
     vectors = torch.randn(1_000_000, 256) + 0.3
     big, seconds, grown = timed(ours_all, vectors)
-    results["million_by_256"] = {**big, "seconds": seconds, "peak_growth_gb": grown,
-                                 "input_gb": vectors.numel() * 4 / 1e9, "naive_matrix_would_be_gb": 8e12 / 1e9}
+    results["million_by_256"] = {
+        **big,
+        "seconds": seconds,
+        "peak_growth_gb": grown,
+        "input_gb": vectors.numel() * 4 / 1e9,
+        "naive_matrix_would_be_gb": 8e12 / 1e9,
+    }
     del vectors
     for m in (2_000, 10_000, 20_000):
         vectors = torch.randn(m, 256) + 0.3

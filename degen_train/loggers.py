@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import netrc
 import os
+from pathlib import Path
 from typing import Any
 
 from lightning.fabric.loggers.logger import rank_zero_experiment
@@ -32,11 +33,22 @@ def wandb_logger(
         raise ValueError(f"logger.wandb.mode={mode!r} is not one of {', '.join(WANDB_MODES)}")
     if mode == "auto":
         mode = os.environ.get("WANDB_MODE") or ("online" if wandb_has_credentials() else "offline")
+    group = group or sweep_group()
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ.setdefault("WANDB_CONSOLE", "off")
     return WandbLogger(
         project=project, group=group, name=name, save_dir=save_dir, mode=mode, anonymous="never", **kwargs
     )
+
+
+def sweep_group() -> str | None:
+    """Inside a Hydra multirun: the sweep folder's name, so the runs of one sweep share a wandb group."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        return Path(str(HydraConfig.get().sweep.dir)).name
+    return None
 
 
 class _AppendingWriter(ExperimentWriter):

@@ -105,3 +105,60 @@ def test_objective_that_does_not_fit_the_model_family(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match=r"loss term 'mlm' needs the encoder family but model=gpt2_tiny is decoder"):
         run(tmp_path, "model=gpt2_tiny")
+
+
+def test_slurm_cluster_config_builds_a_job_spec(tmp_path: Path) -> None:
+    pytest.importorskip("submitit")
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(
+            config_name="train",
+            overrides=["cluster=slurm", "hydra.launcher.nodes=2", "hydra.launcher.partition=gpu"],
+            return_hydra_config=True,
+        )
+    HydraConfig.instance().set_config(cfg)
+    assert (cfg.trainer.num_nodes, cfg.trainer.devices, cfg.trainer.accelerator) == (2, 8, "gpu")
+    assert cfg.strategy._target_.endswith("DDPStrategy")
+    launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
+    assert launcher["_target_"].endswith("SlurmLauncher")
+    # The parameters the plugin hands to submitit give this sbatch script (SlurmExecutor itself refuses to
+    # start without srun, so its script builder is called directly).
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    script = _make_sbatch_string(
+        command="degen-train",
+        folder=tmp_path,
+        nodes=launcher["nodes"],
+        ntasks_per_node=launcher["tasks_per_node"],
+        gpus_per_node=launcher["gpus_per_node"],
+        cpus_per_task=launcher["cpus_per_task"],
+        time=launcher["timeout_min"],
+        partition=launcher["partition"],
+    )
+    for line in (
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=8",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --time=1440",
+    ):
+        assert line in script
+
+
+def test_search_recipe_configures_the_optuna_sweeper() -> None:
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["recipe=search_cosreg"], return_hydra_config=True)
+    assert cfg.hydra.sweeper._target_.endswith("OptunaSweeper")
+    assert "regularizer.cosreg.weight" in cfg.hydra.sweeper.params
+    from degen_train.sweep import search_objective
+
+    summary = {"val_loss": 5.0, "isotropy": {"isotropy/embedding/mean_cosine": 0.1}}
+    assert search_objective(summary, cfg.search) == pytest.approx(5.0 + 2.0 * 0.1)
+    summary["isotropy"]["isotropy/embedding/mean_cosine"] = 0.5
+    assert search_objective(summary, cfg.search) == float("inf")

@@ -87,6 +87,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         data, collator, batch_size=int(cfg.data.batch_size), num_workers=int(cfg.data.num_workers), seed=int(cfg.seed)
     )
     trainer = build_trainer(cfg)
+    for logger in trainer.loggers:  # the resolved config and the swept values, e.g. as wandb run config
+        logger.log_hyperparams({"config": resolved_config(cfg), "swept": swept_overrides()})
     if trainer.is_global_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_json(run_dir / "config.json", resolved_config(cfg))
