@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from degen_train.cli.paths import config_dir
+from degen_train.config import load_config
 from tests.helpers import checkpoint_weights, logged, run
 
 RECIPES = sorted(p.stem for p in (config_dir() / "recipe").glob("*.yaml"))
@@ -23,8 +24,9 @@ def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def overrides(recipe: str, teacher: Path) -> list[str]:
-    model = "gpt2_tiny" if recipe in ("gpt2_mle", "gao_cosreg") else "tiny"
     extra = [f"teacher={teacher}"] if recipe == "tacl" else []
+    family = load_config([f"recipe={recipe}", *extra]).model.family
+    model = "gpt2_tiny" if family == "decoder" else "tiny"
     return [f"recipe={recipe}", f"model={model}", *TINY, *extra]
 
 

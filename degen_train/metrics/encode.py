@@ -39,7 +39,10 @@ def load_encoder(path: str | Path, *, batch_size: int = 32, max_length: int | No
         raise FileNotFoundError(
             f"{path} is neither a degen_train run directory (with hf/) nor an HF model directory (with config.json)"
         )
-    model = AutoModel.from_pretrained(model_dir).eval()
+    try:  # an MLM export has no pooler: do not let AutoModel add a random one (and warn about it)
+        model = AutoModel.from_pretrained(model_dir, add_pooling_layer=False).eval()
+    except TypeError:
+        model = AutoModel.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     limit = max_length or min(int(getattr(model.config, "max_position_embeddings", 512)), 512)
     return Encoder(model, tokenizer, model_dir, limit, batch_size)
