@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,14 +34,22 @@ def matmul_peak(size: int = 2048, repeats: int = 10, dtype: torch.dtype = torch.
     return 2 * size**3 * repeats / (time.perf_counter() - start)
 
 
-def timed_steps(step: Callable[[int], int], *, warmup: int, steps: int) -> float:
-    """Tokens per second over ``steps`` calls of ``step(i) -> tokens`` after ``warmup`` calls."""
+def interleaved(steps: dict[str, Callable[[int], object]], *, rounds: int, warmup: int = 1) -> dict[str, float]:
+    """Median seconds per call of each ``steps[name](i)``, the configurations taking turns call by call.
+
+    Taking turns spreads this machine's drifts (frequency, other tenants) over every configuration
+    alike, so the ratios between them hold even when absolute times wander.
+    """
     for i in range(warmup):
-        step(i)
-    tokens, start = 0, time.perf_counter()
-    for i in range(warmup, warmup + steps):
-        tokens += step(i)
-    return tokens / (time.perf_counter() - start)
+        for step in steps.values():
+            step(i)
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for i in range(warmup, warmup + rounds):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step(i)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def save(name: str, payload: dict) -> Path:

@@ -96,15 +96,6 @@ def main() -> dict:
                 "naive_matrix_gb": m * m * 8 / 1e9,
             }
         )
-    vectors = torch.randn(1_000_000, 256) + 0.3
-    big, seconds, grown = timed(ours_all, vectors)
-    results["million_by_256"] = {
-        **big,
-        "seconds": seconds,
-        "peak_growth_gb": grown,
-        "input_gb": vectors.numel() * 4 / 1e9,
-        "naive_matrix_would_be_gb": 8e12 / 1e9,
-    }
     results["monitor"] = monitor_cost()
     for key, value in results.items():
         print(key, value)

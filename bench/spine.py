@@ -1,24 +1,26 @@
 """Issue 2 benchmark: degen-train's step against a plain PyTorch loop over the same HF model and batches.
 
-Side by side in one process, same data and batch: the ratio is what counts, not the absolute rate.
+Side by side in one process, same data and batch, configurations taking turns step by step: the
+ratios are what counts, not the absolute rates.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from transformers import BertForMaskedLM, GPT2LMHeadModel
 
-from bench.common import corpus_overrides, matmul_peak, save, timed_steps
+from bench.common import corpus_overrides, interleaved, matmul_peak, save
 from degen_train.build import data_format_for
 from degen_train.cli.train import train
 from degen_train.config import load_config
 from degen_train.data.datamodule import PretrainDataModule, make_collator, prepare_data
 from degen_train.models.backbone import Backbone, build_hf_model
-from degen_train.module import PretrainModule
 from degen_train.optim import build_optimizer
 from degen_train.terms import WeightedSum, build_terms
 
@@ -39,35 +41,40 @@ def model_flops_per_token(model: Any, seq: int, predicted_share: float) -> float
     return 6 * body + 12 * layers * seq * hidden + 6 * hidden * config.vocab_size * predicted_share
 
 
-def ours(cfg: Any, steps: list[dict], tokenizer: Any, *, precision: str, fused: bool) -> float:
+def our_step(cfg: Any, model: Any, data: list[dict], *, bf16: bool, fused: bool) -> Callable[[int], None]:
+    """degen-train's training step: Backbone (logits at labelled positions) -> WeightedSum -> AdamW."""
     terms, weights = build_terms({"objective": cfg.objective})
-    torch.manual_seed(0)
-    model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False)
-    module = PretrainModule(
-        Backbone(model),
-        WeightedSum(terms, weights),
-        optimizer_factory=None,
-        scheduler_factory=None,
-        seed=0,
-        checkpoint_identity={},
-    )
-    optimizer = build_optimizer([module], lr=1e-4, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-8, fused=fused)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed")
+    backbone, loss = Backbone(model), WeightedSum(terms, weights)
+    optimizer = build_optimizer([backbone], lr=1e-4, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-8, fused=fused)
 
-    def step(i: int) -> int:
-        batch = steps[i % len(steps)]
-        with autocast:
-            total, _ = module.loss(module(batch))
+    def step(i: int) -> None:
+        batch = data[i % len(data)]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            total, _ = loss(backbone(batch))
         total.backward()
-        torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(backbone.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return int(batch["attention_mask"].sum())
 
-    return timed_steps(step, warmup=2, steps=len(steps) - 2)
+    return step
 
 
-def full_run(overrides: list[str], steps: int = 10) -> float:
+def plain_step(model: Any, data: list[dict]) -> Callable[[int], None]:
+    """The HF way: model(**batch, labels=...) computes logits everywhere and its own loss."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+
+    def step(i: int) -> None:
+        batch = data[i % len(data)]
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def full_run(overrides: list[str], steps: int = 12) -> float:
     """The whole degen-train run (Lightning loop, data loading, logging): mean tokens/s after step 1."""
     with tempfile.TemporaryDirectory() as run_dir:
         quiet = [
@@ -78,24 +85,10 @@ def full_run(overrides: list[str], steps: int = 10) -> float:
             "trainer.limit_val_batches=0",
             "~callbacks.checkpoint",
             "logger=none",
+            "~callbacks.isotropy",
         ]
         summary = train(load_config([*overrides, *quiet, f"trainer.max_steps={steps}"], run_dir=run_dir))
     return summary["tokens_per_s"]
-
-
-def plain_loop(model: Any, steps: list[dict]) -> float:
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
-
-    def step(i: int) -> int:
-        batch = steps[i % len(steps)]
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return int(batch["attention_mask"].sum())
-
-    return timed_steps(step, warmup=2, steps=len(steps) - 2)
 
 
 def gpt2_labels(batch: dict) -> dict:
@@ -104,41 +97,51 @@ def gpt2_labels(batch: dict) -> dict:
     return {**batch, "labels": labels}
 
 
-def main(steps: int = 8) -> dict:
+def main(rounds: int = 8) -> dict:
     peak = matmul_peak()
-    results: dict[str, Any] = {"matmul_peak_gflops": peak / 1e9}
+    results: dict[str, Any] = {"matmul_peak_gflops": peak / 1e9, "rounds": rounds}
     for family, model_name, objective, baseline in (
         ("encoder", "mini", "mlm", BertForMaskedLM),
         ("decoder", "gpt2_mini", "mle", GPT2LMHeadModel),
     ):
-        cfg_overrides = [
+        overrides = [
             *corpus_overrides(),
             f"model={model_name}",
             f"objective={objective}",
             "data.batch_size=32",
             "data.block_size=128",
         ]
-        cfg = load_config(cfg_overrides)
+        cfg = load_config(overrides)
         terms, _ = build_terms({"objective": cfg.objective})
-        fmt = data_format_for(terms, family, model_name)
-        data, tokenizer = batches(cfg, family, fmt, steps)
+        data, tokenizer = batches(cfg, family, data_format_for(terms, family, model_name), 6)
         torch.manual_seed(0)
-        reference_model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False)
-        assert type(reference_model) is baseline  # the stock HF class, used as HF intends
-        share = sum(int((b["labels"] != -100).sum()) for b in data) / sum(int(b["attention_mask"].sum()) for b in data)
-        flops = model_flops_per_token(reference_model, 128, share)
-        base_batches = data if family == "encoder" else [gpt2_labels(b) for b in data]
-        rates = {"plain_hf_fp32": plain_loop(reference_model, base_batches)}
-        rates["degen_train_fp32"] = ours(cfg, data, tokenizer, precision="32-true", fused=False)
-        rates["degen_train_cli_fp32"] = full_run(cfg_overrides)
+        model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False)
+        assert type(model) is baseline  # the stock HF class, used as HF intends
+        tokens = sum(int(b["attention_mask"].sum()) for b in data) / len(data)
+        share = sum(int((b["labels"] != -100).sum()) for b in data) / (tokens * len(data))
+        flops = model_flops_per_token(model, 128, share)
+        steps = {
+            "plain_hf_fp32": plain_step(
+                copy.deepcopy(model), data if family == "encoder" else [gpt2_labels(b) for b in data]
+            ),
+            "degen_train_fp32": our_step(cfg, copy.deepcopy(model), data, bf16=False, fused=False),
+        }
         if family == "encoder":
-            rates["degen_train_bf16_fused"] = ours(cfg, data, tokenizer, precision="bf16-mixed", fused=True)
+            steps["degen_train_bf16_fused"] = our_step(cfg, copy.deepcopy(model), data, bf16=True, fused=True)
+        seconds = interleaved(steps, rounds=rounds)
+        rates = {name: tokens / s for name, s in seconds.items()}
+        rates["degen_train_cli_fp32"] = full_run(overrides)
+        if family == "encoder":
             rates["degen_train_cli_bf16_fused"] = full_run(
-                [*cfg_overrides, "trainer.precision=bf16-mixed", "optimizer.fused=true"]
+                [*overrides, "trainer.precision=bf16-mixed", "optimizer.fused=true"]
             )
-        entry = {"vocab": len(tokenizer), "tokens_per_s": rates, "model_flops_per_token": flops}
-        entry["ratio_vs_plain"] = {k: v / rates["plain_hf_fp32"] for k, v in rates.items()}
-        entry["mfu"] = {k: v * flops / peak for k, v in rates.items()}
+        entry = {
+            "vocab": len(tokenizer),
+            "tokens_per_s": rates,
+            "model_flops_per_token": flops,
+            "ratio_vs_plain": {k: v / rates["plain_hf_fp32"] for k, v in rates.items()},
+            "mfu": {k: v * flops / peak for k, v in rates.items()},
+        }
         results[model_name] = entry
         print(
             model_name,

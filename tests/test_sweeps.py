@@ -105,3 +105,13 @@ def test_runs_with_different_metric_sets_leave_blank_cells(grid: Path, tmp_path:
     with open(tmp_path / "report" / "runs.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert rows[1]["isotropy/embedding/mean_cosine"] == "" and rows[1]["val_loss"] == "9"
+
+
+def test_report_reads_an_offline_wandb_run(tmp_path: Path) -> None:
+    run = tmp_path / "wandb_only"
+    files = run / "wandb" / "offline-run-20260101_000000-abc" / "files"
+    files.mkdir(parents=True)
+    (run / "config.yaml").write_text("seed: 0\n")
+    (files / "wandb-summary.json").write_text(json.dumps({"val/loss": 4.5, "_step": 10}))
+    rows = report([run], out=tmp_path / "report")["rows"]
+    assert rows[0]["status"] == "finished (wandb)" and rows[0]["val/loss"] == 4.5 and "_step" not in rows[0]
