@@ -67,7 +67,6 @@ class TermContext:
     batch_size: int
     model_name: str
     backbone: Any = None  # degen_train.models.backbone.Backbone
-    seed: int = 0
 
 
 def distributed_mean(total: Tensor, count: Tensor) -> Tensor:

@@ -40,11 +40,10 @@ log = logging.getLogger("degen_train")
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Run one pretraining job; returns the summary written to RUN/summary.json."""
     run_dir = Path(cfg.run_dir)
-    model_name = _choice("model", cfg)
     # 1. Everything that can be checked from the config alone, before data or weights.
     terms, weights = build_terms({"objective": cfg.objective, "regularizer": cfg.regularizer})
     family = model_family(cfg.model)
-    data_format = data_format_for(terms, family, model_name)
+    data_format = data_format_for(terms, family, _choice("model"))
     for path in cfg.eval.sts:  # probe files are read now so that a typo fails before training, not after
         read_sts(path)
     if cfg.eval.wic:
@@ -52,34 +51,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     checkpoint = resolve_checkpoint(cfg.ckpt_path, run_dir)
     if checkpoint is not None:
         check_checkpoint_matches(checkpoint, cfg, list(terms))
-    # 2. Data (cached), then the model.
+    # 2. Data (cached), the model and its terms, the trainer.
     data = prepare_data(cfg.data, family=family, data_format=data_format, seed=int(cfg.seed))
-    torch.manual_seed(int(cfg.seed))
-    hf_model = build_hf_model(cfg.model, tokenizer=data.tokenizer, with_nsp_head=data_format == "mlm_nsp")
-    backbone = Backbone(hf_model)
-    context = TermContext(
-        family=family,
-        hidden_size=hf_model.config.hidden_size,
-        vocab_size=hf_model.get_input_embeddings().num_embeddings,
-        batch_size=int(cfg.data.batch_size),
-        model_name=model_name,
-        backbone=backbone,
-        seed=int(cfg.seed),
-    )
-    setup_terms(terms, context)
-    identity = {
-        "model": OmegaConf.to_container(cfg.model, resolve=True),
-        "terms": list(terms),
-        "signature": shape_signature(hf_model),
-    }
-    module = PretrainModule(
-        backbone,
-        WeightedSum(terms, weights),
-        optimizer_factory=hydra.utils.instantiate(cfg.optimizer),
-        scheduler_factory=hydra.utils.instantiate(cfg.scheduler),
-        seed=int(cfg.seed),
-        checkpoint_identity=identity,
-    )
+    module = build_module(cfg, data, terms, weights, family=family, with_nsp_head=data_format == "mlm_nsp")
     collator = make_collator(
         data.tokenizer, data_format=data_format, masking=cfg.masking, vocab_size=len(data.tokenizer)
     )
@@ -94,7 +68,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         atomic_write_json(run_dir / "config.json", resolved_config(cfg))
         atomic_write_json(run_dir / "overrides.json", swept_overrides())
         OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
-    # 3. Train, validate once more, export, summarise.
+    # 3. Train, validate once more, export, probe, summarise.
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(checkpoint) if checkpoint else None)
     train_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     val_metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0] if cfg.final_validation else {}
@@ -102,7 +76,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     summary = _summary(cfg, trainer, train_metrics, val_metrics, perplexity_key=perplexity_key)
     if trainer.is_global_zero:
         if cfg.export_hf:
-            export_pretrained(hf_model, data.tokenizer, run_dir / "hf")
+            export_pretrained(module.backbone.model, data.tokenizer, run_dir / "hf")
             if family == "encoder" and (cfg.eval.sts or cfg.eval.wic):
                 summary["eval"] = evaluate(
                     run_dir / "hf", sts=list(cfg.eval.sts), wic=cfg.eval.wic, out=run_dir / "eval", layer=cfg.eval.layer
@@ -110,6 +84,39 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         atomic_write_json(run_dir / "summary.json", summary)
         log.info("run finished: %s", {k: v for k, v in summary.items() if k != "config"})
     return summary
+
+
+def build_module(
+    cfg: DictConfig, data: Any, terms: dict, weights: dict, *, family: str, with_nsp_head: bool
+) -> PretrainModule:
+    """The HF model (seeded), its terms set up against it, and the LightningModule around both."""
+    torch.manual_seed(int(cfg.seed))
+    hf_model = build_hf_model(cfg.model, tokenizer=data.tokenizer, with_nsp_head=with_nsp_head)
+    backbone = Backbone(hf_model)
+    setup_terms(
+        terms,
+        TermContext(
+            family=family,
+            hidden_size=hf_model.config.hidden_size,
+            vocab_size=hf_model.get_input_embeddings().num_embeddings,
+            batch_size=int(cfg.data.batch_size),
+            model_name=_choice("model"),
+            backbone=backbone,
+        ),
+    )
+    identity = {
+        "model": OmegaConf.to_container(cfg.model, resolve=True),
+        "terms": list(terms),
+        "signature": shape_signature(hf_model),
+    }
+    return PretrainModule(
+        backbone,
+        WeightedSum(terms, weights),
+        optimizer_factory=hydra.utils.instantiate(cfg.optimizer),
+        scheduler_factory=hydra.utils.instantiate(cfg.scheduler),
+        seed=int(cfg.seed),
+        checkpoint_identity=identity,
+    )
 
 
 def _summary(cfg: DictConfig, trainer: Any, train_metrics: dict, val_metrics: dict, perplexity_key: str | None) -> dict:
@@ -129,7 +136,7 @@ def _summary(cfg: DictConfig, trainer: Any, train_metrics: dict, val_metrics: di
     }
 
 
-def _choice(group: str, cfg: DictConfig) -> str:
+def _choice(group: str) -> str:
     from hydra.core.hydra_config import HydraConfig
 
     if HydraConfig.initialized():
