@@ -3,6 +3,7 @@ those fit, and the training-time cost of the isotropy monitor at its default int
 
 from __future__ import annotations
 
+import multiprocessing
 import resource
 import tempfile
 import time
@@ -36,13 +37,6 @@ def ours_all(vectors: torch.Tensor) -> dict[str, float]:
     }
 
 
-def timed(fn: Any, *args: Any) -> tuple[Any, float, float]:
-    before = peak_rss_gb()
-    start = time.perf_counter()
-    value = fn(*args)
-    return value, time.perf_counter() - start, max(0.0, peak_rss_gb() - before)
-
-
 def monitor_cost(steps: int = 200) -> dict[str, float]:
     """Default run (tiny model, builtin corpus) with and without the isotropy monitor at its default interval."""
     seconds = {}
@@ -67,35 +61,49 @@ def monitor_cost(steps: int = 200) -> dict[str, float]:
     return {**seconds, "added": seconds["with"] / seconds["without"] - 1}
 
 
+def _measure(kind: str, count: int, queue: Any) -> None:
+    """In a fresh process: time one metric pass and the growth of peak memory over the input alone."""
+    torch.manual_seed(0)
+    vectors = torch.randn(count, 256).add_(0.3)  # in place: no second copy inflates the baseline
+    before = peak_rss_gb()
+    start = time.perf_counter()
+    value = ours_all(vectors) if kind == "ours" else {"mean_cosine": naive_mean_cosine(vectors)}
+    queue.put({"value": value, "seconds": time.perf_counter() - start, "peak_growth_gb": peak_rss_gb() - before})
+
+
+def measured(kind: str, count: int) -> dict:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_measure, args=(kind, count, queue))
+    process.start()
+    result = queue.get()
+    process.join()
+    return result
+
+
 def main() -> dict:
     results: dict[str, Any] = {"sizes": []}
-    torch.manual_seed(0)
-    # The million first: ru_maxrss is a high-water mark, so this reads our own peak before the naive forms'.
-    vectors = torch.randn(1_000_000, 256) + 0.3
-    big, seconds, grown = timed(ours_all, vectors)
-    results["million_by_256"] = {
-        **big,
-        "seconds": seconds,
-        "peak_growth_gb": grown,
-        "input_gb": vectors.numel() * 4 / 1e9,
-        "naive_matrix_would_be_gb": 8e12 / 1e9,
-    }
-    del vectors
     for m in (2_000, 10_000, 20_000):
-        vectors = torch.randn(m, 256) + 0.3
-        ours, ours_s, ours_gb = timed(ours_all, vectors)
-        naive, naive_s, naive_gb = timed(naive_mean_cosine, vectors)
-        assert abs(naive - ours["mean_cosine"]) < 1e-9
+        ours, naive = measured("ours", m), measured("naive", m)
+        assert abs(naive["value"]["mean_cosine"] - ours["value"]["mean_cosine"]) < 1e-9
         results["sizes"].append(
             {
                 "vectors": m,
-                "naive_mean_cosine_s": naive_s,
-                "naive_peak_growth_gb": naive_gb,
-                "ours_all_metrics_s": ours_s,
-                "ours_peak_growth_gb": ours_gb,
+                "naive_mean_cosine_s": naive["seconds"],
+                "naive_peak_growth_gb": naive["peak_growth_gb"],
+                "ours_all_metrics_s": ours["seconds"],
+                "ours_peak_growth_gb": ours["peak_growth_gb"],
                 "naive_matrix_gb": m * m * 8 / 1e9,
             }
         )
+    big = measured("ours", 1_000_000)
+    results["million_by_256"] = {
+        **big["value"],
+        "seconds": big["seconds"],
+        "peak_growth_gb": big["peak_growth_gb"],
+        "input_gb": 1_000_000 * 256 * 4 / 1e9,
+        "naive_matrix_would_be_gb": 8e12 / 1e9,
+    }
     results["monitor"] = monitor_cost()
     for key, value in results.items():
         print(key, value)
