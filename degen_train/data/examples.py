@@ -90,9 +90,18 @@ def _batches(documents: Any) -> Iterator[list[str]]:
         yield batch["text"]
 
 
+def encode_texts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """Token ids without special tokens, through the Rust tokenizer when there is one (whole documents:
+    no length limit applies before packing, so the wrapper's max-length warning would be noise)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        return [encoding.ids for encoding in backend.encode_batch(texts, add_special_tokens=False)]
+    return tokenizer(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+
+
 def _tokenized(documents: Any, tokenizer: Any) -> Iterator[list[int]]:
     for texts in _batches(documents):
-        yield from tokenizer(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+        yield from encode_texts(tokenizer, texts)
 
 
 def _segmented(documents: Any, tokenizer: Any) -> Iterator[list[list[int]]]:
@@ -100,7 +109,7 @@ def _segmented(documents: Any, tokenizer: Any) -> Iterator[list[list[int]]]:
         for text in texts:
             segments = split_segments(text)
             if segments:
-                ids = tokenizer(segments, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+                ids = encode_texts(tokenizer, segments)
                 if any(ids):
                     yield [s for s in ids if s]
 
