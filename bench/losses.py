@@ -32,7 +32,6 @@ def make_loss(sections: dict, backbone: Backbone, batch_size: int) -> WeightedSu
         hidden_size=config.hidden_size,
         vocab_size=config.vocab_size,
         batch_size=batch_size,
-        model_name="bench",
         backbone=backbone,
     )
     for term in terms.values():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import traceback
@@ -59,8 +60,6 @@ def swept_overrides() -> list[str]:
 
 
 def finished_summary(run_dir: Path, max_steps: int) -> dict | None:
-    import json
-
     path = run_dir / "summary.json"
     if not path.exists():
         return None

@@ -65,7 +65,6 @@ class TermContext:
     hidden_size: int
     vocab_size: int
     batch_size: int
-    model_name: str
     backbone: Any = None  # degen_train.models.backbone.Backbone
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import csv
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,3 +29,9 @@ def logged(run_dir: Path, key: str) -> dict[int, float]:
 
 def checkpoint_weights(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+
+
+def degen_train(*args: str) -> subprocess.CompletedProcess:
+    """The installed ``degen-train`` command in a subprocess (DDP and multirun need a real process)."""
+    command = [str(Path(sys.executable).parent / "degen-train"), *args]
+    return subprocess.run(command, capture_output=True, text=True, env={**os.environ}, timeout=900)

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
 
 from tests.conftest import FAST
-from tests.helpers import checkpoint_weights, logged
+from tests.helpers import checkpoint_weights, degen_train, logged
 
-CLI = str(Path(sys.executable).parent / "degen-train")
 COMMON = [
     *FAST,
     "model.dropout=0",
@@ -25,13 +21,7 @@ COMMON = [
 
 
 def cli(run_dir: Path, *overrides: str) -> None:
-    result = subprocess.run(
-        [CLI, *COMMON, *overrides, f"hydra.run.dir={run_dir}"],
-        capture_output=True,
-        text=True,
-        env={**os.environ},
-        timeout=600,
-    )
+    result = degen_train(*COMMON, *overrides, f"hydra.run.dir={run_dir}")
     assert result.returncode == 0, result.stderr[-3000:]
 
 

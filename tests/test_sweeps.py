@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +12,8 @@ import pytest
 from degen_train.cli.report import main as report_main
 from degen_train.cli.report import report
 from tests.conftest import FAST
+from tests.helpers import degen_train
 
-CLI = str(Path(sys.executable).parent / "degen-train")
 QUICK = [
     *FAST,
     "trainer.max_steps=10",
@@ -27,13 +25,7 @@ QUICK = [
 
 
 def sweep(sweep_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [CLI, "-m", *QUICK, *overrides, f"hydra.sweep.dir={sweep_dir}"],
-        capture_output=True,
-        text=True,
-        env={**os.environ},
-        timeout=900,
-    )
+    return degen_train("-m", *QUICK, *overrides, f"hydra.sweep.dir={sweep_dir}")
 
 
 @pytest.fixture(scope="module")

@@ -39,7 +39,7 @@ def matrix_metrics(vectors: torch.Tensor) -> dict[str, Any]:
     return {
         "mean_cosine": mean_pairwise_cosine(moments),
         "isoscore": isoscore(moments),
-        "partition_isotropy": partition_isotropy(vectors),
+        "partition_isotropy": partition_isotropy(vectors, moments),
         "effective_rank": effective_rank(moments),
         "top1_variance_share": top_k_variance_share(moments, 1),
         "top10_variance_share": top_k_variance_share(moments, 10),

@@ -100,7 +100,6 @@ def build_module(
             hidden_size=hf_model.config.hidden_size,
             vocab_size=hf_model.get_input_embeddings().num_embeddings,
             batch_size=int(cfg.data.batch_size),
-            model_name=_choice("model"),
             backbone=backbone,
         ),
     )

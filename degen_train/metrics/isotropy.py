@@ -24,14 +24,13 @@ def _chunks(vectors: Tensor, size: int = CHUNK) -> Iterable[Tensor]:
 
 @dataclass
 class VectorMoments:
-    """Running sums of a stream of vectors: count, Σx, Σx̂ (unit vectors), XᵀX and Σ‖x‖², in float64."""
+    """Running sums of a stream of vectors: count, Σx, Σx̂ (unit vectors) and XᵀX, in float64."""
 
     dim: int
     count: int = 0
     total: Tensor = field(init=False)
     unit_total: Tensor = field(init=False)
     gram: Tensor = field(init=False)
-    square_norms: float = 0.0
     nonzero: int = 0
 
     def __post_init__(self) -> None:
@@ -47,7 +46,6 @@ class VectorMoments:
             self.total += chunk.sum(0)
             self.unit_total += (chunk / norms.clamp_min(1e-300)[:, None]).sum(0)
             self.gram += chunk.T @ chunk
-            self.square_norms += float((norms**2).sum())
         return self
 
     @classmethod
@@ -122,10 +120,10 @@ def isoscore(vectors: Tensor | VectorMoments) -> float:
     return float(((n - defect**2 * (n - math.sqrt(n))) ** 2 - n) / (n * (n - 1)))
 
 
-def partition_isotropy(vectors: Tensor) -> float:
+def partition_isotropy(vectors: Tensor, moments: VectorMoments | None = None) -> float:
     """I(W) = min_c Z(c) / max_c Z(c), Z(c) = Σ_i exp(cᵀw_i), c over the eigenvectors of WᵀW;
     Mu & Viswanath 2018 (all-but-the-top). 1 = isotropic."""
-    moments = VectorMoments.of(vectors)
+    moments = moments or VectorMoments.of(vectors)
     _, directions = torch.linalg.eigh(moments.gram)  # (d, d), columns are unit directions
     log_z = None
     for chunk in _chunks(vectors.detach().cpu()):

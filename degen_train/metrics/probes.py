@@ -13,8 +13,7 @@ import torch
 from scipy.stats import spearmanr
 from torch import Tensor
 
-from degen_train.metrics.isotropy import outlier_dimensions
-from degen_train.metrics.transforms import clip_outliers, fit_whitening
+from degen_train.metrics.transforms import clip_detected_outliers, fit_whitening
 
 MODES = ("raw", "whitened", "clipped")
 WIC_THRESHOLDS = [round(0.1 * k, 1) for k in range(1, 10)]
@@ -129,8 +128,7 @@ def read_wic(directory: str | Path) -> WicItems:
 
 def transformed(vectors: Tensor) -> dict[str, Tensor]:
     """The three modes; whitening and outlier dims are fitted on the vectors being evaluated."""
-    dims = outlier_dimensions(vectors)["dims"]
-    return {"raw": vectors, "whitened": fit_whitening(vectors)(vectors), "clipped": clip_outliers(vectors, dims)}
+    return {"raw": vectors, "whitened": fit_whitening(vectors)(vectors), "clipped": clip_detected_outliers(vectors)[0]}
 
 
 def sts_scores(pairs: SentencePairs, encode: Callable[[list[str]], Tensor]) -> dict[str, float]:

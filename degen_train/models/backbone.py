@@ -99,7 +99,6 @@ def build_hf_model(cfg: Any, *, tokenizer: Any, with_nsp_head: bool) -> PreTrain
         pad_token_id=tokenizer.pad_token_id,
         **common,
     )
-    config._attn_implementation = cfg.attention
     return GPT2LMHeadModel(config)
 
 

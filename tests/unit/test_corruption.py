@@ -65,9 +65,7 @@ def test_scl_refuses_bad_settings() -> None:
     with pytest.raises(ValueError, match=r"crop_fraction must be in \(0, 1\], got 1.5"):
         SequenceContrastiveTerm(crop_fraction=1.5)
     with pytest.raises(ValueError, match=r"needs data.batch_size >= 2 \(in-batch negatives\), got 1"):
-        SequenceContrastiveTerm().setup(
-            TermContext(family="encoder", hidden_size=4, vocab_size=9, batch_size=1, model_name="tiny")
-        )
+        SequenceContrastiveTerm().setup(TermContext(family="encoder", hidden_size=4, vocab_size=9, batch_size=1))
 
 
 def test_sampling_is_seeded_per_example() -> None:
@@ -111,9 +109,7 @@ def masked_batch() -> dict:
 def test_main_loss_does_not_reach_the_generator_through_the_samples() -> None:
     backbone = tiny_backbone()
     term = CorrectiveLMTerm(generator_layers=1, generator_weight=0.0)
-    term.setup(
-        TermContext(family="encoder", hidden_size=16, vocab_size=30, batch_size=2, model_name="t", backbone=backbone)
-    )
+    term.setup(TermContext(family="encoder", hidden_size=16, vocab_size=30, batch_size=2, backbone=backbone))
     loss = WeightedSum({"coco_clm": term}, {"coco_clm": 1.0})
     total, logged = loss(backbone(loss.prepare_batch(masked_batch(), backbone)))
     total.backward()
@@ -134,9 +130,7 @@ def test_main_loss_does_not_reach_the_generator_through_the_samples() -> None:
 def test_generator_shares_the_main_embeddings() -> None:
     backbone = tiny_backbone()
     term = CorrectiveLMTerm(generator_layers="auto")
-    term.setup(
-        TermContext(family="encoder", hidden_size=16, vocab_size=30, batch_size=2, model_name="t", backbone=backbone)
-    )
+    term.setup(TermContext(family="encoder", hidden_size=16, vocab_size=30, batch_size=2, backbone=backbone))
     generator = term.generator.model
     assert generator.bert.embeddings is backbone.model.bert.embeddings
     assert generator.cls.predictions.decoder.weight is backbone.model.get_input_embeddings().weight
@@ -151,11 +145,7 @@ def test_weight_zero_leaves_the_objective_and_its_gradients_unchanged(regularize
         backbone = tiny_backbone().eval()
         terms, weights = build_terms(sections)
         for t in terms.values():
-            t.setup(
-                TermContext(
-                    family="encoder", hidden_size=16, vocab_size=30, batch_size=2, model_name="t", backbone=backbone
-                )
-            )
+            t.setup(TermContext(family="encoder", hidden_size=16, vocab_size=30, batch_size=2, backbone=backbone))
         loss = WeightedSum(terms, weights)
         total, _ = loss(backbone(loss.prepare_batch(masked_batch(), backbone)))
         total.backward()
