@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import hydra
 import lightning.pytorch as pl
-import torch
 from hydra.errors import InstantiationException
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
+from degen_train.checkpoints import AtomicCheckpointIO, CheckpointError, load_checkpoint_file, newest_checkpoint
 from degen_train.terms import LossTerm, TermContext
+
+log = logging.getLogger("degen_train")
 
 CHECKPOINT_MODEL_KEYS = (
     "family",
@@ -47,30 +50,53 @@ def setup_terms(terms: dict[str, LossTerm], context: TermContext) -> None:
         term.setup(context)
 
 
+RESUME_CHOICES = ("last", "auto")
+
+
 def resolve_checkpoint(ckpt_path: str | None, run_dir: Path) -> Path | None:
-    """``last`` -> RUN/checkpoints/last.ckpt; a path must exist."""
+    """The checkpoint a run starts from.
+
+    ``last``: the newest checkpoint of RUN that verifies (or, lacking a sidecar, loads), an error if none;
+    ``auto``: the same, or a fresh start when RUN has none (for requeued cluster jobs); a path: that file;
+    null: a fresh run, refused if RUN already holds checkpoints (they would be overwritten).
+    """
+    folder = run_dir / "checkpoints"
     if ckpt_path in (None, "", "null"):
-        return None
-    if ckpt_path == "last":
-        path = run_dir / "checkpoints" / "last.ckpt"
-        if not path.exists():
-            found = sorted(p.name for p in (run_dir / "checkpoints").glob("*.ckpt")) if path.parent.exists() else []
-            raise FileNotFoundError(
-                f"ckpt_path=last but {path} does not exist (checkpoints there: {', '.join(found) or 'none'}); "
-                f"pass hydra.run.dir=RUN of the run to continue"
+        existing = sorted(p.name for p in folder.glob("*.ckpt")) if folder.is_dir() else []
+        if existing:
+            raise FileExistsError(
+                f"{run_dir} already holds checkpoints ({', '.join(existing)}): a fresh run would overwrite them. "
+                f"Resume it with ckpt_path=last (or auto), or give this run another hydra.run.dir"
             )
+        return None
+    if ckpt_path in RESUME_CHOICES:
+        path, notes = newest_checkpoint(folder)
+        for note in notes:
+            log.warning("passed over %s", note)
+        if path is None:
+            if ckpt_path == "auto":
+                log.info("ckpt_path=auto: no checkpoint in %s, starting a fresh run", folder)
+                return None
+            found = sorted(p.name for p in folder.glob("*.ckpt")) if folder.is_dir() else []
+            raise FileNotFoundError(
+                f"ckpt_path=last but {folder} holds no checkpoint that loads (files there: "
+                f"{', '.join(found) or 'none'}); check that hydra.run.dir names the run to continue, or use "
+                f"ckpt_path=auto to start afresh when there is none"
+            )
+        log.info("ckpt_path=%s: resuming from %s", ckpt_path, path)
         return path
     path = Path(ckpt_path).expanduser()
     if not path.exists():
-        raise FileNotFoundError(f"ckpt_path={ckpt_path} does not exist")
+        raise FileNotFoundError(f"ckpt_path={ckpt_path} does not exist (or use ckpt_path=last / auto)")
     return path
 
 
-def check_checkpoint_matches(path: Path, cfg: DictConfig, term_names: list[str]) -> None:
-    """Refuse a checkpoint written by another model shape or another set of loss terms."""
-    saved = torch.load(path, map_location="cpu", weights_only=False, mmap=True).get("degen_train")
+def check_checkpoint_matches(path: Path, cfg: DictConfig, term_names: list[str]) -> dict[str, Any]:
+    """Refuse a checkpoint written by another model shape or another set of loss terms; returns it (weights only)."""
+    loaded = load_checkpoint_file(path)
+    saved = loaded.get("degen_train")
     if saved is None:
-        raise ValueError(f"{path} is not a degen_train checkpoint (no 'degen_train' entry)")
+        raise CheckpointError(f"{path} is not a degen_train checkpoint (no 'degen_train' entry)")
     for key in CHECKPOINT_MODEL_KEYS:
         before, now = saved["model"].get(key), cfg.model.get(key)
         if before != now:
@@ -83,6 +109,7 @@ def check_checkpoint_matches(path: Path, cfg: DictConfig, term_names: list[str])
             f"checkpoint {path} was trained with loss terms {sorted(saved['terms'])}, this run has "
             f"{sorted(term_names)}: resume with the same terms, or start a new run from model.init_from=RUN/hf"
         )
+    return loaded
 
 
 def instantiate(cfg: Any, **kwargs: Any) -> Any:
@@ -90,7 +117,7 @@ def instantiate(cfg: Any, **kwargs: Any) -> Any:
     try:
         return hydra.utils.instantiate(cfg, **kwargs)
     except InstantiationException as error:
-        if isinstance(error.__cause__, ValueError | FileNotFoundError):
+        if isinstance(error.__cause__, ValueError | OSError):
             raise error.__cause__ from None
         raise
 
@@ -108,7 +135,13 @@ def build_trainer(cfg: DictConfig) -> pl.Trainer:
     loggers = [instantiate(c) for c in (cfg.logger or {}).values() if c is not None]
     if not loggers:  # logger=none: nothing for a learning-rate monitor to write to
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
-    return instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, strategy=build_strategy(cfg.strategy))
+    return instantiate(
+        cfg.trainer,
+        callbacks=callbacks,
+        logger=loggers or False,
+        strategy=build_strategy(cfg.strategy),
+        plugins=[AtomicCheckpointIO()],  # same-folder staged writes, sidecars, weights-only loads
+    )
 
 
 def resolved_config(cfg: DictConfig) -> dict[str, Any]:

@@ -9,7 +9,13 @@ from degen_train.io import atomic_directory
 
 
 def export_pretrained(model: Any, tokenizer: Any, target: Path) -> Path:
-    """Write ``target`` so that AutoModel / AutoModelFor{MaskedLM,CausalLM} / AutoTokenizer load it offline."""
+    """Write ``target`` so that AutoModel / AutoModelFor{MaskedLM,CausalLM} / AutoTokenizer load it offline.
+
+    Non-finite weights are refused: an export is what others load, and NaN weights load without a word.
+    """
+    broken = [name for name, t in model.state_dict().items() if t.is_floating_point() and not t.isfinite().all()]
+    if broken:
+        raise ValueError(f"refusing to export non-finite weights to {target}: {', '.join(broken[:5])}")
     with atomic_directory(target, replace=True) as staging:
         model.save_pretrained(str(staging))
         tokenizer.save_pretrained(str(staging))

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 
 @contextmanager
@@ -39,19 +40,57 @@ def atomic_directory(target: Path, *, replace: bool = False) -> Iterator[Path]:
     os.replace(staging, target)
 
 
-def atomic_write_json(path: Path, payload: Any) -> None:
-    """Write JSON to a temporary file in the same folder, then rename it over ``path``."""
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+@contextmanager
+def staged_file(path: Path, mode: str = "w") -> Iterator[IO]:
+    """Open a staging file beside ``path``; on success it is fsynced and renamed over ``path``.
+
+    Staging in the destination folder keeps the rename atomic on every filesystem (a temp folder on
+    another filesystem would need a copy, which a kill can tear). On failure nothing is left behind.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, staging = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    handle, staging = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(handle, "w") as stream:
-            json.dump(payload, stream, indent=2, sort_keys=True, default=str)
-            stream.write("\n")
+        os.chmod(staging, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide run files from collaborators
+        with os.fdopen(handle, mode) as stream:
+            yield stream
+            stream.flush()
+            os.fsync(stream.fileno())
         os.replace(staging, path)
     except BaseException:
         Path(staging).unlink(missing_ok=True)
         raise
+    fsync_directory(path.parent)
+
+
+def fsync_directory(folder: Path) -> None:
+    """Make a rename or removal in ``folder`` durable (a no-op where directories cannot be opened)."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def atomic_write_json(path: Path, payload: Any) -> None:
+    """Write JSON through a staged file: readers see the old content or the new, never a torn one."""
+    with staged_file(path, "w") as stream:
+        json.dump(payload, stream, indent=2, sort_keys=True, default=str)
+        stream.write("\n")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    with staged_file(path, "w") as stream:
+        stream.write(text)
 
 
 def resolve_pretrained(name: str) -> str:
@@ -60,3 +99,22 @@ def resolve_pretrained(name: str) -> str:
     if (path / "hf" / "config.json").exists():
         return str(path / "hf")
     return str(path) if path.exists() else str(name)
+
+
+class RunLogFileHandler(logging.FileHandler):
+    """Hydra's RUN/train.log handler, which stays silent when the run folder cannot be written.
+
+    Hydra opens the log before any of our code runs; a read-only run folder would end the program with
+    "Unable to configure handler". Silent here, the run reaches its own check, which names the folder.
+    """
+
+    def __init__(self, filename: str, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().__init__(filename, *args, **kwargs)
+        except OSError:
+            logging.Handler.__init__(self)
+            self.baseFilename, self.stream = os.path.abspath(filename), None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.stream is not None:
+            super().emit(record)

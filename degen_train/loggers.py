@@ -12,6 +12,8 @@ from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
+from degen_train.io import staged_file
+
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 
 
@@ -60,18 +62,41 @@ class _AppendingWriter(ExperimentWriter):
                 header = next(csv.reader(handle), [])
             self.metrics_keys = sorted(header)
 
-    def drop_rows_from(self, step: int) -> None:
-        """Forget rows logged at ``step`` or later (written after the checkpoint a run resumes from)."""
+    def drop_rows_from(self, step: int, *, only_validation: bool = False) -> None:
+        """Forget rows logged at ``step`` or later (written after the checkpoint a run resumes from).
+
+        A row torn by a kill (no parsable step) goes too. The file is rewritten through a staged file, so a
+        kill during the rewrite leaves the old file whole.
+        """
         if not self._fs.isfile(self.metrics_file_path):
             return
         with self._fs.open(self.metrics_file_path, "r", newline="") as handle:
             rows = list(csv.DictReader(handle))
-        kept = [row for row in rows if not row.get("step") or int(float(row["step"])) < step]
+
+        def keep(row: dict) -> bool:
+            try:
+                logged_at = int(float(row.get("step") or "nan"))
+            except ValueError:
+                return False
+            if logged_at < step:
+                return True
+            keys = [k for k, v in row.items() if k and v and k != "step"]
+            if logged_at == step and keys and all(k.startswith("isotropy/") for k in keys):
+                return True  # stamped with the step count it measured, which the checkpoint at ``step`` includes
+            return only_validation and not any(k.startswith("val/") for k in keys)
+
+        kept = [row for row in rows if None not in row and keep(row)]
         if len(kept) != len(rows):
-            with self._fs.open(self.metrics_file_path, "w", newline="") as handle:
-                writer = csv.DictWriter(handle, fieldnames=self.metrics_keys)
+            with staged_file(Path(self.metrics_file_path), "w") as handle:
+                writer = csv.DictWriter(handle, fieldnames=self.metrics_keys, lineterminator="\r\n")
                 writer.writeheader()
                 writer.writerows(kept)
+
+    def has_train_row(self, step: int) -> bool:
+        if not self._fs.isfile(self.metrics_file_path):
+            return False
+        with self._fs.open(self.metrics_file_path, "r", newline="") as handle:
+            return any(row.get("step") == str(step) and row.get("train/loss") for row in csv.DictReader(handle))
 
 
 class ResumableCSVLogger(CSVLogger):
@@ -85,5 +110,12 @@ class ResumableCSVLogger(CSVLogger):
             self._experiment = _AppendingWriter(log_dir=self.log_dir)
         return self._experiment
 
-    def prepare_resume(self, step: int) -> None:
+    def prepare_resume(self, step: int, last_train_row: dict[str, float] | None = None) -> None:
+        """Drop rows written after the checkpoint at ``step``; restore its own train row if a kill lost it."""
         self.experiment.drop_rows_from(step)
+        if step > 0 and last_train_row and not self.experiment.has_train_row(step - 1):
+            self.log_metrics(last_train_row, step=step - 1)
+            self.save()
+
+    def drop_validation_rows_from(self, step: int) -> None:
+        self.experiment.drop_rows_from(step, only_validation=True)

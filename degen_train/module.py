@@ -31,6 +31,9 @@ class PretrainModule(pl.LightningModule):
         self.optimizer_factory, self.scheduler_factory = optimizer_factory, scheduler_factory
         self.seed = seed
         self.checkpoint_identity = checkpoint_identity
+        self._step_losses: list[Tensor] = []  # loss columns of each micro-batch since the last update
+        self._loss_names: list[str] = []
+        self.last_train_metrics: dict[str, Any] = {}  # the last logged train values, kept in checkpoints
 
     def forward(self, batch: dict[str, Tensor]) -> ForwardOutput:
         batch = self.loss.prepare_batch(batch, self.backbone)
@@ -74,10 +77,25 @@ class PretrainModule(pl.LightningModule):
     def on_train_start(self) -> None:
         for logger in self.loggers:
             if hasattr(logger, "prepare_resume"):
-                logger.prepare_resume(self.global_step)
+                logger.prepare_resume(self.global_step, last_train_row=self.last_train_metrics)
+
+    def take_step_losses(self) -> tuple[list[str], Tensor]:
+        """The losses ("loss" first, then each term's) of the micro-batches since the last update: (M, L)."""
+        values, self._step_losses = torch.stack(self._step_losses), []
+        return self._loss_names, values
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["degen_train"] = self.checkpoint_identity
+        # The step's whole train row (the guard's and the throughput's values too): Lightning hands it to the
+        # loggers only after the checkpoint is written, so a kill right after would lose it without this copy.
+        logged = {k: v for k, v in self.trainer.callback_metrics.items() if k.startswith("train/")}
+        checkpoint["degen_train"] = {
+            **self.checkpoint_identity,
+            "train_metrics": {k: float(v) for k, v in {**self.last_train_metrics, **logged}.items()},
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # A run resumed at its last step trains no more: its summary still reports the last train loss.
+        self.last_train_metrics = dict(checkpoint.get("degen_train", {}).get("train_metrics", {}))
 
     def _seed_step_randomness(self, batch_idx: int) -> None:
         """Dropout (the global RNG) is a function of (seed, step, micro-batch, rank): exact on resume."""
@@ -91,6 +109,12 @@ class PretrainModule(pl.LightningModule):
             # One collective for all metrics: train curves show the global batch, not rank 0's share.
             values = self.trainer.strategy.reduce(values, reduce_op="mean")
         metrics = {f"{stage}/{name}": value for name, value in zip(names, values, strict=True)}
+        if stage == "train":
+            losses = [i for i, name in enumerate(names) if name == "loss" or name.endswith("/loss")]
+            losses.sort(key=lambda i: names[i] != "loss")  # the total first
+            self._loss_names = [names[i] for i in losses]
+            self._step_losses.append(values[losses])
+            self.last_train_metrics = metrics
         self.log_dict(
             metrics,
             on_step=stage == "train",

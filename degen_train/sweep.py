@@ -17,6 +17,7 @@ from degen_train.io import atomic_write_json
 
 log = logging.getLogger("degen_train.sweep")
 FAILED = "failed.json"
+FAILED_RUNS: list[str] = []  # runs of this process's sweep that failed: the command exits non-zero
 
 
 SWEEP_FUNCTIONS = ("range(", "choice(", "interval(", "glob(", "tag(")
@@ -74,15 +75,15 @@ def run_in_sweep(cfg: DictConfig, train: Callable[[DictConfig], dict[str, Any]])
     if done is not None:
         log.info("%s finished before: skipped", run_dir)
         return search_objective(done, cfg.search)
-    if cfg.ckpt_path is None and (run_dir / "checkpoints" / "last.ckpt").exists():
-        log.info("%s stopped before the end: resuming from last.ckpt", run_dir)
+    if cfg.ckpt_path is None:  # a run stopped before the end resumes from its newest good checkpoint
         with open_dict(cfg):
-            cfg.ckpt_path = "last"
+            cfg.ckpt_path = "auto"
     (run_dir / FAILED).unlink(missing_ok=True)
     try:
         summary = train(cfg)
     except Exception as error:  # noqa: BLE001 - one bad run must not end the sweep
         log.error("run %s failed: %s", run_dir, error)
+        FAILED_RUNS.append(str(run_dir))
         atomic_write_json(
             run_dir / FAILED,
             {

@@ -57,6 +57,13 @@ class IsotropyMonitor(Callback):
         if trainer.global_step != self._last_step:
             self.measure(trainer, module)
 
+    def state_dict(self) -> dict[str, Any]:  # a run resumed at its last step still reports its geometry
+        return {"latest": self.latest, "last_step": self._last_step}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.latest = dict(state_dict.get("latest", {}))
+        self._last_step = int(state_dict.get("last_step", -1))
+
     @torch.no_grad()
     def measure(self, trainer: pl.Trainer, module: pl.LightningModule) -> dict[str, float]:
         self._last_step = trainer.global_step

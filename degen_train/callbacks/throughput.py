@@ -37,6 +37,13 @@ class TokenThroughput(Callback):
     def on_validation_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         self._last = None  # validation time is not training time
 
+    def state_dict(self) -> dict[str, Any]:  # a resumed run's mean covers all of its segments
+        return {"total_tokens": self.total_tokens, "total_seconds": self.total_seconds}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.total_tokens = int(state_dict.get("total_tokens", 0))
+        self.total_seconds = float(state_dict.get("total_seconds", 0.0))
+
     @property
     def mean_tokens_per_s(self) -> float:
         return self.total_tokens / self.total_seconds if self.total_seconds else 0.0

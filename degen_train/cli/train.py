@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import torch  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from degen_train.build import (  # noqa: E402
+    RESUME_CHOICES,
     build_trainer,
     check_checkpoint_matches,
     data_format_for,
@@ -27,11 +30,13 @@ from degen_train.cli.evaluate import evaluate  # noqa: E402
 from degen_train.cli.paths import config_dir  # noqa: E402
 from degen_train.data.datamodule import PretrainDataModule, make_collator, prepare_data  # noqa: E402
 from degen_train.export import export_pretrained  # noqa: E402
-from degen_train.io import atomic_write_json  # noqa: E402
+from degen_train.io import atomic_write_json, atomic_write_text  # noqa: E402
 from degen_train.metrics.probes import read_sts, read_wic  # noqa: E402
 from degen_train.models.backbone import Backbone, build_hf_model, model_family, shape_signature  # noqa: E402
 from degen_train.module import PretrainModule  # noqa: E402
-from degen_train.sweep import run_in_sweep, search_objective, swept_overrides  # noqa: E402
+from degen_train.runlock import is_launching_process, run_dir_lock  # noqa: E402
+from degen_train.schema import validate_config  # noqa: E402
+from degen_train.sweep import FAILED_RUNS, finished_summary, run_in_sweep, search_objective, swept_overrides  # noqa: E402
 from degen_train.terms import TermContext, WeightedSum, build_terms  # noqa: E402
 
 log = logging.getLogger("degen_train")
@@ -40,7 +45,8 @@ log = logging.getLogger("degen_train")
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Run one pretraining job; returns the summary written to RUN/summary.json."""
     run_dir = Path(cfg.run_dir)
-    # 1. Everything that can be checked from the config alone, before data or weights.
+    # 1. Everything that can be checked from the config alone, before data or weights; nothing is written.
+    validate_config(cfg)
     terms, weights = build_terms({"objective": cfg.objective, "regularizer": cfg.regularizer})
     family = model_family(cfg.model)
     data_format = data_format_for(terms, family, _choice("model"))
@@ -48,9 +54,20 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         read_sts(path)
     if cfg.eval.wic:
         read_wic(cfg.eval.wic)
+    finished = finished_summary(run_dir, int(cfg.trainer.max_steps)) if cfg.ckpt_path in RESUME_CHOICES else None
+    if finished is not None:
+        log.info("%s finished at step %d before: nothing to do (summary.json is kept)", run_dir, finished["final_step"])
+        return finished
     checkpoint = resolve_checkpoint(cfg.ckpt_path, run_dir)
     if checkpoint is not None:
         check_checkpoint_matches(checkpoint, cfg, list(terms))
+    with run_dir_lock(run_dir) if is_launching_process() else nullcontext():
+        return _train_locked(cfg, run_dir, terms, weights, family, data_format, checkpoint)
+
+
+def _train_locked(
+    cfg: DictConfig, run_dir: Path, terms: dict, weights: dict, family: str, data_format: str, checkpoint: Path | None
+) -> dict[str, Any]:
     # 2. Data (cached), the model and its terms, the trainer.
     data = prepare_data(cfg.data, family=family, data_format=data_format, seed=int(cfg.seed))
     module = build_module(cfg, data, terms, weights, family=family, with_nsp_head=data_format == "mlm_nsp")
@@ -64,14 +81,22 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     for logger in trainer.loggers:  # the resolved config and the swept values, e.g. as wandb run config
         logger.log_hyperparams({"config": resolved_config(cfg), "swept": swept_overrides()})
     if trainer.is_global_zero:
-        run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_json(run_dir / "config.json", resolved_config(cfg))
         atomic_write_json(run_dir / "overrides.json", swept_overrides())
-        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+        atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     # 3. Train, validate once more, export, probe, summarise.
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(checkpoint) if checkpoint else None)
-    train_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    val_metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0] if cfg.final_validation else {}
+    train_metrics = {**module.last_train_metrics, **trainer.callback_metrics}
+    train_metrics = {k: float(v) for k, v in train_metrics.items()}
+    val_metrics = {}
+    if cfg.final_validation:
+        for logger in trainer.loggers:  # a run killed after its final validation logged it once already
+            if hasattr(logger, "drop_validation_rows_from"):
+                logger.drop_validation_rows_from(trainer.global_step)
+        # Lightning stamps validation rows with this counter; a checkpoint taken at the last step holds it one
+        # short, so a run resumed there would log its final validation a step early (tests/faults/test_kills.py).
+        trainer.fit_loop.epoch_loop._batches_that_stepped = trainer.global_step
+        val_metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
     perplexity_key = next((f"val/{k}/{t.perplexity_metric}" for k, t in terms.items() if t.perplexity_metric), None)
     summary = _summary(cfg, trainer, train_metrics, val_metrics, perplexity_key=perplexity_key)
     if trainer.is_global_zero:
@@ -155,6 +180,9 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
 def main() -> None:
     _hydra_main()
+    if FAILED_RUNS:  # the other runs of the sweep ran; the command still says that some failed
+        print(f"{len(FAILED_RUNS)} run(s) of this sweep failed (see RUN/failed.json): {', '.join(FAILED_RUNS)}")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

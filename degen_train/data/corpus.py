@@ -70,6 +70,8 @@ def _load_local(cfg: Any, path_value: str | None, key: str) -> tuple[Any, str]:
     if len(kinds) > 1:
         raise ValueError(f"{key}={path} mixes file kinds {sorted(kinds)}; point it at one kind")
     kind = kinds.pop()
+    if all(f.stat().st_size == 0 for f in files):
+        raise ValueError(f"{key}={path} is empty (0 bytes): there is no text to train on")
     if kind == "text":
         files = _check_utf8(files, skip=cfg.on_decode_error == "skip")
     unit = cfg.document_unit

@@ -1,0 +1,53 @@
+"""Periodic checkpoints that rotate by step across restarts and never pile up ``-v1`` copies."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from degen_train.checkpoints import recorded_step, remove_checkpoint_file
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """ModelCheckpoint whose ``save_top_k`` means "the k newest periodic files in the folder".
+
+    Lightning's own bookkeeping lives in the checkpoint it resumed from, so files written after that
+    checkpoint by a killed run are never rotated out; a file of the same name (a step redone after a
+    resume) would become ``-v1``. Here a same-step file is overwritten (training is deterministic, so it
+    is the same state) and after every save the folder itself is rotated: periodic files sorted by step,
+    the newest ``save_top_k`` kept. ``last.ckpt`` is never rotated.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("enable_version_counter", False)
+        super().__init__(**kwargs)
+
+    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        for logger in trainer.loggers:  # rows up to this step reach the disk before a resume can start here
+            logger.save()
+        super()._save_checkpoint(trainer, filepath)
+        if trainer.is_global_zero and self.save_top_k > 0 and Path(filepath).stem != self.CHECKPOINT_NAME_LAST:
+            self.rotate(Path(filepath))
+
+    def rotate(self, newest: Path) -> list[Path]:
+        """Delete periodic checkpoints beyond the ``save_top_k`` newest by step; returns what it deleted."""
+        periodic = [p for p in newest.parent.glob(f"*{self.FILE_EXTENSION}") if p.stem != self.CHECKPOINT_NAME_LAST]
+        by_step = sorted(periodic, key=lambda p: (_step_of(p), p == newest), reverse=True)
+        stale = [p for p in by_step[self.save_top_k :] if p != newest]
+        for path in stale:
+            remove_checkpoint_file(path)
+            self.best_k_models.pop(str(path), None)
+        return stale
+
+
+def _step_of(path: Path) -> int:
+    """The step a checkpoint holds: from its sidecar, else the last number in its name, else -1."""
+    step = recorded_step(path)
+    if step is not None:
+        return step
+    numbers = re.findall(r"\d+", path.stem)
+    return int(numbers[-1]) if numbers else -1

@@ -1,0 +1,171 @@
+"""Checkpoint files that are written whole or not at all, verified before use, and never run code.
+
+Every checkpoint ``NAME.ckpt`` is staged in its own folder, fsynced and renamed into place; then a
+sidecar ``NAME.ckpt.meta.json`` records its size, sha256 and step. A file whose sidecar agrees is
+*verified*: ``ckpt_path=last`` takes the newest verified checkpoint of a run, so a kill at any moment
+leaves a run that resumes. Loads are weights-only: a pickle that asks for any Python object other
+than tensors and plain containers is refused before it can run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import pickle
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.plugins.io import CheckpointIO
+
+from degen_train.io import fsync_directory, staged_file
+
+log = logging.getLogger("degen_train")
+SIDECAR_SUFFIX = ".meta.json"
+CHUNK = 1 << 22
+
+
+class CheckpointError(ValueError):
+    """A user-given or found checkpoint cannot be used; the message says why and what to do."""
+
+
+def sidecar_of(path: Path) -> Path:
+    return path.with_name(path.name + SIDECAR_SUFFIX)
+
+
+class _HashingWriter:
+    """A write-only file object that hashes what passes through it (torch.save writes sequentially)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream, self.digest, self.size = stream, hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        self.size += len(data)
+        return self.stream.write(data)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        while chunk := stream.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def save_checkpoint_file(checkpoint: dict[str, Any], path: Path) -> None:
+    """Write ``checkpoint`` to ``path`` atomically (same-folder staging, fsync, rename), then its sidecar."""
+    path = Path(path)
+    sidecar_of(path).unlink(missing_ok=True)  # an old sidecar must never vouch for a new file
+    try:
+        with staged_file(path, "wb") as stream:
+            writer = _HashingWriter(stream)
+            torch.save(checkpoint, writer)
+    except OSError as error:
+        raise OSError(
+            error.errno,
+            f"could not write checkpoint {path}: {error.strerror or error}; nothing was written "
+            f"under that name and earlier checkpoints are untouched",
+        ) from error
+    meta = {"size": writer.size, "sha256": writer.digest.hexdigest(), "global_step": checkpoint.get("global_step")}
+    with staged_file(sidecar_of(path), "w") as stream:
+        json.dump(meta, stream)
+
+
+def recorded_step(path: Path) -> int | None:
+    """The step ``path``'s sidecar records, unverified (cheap: for ordering, not for trusting)."""
+    try:
+        return int(json.loads(sidecar_of(path).read_text())["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def verified_step(path: Path) -> int | None:
+    """The step recorded in ``path``'s sidecar if the file's size and hash agree with it, else None."""
+    try:
+        meta = json.loads(sidecar_of(path).read_text())
+        if path.stat().st_size != meta["size"] or file_digest(path) != meta["sha256"]:
+            return None
+        return int(meta["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def load_checkpoint_file(path: Path, map_location: Any = "cpu") -> dict[str, Any]:
+    """torch.load, weights only, with a message that says what is wrong with a bad file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist or is not a file")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"checkpoint {path} is empty (0 bytes): its write was cut short; use an earlier one")
+    try:
+        loaded = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        found = re.search(r"(?:Unsupported global|GLOBAL) ([\w.]+)", str(error))
+        what = f" ({found.group(1)})" if found else ""
+        raise CheckpointError(
+            f"refused to load {path}: it holds a Python object that is not a tensor or plain container{what}. "
+            f"Checkpoints are loaded weights-only, so a file can never run code here; degen_train's own "
+            f"checkpoints hold only weights and plain values"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError) as error:
+        raise CheckpointError(
+            f"checkpoint {path} is not a readable PyTorch checkpoint ({type(error).__name__}: "
+            f"{str(error).splitlines()[0][:200]}): it is torn or not a checkpoint; use an earlier one"
+        ) from None
+    if not isinstance(loaded, dict) or "state_dict" not in loaded:
+        raise CheckpointError(f"checkpoint {path} is not a Lightning checkpoint (no 'state_dict' entry)")
+    return loaded
+
+
+@dataclass(frozen=True)
+class Candidate:
+    path: Path
+    step: int | None  # None: no sidecar agrees with the file
+
+
+def newest_checkpoint(folder: Path) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint in ``folder`` that can be resumed from, and notes on the ones passed over.
+
+    Verified files (sidecar agrees) come first, newest step first; a file without a valid sidecar (an
+    older run, or a kill between the rename and the sidecar) is used only if it loads.
+    """
+    files = sorted(folder.glob("*.ckpt")) if folder.is_dir() else []
+    candidates = [Candidate(p, verified_step(p)) for p in files]
+    verified = sorted((c for c in candidates if c.step is not None), key=lambda c: (c.step, c.path.name == "last.ckpt"))
+    notes = [f"{c.path.name}: no sidecar, or its size or hash disagrees" for c in candidates if c.step is None]
+    if verified:
+        return verified[-1].path, notes
+    for candidate in sorted(candidates, key=lambda c: c.path.stat().st_mtime, reverse=True):
+        try:
+            load_checkpoint_file(candidate.path)
+        except CheckpointError as error:
+            notes.append(str(error))
+            continue
+        return candidate.path, notes
+    return None, notes
+
+
+class AtomicCheckpointIO(CheckpointIO):
+    """Lightning's checkpoint I/O with our atomic writes, sidecars and weights-only loads."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        save_checkpoint_file(checkpoint, Path(path))
+
+    def load_checkpoint(self, path: Any, map_location: Any | None = None, weights_only: bool | None = None) -> dict:
+        return load_checkpoint_file(Path(path), map_location=map_location or "cpu")
+
+    def remove_checkpoint(self, path: Any) -> None:
+        remove_checkpoint_file(Path(path))
+
+
+def remove_checkpoint_file(path: Path) -> None:
+    sidecar_of(path).unlink(missing_ok=True)
+    path.unlink(missing_ok=True)
+    fsync_directory(path.parent)

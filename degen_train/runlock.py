@@ -1,0 +1,68 @@
+"""One writer per run folder: an advisory lock that dies with its holder."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+LOCK_NAME = ".lock"
+
+
+class RunDirBusy(RuntimeError):
+    """Another live process is writing to this run folder."""
+
+
+@contextmanager
+def run_dir_lock(run_dir: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on RUN/.lock while the block runs.
+
+    The kernel drops the lock when its process ends however it ends (kill -9 included), so a crashed run
+    never leaves a folder locked; the file stays and records the last holder's pid and host.
+    """
+    run_dir = Path(run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise PermissionError(
+            f"cannot write to the run folder {run_dir} ({error.strerror}): choose a writable hydra.run.dir"
+        ) from None
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirBusy(_busy_message(run_dir, descriptor)) from None
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, json.dumps(holder).encode(), 0)
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the lock
+
+
+def _busy_message(run_dir: Path, descriptor: int) -> str:
+    try:
+        holder = json.loads(os.pread(descriptor, 4096, 0) or b"{}")
+    except ValueError:
+        holder = {}
+    who = f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')} (since {holder.get('since', '?')})"
+    return (
+        f"the run folder {run_dir} is in use by {who}: one run writes to a folder at a time. Wait for it to "
+        f"finish, or give this run another hydra.run.dir"
+    )
+
+
+def is_launching_process() -> bool:
+    """True in the process that owns the run folder: global rank 0, as the launcher's environment says.
+
+    Read before the trainer exists (Lightning sets the same value from RANK / LOCAL_RANK / SLURM_PROCID).
+    """
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    return getattr(rank_zero_only, "rank", 0) == 0

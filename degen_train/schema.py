@@ -1,0 +1,188 @@
+"""The typed schema of a training config, checked once before any data, model or file is touched.
+
+Every section allows keys the schema does not list (any ``lightning.pytorch.Trainer`` argument, a
+term's own options): those are checked where they are used. What is listed here is checked for type,
+range and the constraints between sections, and every problem is reported at once, each naming the
+key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Literal
+
+from omegaconf import DictConfig, OmegaConf
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Open = ConfigDict(extra="allow")
+
+
+class MaskingConfig(BaseModel):
+    model_config = Open
+    probability: float = Field(gt=0, le=1)
+    mask_fraction: float = Field(ge=0, le=1)
+    random_fraction: float = Field(ge=0, le=1)
+
+    @model_validator(mode="after")
+    def fractions_fit(self) -> MaskingConfig:
+        if self.mask_fraction + self.random_fraction > 1:
+            raise ValueError(
+                f"mask_fraction + random_fraction = {self.mask_fraction} + {self.random_fraction} > 1: "
+                f"the rest of the selected tokens is kept, so the two must add up to at most 1"
+            )
+        return self
+
+
+class TokenizerConfig(BaseModel):
+    model_config = Open
+    path: str | None = None
+    vocab_size: int = Field(ge=10)
+    min_frequency: int = Field(ge=1)
+
+
+class DataConfig(BaseModel):
+    model_config = Open
+    source: Literal["builtin", "text", "hub"]
+    block_size: int = Field(ge=8)
+    batch_size: int = Field(ge=1)
+    num_workers: int = Field(ge=0)
+    validation_fraction: float = Field(gt=0, lt=1)
+    document_unit: Literal["line", "paragraph", "document"]
+    tokenizer: TokenizerConfig
+
+
+class ModelConfig(BaseModel):
+    model_config = Open
+    family: Literal["encoder", "decoder"]
+    hidden_size: int = Field(ge=1)
+    num_layers: int = Field(ge=1)
+    num_heads: int = Field(ge=1)
+    max_position: int = Field(ge=8)
+    dropout: float = Field(ge=0, lt=1)
+    init_from: str | None = None
+
+    @model_validator(mode="after")
+    def heads_divide_width(self) -> ModelConfig:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size={self.hidden_size} is not a multiple of num_heads={self.num_heads}")
+        return self
+
+
+class TrainerConfig(BaseModel):
+    model_config = Open
+    max_steps: int = Field(ge=1)
+    accumulate_grad_batches: int = Field(ge=1)
+    log_every_n_steps: int = Field(ge=1)
+    gradient_clip_val: float | None = Field(default=None, ge=0)
+    val_check_interval: int | float | None = Field(default=None, gt=0)
+
+
+class OptimizerConfig(BaseModel):
+    model_config = Open
+    lr: float = Field(gt=0)
+    weight_decay: float = Field(ge=0)
+    eps: float = Field(gt=0)
+    betas: tuple[float, float]
+
+    @model_validator(mode="after")
+    def betas_in_range(self) -> OptimizerConfig:
+        if not all(0 <= beta < 1 for beta in self.betas):
+            raise ValueError(f"betas={list(self.betas)}: each must be in [0, 1)")
+        return self
+
+
+class SchedulerConfig(BaseModel):
+    model_config = Open
+    schedule: Literal["linear", "cosine", "constant"]
+    warmup_steps: int = Field(ge=0)
+    total_steps: int = Field(ge=1)
+    min_ratio: float = Field(ge=0, le=1)
+
+
+class CheckpointCallbackConfig(BaseModel):
+    model_config = Open
+    every_n_train_steps: int | None = Field(default=None, ge=1)
+    save_top_k: int = Field(default=1, ge=-1)
+
+
+class IsotropyCallbackConfig(BaseModel):
+    model_config = Open
+    every_n_steps: int = Field(ge=1)
+    probe_size: int = Field(ge=1)
+
+
+class DivergenceCallbackConfig(BaseModel):
+    model_config = Open
+    on_nonfinite: Literal["stop", "skip"]
+    max_skips: int = Field(ge=0)
+    spike_sigma: float | None = Field(default=None, gt=0)
+    spike_window: int = Field(ge=2)
+
+
+class CallbacksConfig(BaseModel):
+    model_config = Open
+    checkpoint: CheckpointCallbackConfig | None = None
+    isotropy: IsotropyCallbackConfig | None = None
+    divergence: DivergenceCallbackConfig | None = None
+
+
+class TrainConfig(BaseModel):
+    model_config = Open
+    seed: int = Field(ge=0)
+    ckpt_path: str | None = None
+    masking: MaskingConfig
+    data: DataConfig
+    model: ModelConfig
+    trainer: TrainerConfig
+    optimizer: OptimizerConfig
+    scheduler: SchedulerConfig
+    callbacks: CallbacksConfig | None = None
+
+    @model_validator(mode="after")
+    def sections_agree(self) -> TrainConfig:
+        if self.model.init_from is None and self.data.block_size > self.model.max_position:
+            raise ValueError(
+                f"data.block_size={self.data.block_size} is longer than model.max_position={self.model.max_position}: "
+                f"lower data.block_size or raise model.max_position"
+            )
+        return self
+
+
+def validate_config(cfg: DictConfig) -> TrainConfig:
+    """Check ``cfg`` against the schema; raise one ValueError naming every bad key, value and what is allowed."""
+    raw: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    try:
+        checked = TrainConfig.model_validate(raw)
+    except ValidationError as error:
+        raise ValueError("invalid config:\n" + "\n".join(_describe(e, raw) for e in error.errors())) from None
+    scheduler = checked.scheduler
+    if scheduler.warmup_steps >= scheduler.total_steps:
+        warnings.warn(
+            f"scheduler.warmup_steps={scheduler.warmup_steps} >= scheduler.total_steps={scheduler.total_steps}: "
+            f"the learning rate never reaches optimizer.lr={checked.optimizer.lr} in this run",
+            stacklevel=2,
+        )
+    return checked
+
+
+def _describe(error: dict[str, Any], raw: dict[str, Any]) -> str:
+    location = [str(part) for part in error["loc"] if not str(part).startswith("function-after")]
+    key = ".".join(location)
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "missing":
+        return f"  {key}: missing"
+    value = _lookup(raw, location)
+    if isinstance(value, dict):  # a cross-field rule: the message names the keys and values itself
+        return f"  {key}: {message}"
+    return f"  {key}={value!r}: {message}"
+
+
+def _lookup(tree: Any, path: list[str]) -> Any:
+    for part in path:
+        if isinstance(tree, dict) and part in tree:
+            tree = tree[part]
+        elif isinstance(tree, list | tuple) and part.isdigit() and int(part) < len(tree):
+            tree = tree[int(part)]
+        else:
+            return None
+    return tree

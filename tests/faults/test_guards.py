@@ -1,0 +1,93 @@
+"""Divergence caught at the step it happens: stop, or skip the update; loss spikes skipped when asked."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from degen_train.callbacks.divergence import DivergenceError
+from degen_train.objectives.mlm import MaskedLMTerm
+from degen_train.types import TermOutput
+from tests.helpers import checkpoint_weights, logged, run
+
+EVERY_STEP = ["callbacks.checkpoint.every_n_train_steps=1", "callbacks.checkpoint.save_top_k=-1"]
+
+
+def poison(monkeypatch: pytest.MonkeyPatch, steps: set[int], factor: float = math.nan) -> None:
+    """Multiply the MLM loss by ``factor`` at the given training steps (validation passes are left alone)."""
+    original = MaskedLMTerm.forward
+    seen = {"training_calls": 0}
+
+    def forward(self: MaskedLMTerm, output):  # noqa: ANN001, ANN202
+        result = original(self, output)
+        if not torch.is_grad_enabled():
+            return result
+        step, seen["training_calls"] = seen["training_calls"], seen["training_calls"] + 1
+        return TermOutput(result.loss * factor, result.metrics) if step in steps else result
+
+    monkeypatch.setattr(MaskedLMTerm, "forward", forward)
+
+
+def test_nonfinite_loss_stops_at_its_step_naming_the_term(
+    tmp_path: Path, drill: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    poison(monkeypatch, {3})
+    with pytest.raises(DivergenceError, match=r"step 3: non-finite loss in term\(s\) mlm\. Training stopped"):
+        run(tmp_path, *drill, *EVERY_STEP)
+    assert not (tmp_path / "hf").exists() and not (tmp_path / "summary.json").exists()
+    saved = sorted((tmp_path / "checkpoints").glob("step=*.ckpt"))
+    assert [p.name for p in saved] == [f"step={s:08d}.ckpt" for s in (1, 2, 3)]
+    for path in saved:
+        assert all(t.isfinite().all() for t in checkpoint_weights(path).values() if t.is_floating_point())
+
+
+def test_the_issue_reproduction_lr_1e3_stops_instead_of_exporting_nan(tmp_path: Path, drill: list[str]) -> None:
+    """degen-train ... optimizer.lr=1e3 used to exit 0 with every exported tensor NaN."""
+    with pytest.raises(DivergenceError, match=r"non-finite"):
+        run(tmp_path, *drill, "trainer.max_steps=40", "data.batch_size=4", "optimizer.lr=1e3")
+    assert not (tmp_path / "hf").exists()
+
+
+def test_skip_leaves_weights_and_optimizer_state_untouched(
+    tmp_path: Path, drill: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    poison(monkeypatch, {3})
+    summary = run(tmp_path, *drill, *EVERY_STEP, "callbacks.divergence.on_nonfinite=skip")
+    assert summary["final_step"] == 8 and (tmp_path / "hf").exists()
+    before = torch.load(tmp_path / "checkpoints" / "step=00000003.ckpt", weights_only=True)
+    after = torch.load(tmp_path / "checkpoints" / "step=00000004.ckpt", weights_only=True)
+    assert all(torch.equal(before["state_dict"][k], after["state_dict"][k]) for k in before["state_dict"])
+    states = before["optimizer_states"][0]["state"], after["optimizer_states"][0]["state"]
+    assert all(torch.equal(states[0][i]["exp_avg"], states[1][i]["exp_avg"]) for i in states[0])
+    step_5 = torch.load(tmp_path / "checkpoints" / "step=00000005.ckpt", weights_only=True)["state_dict"]
+    assert any(not torch.equal(after["state_dict"][k], step_5[k]) for k in step_5)  # training went on
+    assert logged(tmp_path, "train/skipped_steps") == {s: float(s >= 3) for s in range(8)}  # a running count
+
+
+def test_skip_stops_after_max_skips(tmp_path: Path, drill: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    poison(monkeypatch, {2, 3, 4, 5})
+    with pytest.raises(
+        DivergenceError, match=r"step 4: .*3 updates skipped, more than callbacks.divergence.max_skips=2"
+    ):
+        run(tmp_path, *drill, "callbacks.divergence.on_nonfinite=skip", "callbacks.divergence.max_skips=2")
+
+
+def test_loss_spike_is_skipped_when_the_guard_is_on(
+    tmp_path: Path, drill: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    poison(monkeypatch, {12}, factor=50.0)
+    settings = [
+        *drill,
+        "trainer.max_steps=14",
+        "callbacks.divergence.spike_sigma=4",
+        "callbacks.divergence.spike_window=8",
+    ]
+    run(tmp_path / "guarded", *settings)
+    assert logged(tmp_path / "guarded", "train/skipped_steps") == {s: float(s >= 12) for s in range(14)}
+    monkeypatch.undo()
+    poison(monkeypatch, {12}, factor=50.0)
+    run(tmp_path / "off", *settings[:-2])  # off by default: the spike is trained on
+    assert set(logged(tmp_path / "off", "train/skipped_steps").values()) == {0.0}
