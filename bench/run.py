@@ -12,19 +12,21 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import datasets  # noqa: E402
 
-from bench import losses, metrics, spine  # noqa: E402
+from bench import losses, metrics, reliability, spine  # noqa: E402
 
 datasets.disable_progress_bars()
 
 
 def main() -> None:
-    wanted = set(sys.argv[1:]) or {"spine", "losses", "metrics"}
+    wanted = set(sys.argv[1:]) or {"spine", "losses", "metrics", "reliability"}
     if "spine" in wanted:
         spine.main()
     if "losses" in wanted:
         losses.main()
     if "metrics" in wanted:
         metrics.main()
+    if "reliability" in wanted:
+        reliability.main()
 
 
 if __name__ == "__main__":

@@ -41,11 +41,16 @@ class _HashingWriter:
 
     def __init__(self, stream: Any) -> None:
         self.stream, self.digest, self.size = stream, hashlib.sha256(), 0
+        self.error: OSError | None = None  # torch.save reports a failed write as a RuntimeError: keep the cause
 
     def write(self, data: bytes) -> int:
         self.digest.update(data)
         self.size += len(data)
-        return self.stream.write(data)
+        try:
+            return self.stream.write(data)
+        except OSError as error:
+            self.error = error
+            raise
 
     def flush(self) -> None:
         self.stream.flush()
@@ -63,14 +68,18 @@ def save_checkpoint_file(checkpoint: dict[str, Any], path: Path) -> None:
     """Write ``checkpoint`` to ``path`` atomically (same-folder staging, fsync, rename), then its sidecar."""
     path = Path(path)
     sidecar_of(path).unlink(missing_ok=True)  # an old sidecar must never vouch for a new file
+    writer: _HashingWriter | None = None
     try:
         with staged_file(path, "wb") as stream:
             writer = _HashingWriter(stream)
             torch.save(checkpoint, writer)
-    except OSError as error:
+    except (OSError, RuntimeError) as error:
+        cause = writer.error if writer is not None and writer.error is not None else error
+        if not isinstance(cause, OSError):
+            raise
         raise OSError(
-            error.errno,
-            f"could not write checkpoint {path}: {error.strerror or error}; nothing was written "
+            cause.errno,
+            f"could not write checkpoint {path}: {cause.strerror or cause}; nothing was written "
             f"under that name and earlier checkpoints are untouched",
         ) from error
     meta = {"size": writer.size, "sha256": writer.digest.hexdigest(), "global_step": checkpoint.get("global_step")}
@@ -108,11 +117,15 @@ def load_checkpoint_file(path: Path, map_location: Any = "cpu") -> dict[str, Any
         loaded = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
         found = re.search(r"(?:Unsupported global|GLOBAL) ([\w.]+)", str(error))
-        what = f" ({found.group(1)})" if found else ""
+        if found is None:  # not a refusal: the bytes are not a pickle at all
+            raise CheckpointError(
+                f"checkpoint {path} is not a readable PyTorch checkpoint ({str(error).splitlines()[0][:200]}): "
+                f"it is torn or not a checkpoint; use an earlier one"
+            ) from None
         raise CheckpointError(
-            f"refused to load {path}: it holds a Python object that is not a tensor or plain container{what}. "
-            f"Checkpoints are loaded weights-only, so a file can never run code here; degen_train's own "
-            f"checkpoints hold only weights and plain values"
+            f"refused to load {path}: it holds a Python object that is not a tensor or plain container "
+            f"({found.group(1)}). Checkpoints are loaded weights-only, so a file can never run code here; "
+            f"degen_train's own checkpoints hold only weights and plain values"
         ) from None
     except (RuntimeError, EOFError, OSError, ValueError) as error:
         raise CheckpointError(

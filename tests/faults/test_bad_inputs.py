@@ -1,0 +1,77 @@
+"""Bad input becomes one clear error before any heavy work, naming the value and what is allowed.
+
+Each case is a row of the table in docs/faults.md (a test below keeps the two in step).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.helpers import degen_train, run
+
+CASES = [
+    ("data.batch_size=0", ValueError, r"data\.batch_size=0: Input should be greater than or equal to 1"),
+    ("data.batch_size=-4", ValueError, r"data\.batch_size=-4: Input should be greater than or equal to 1"),
+    ("data.block_size=1024", ValueError, r"data\.block_size=1024 is longer than model\.max_position=128"),
+    ("masking.probability=1.5", ValueError, r"masking\.probability=1\.5: Input should be less than or equal to 1"),
+    ("masking.random_fraction=0.3", ValueError, r"mask_fraction \+ random_fraction = 0\.8 \+ 0\.3 > 1"),
+    ("optimizer.lr=0", ValueError, r"optimizer\.lr=0: Input should be greater than 0"),
+    ("model.num_heads=3", ValueError, r"hidden_size=128 is not a multiple of num_heads=3"),
+    ("trainer.max_steps=0", ValueError, r"trainer\.max_steps=0: Input should be greater than or equal to 1"),
+    ("data.source=ftp", ValueError, r"data\.source='ftp': Input should be 'builtin', 'text' or 'hub'"),
+    ("seed=-1", ValueError, r"seed=-1: Input should be greater than or equal to 0"),
+    (
+        "callbacks.divergence.on_nonfinite=ignore",
+        ValueError,
+        r"callbacks\.divergence\.on_nonfinite='ignore': Input should be 'stop' or 'skip'",
+    ),
+    ("ckpt_path=missing.ckpt", FileNotFoundError, r"ckpt_path=missing\.ckpt does not exist"),
+    ("data.path=EMPTY", ValueError, r"data\.path=.*empty\.txt is empty \(0 bytes\)"),
+]
+
+
+@pytest.mark.parametrize(("override", "error", "message"), CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_named(tmp_path: Path, drill: list[str], override: str, error: type, message: str) -> None:
+    if override == "data.path=EMPTY":
+        (tmp_path / "empty.txt").touch()
+        override = f"data.path={tmp_path / 'empty.txt'}"
+    with pytest.raises(error, match=message):
+        run(tmp_path / "run", *drill, override)
+    assert not (tmp_path / "run" / "config.yaml").exists()  # nothing of a run was written
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path, drill: list[str]) -> None:
+    with pytest.raises(ValueError, match=r"(?s)invalid config:\n.*data\.batch_size=0.*\n.*optimizer\.lr=-1"):
+        run(tmp_path, *drill, "data.batch_size=0", "optimizer.lr=-1")
+
+
+def test_a_warmup_longer_than_the_run_is_warned_naming_both(tmp_path: Path, drill: list[str]) -> None:
+    with pytest.warns(UserWarning, match=r"scheduler\.warmup_steps=100 >= scheduler\.total_steps=2"):
+        run(tmp_path, *drill, "trainer.max_steps=2", "scheduler.warmup_steps=100")
+
+
+def test_a_read_only_run_folder_is_named_by_the_command(tmp_path: Path) -> None:
+    folder = tmp_path / "readonly"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here (needs root): {mounted.stderr.decode().strip()}")
+    try:
+        result = degen_train(f"hydra.run.dir={folder}", "trainer.max_steps=2")
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+    assert result.returncode == 1
+    assert f"cannot write to the run folder {folder} (Read-only file system)" in result.stderr
+    assert "Unable to configure handler" not in result.stderr
+
+
+def test_the_docs_table_lists_every_case() -> None:
+    table = (REPO / "docs" / "faults.md").read_text()
+    for override, _, _ in CASES:
+        assert f"`{override.split('=')[0]}" in table, override
+    assert re.search(r"crafted pickle", table) and re.search(r"read-only", table)

@@ -1,0 +1,135 @@
+"""Files a run reads and writes: disk full, a crafted pickle, bad checkpoints, one run per folder, finished runs."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+
+from degen_train.checkpoints import CheckpointError, load_checkpoint_file, verified_step
+from degen_train.runlock import RunDirBusy, run_dir_lock
+from tests.conftest import REPO
+from tests.helpers import degen_train, run
+
+
+@contextmanager
+def tmpfs(where: Path, *options: str) -> Iterator[Path]:
+    """A tmpfs mounted at ``where`` for the block, or the test skips saying why."""
+    where.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", ",".join(options), "tmpfs", str(where)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_disk_full_leaves_nothing_torn_and_the_run_resumes(tmp_path: Path, drill: list[str]) -> None:
+    with tmpfs(tmp_path / "small", "size=10m") as disk:
+        with pytest.raises(OSError, match=r"could not write checkpoint .*last\.ckpt: No space left on device"):
+            run(disk / "run", *drill)
+        folder = disk / "run" / "checkpoints"
+        assert sorted(p.name for p in folder.iterdir()) == ["step=00000002.ckpt", "step=00000002.ckpt.meta.json"]
+        assert verified_step(folder / "step=00000002.ckpt") == 2
+        subprocess.run(["mount", "-o", "remount,size=256m", str(disk)], check=True)  # the operator frees space
+        summary = run(disk / "run", *drill, "ckpt_path=last")
+        assert summary["final_step"] == 8
+
+
+class _RunsCode:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_crafted_pickle_is_refused_and_runs_nothing(tmp_path: Path, drill: list[str]) -> None:
+    marker, crafted = tmp_path / "code-ran", tmp_path / "crafted.ckpt"
+    torch.save({"state_dict": {}, "degen_train": _RunsCode(marker)}, crafted)
+    with pytest.raises(CheckpointError, match=r"refused to load .*crafted\.ckpt: .*not a tensor.*\(posix\.system\)"):
+        run(tmp_path / "run", *drill, f"ckpt_path={crafted}")
+    assert not marker.exists()
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(b"", r"is empty \(0 bytes\)"), (random.Random(0).randbytes(4096), r"is not a readable PyTorch checkpoint")],
+    ids=["empty", "random-bytes"],
+)
+def test_a_broken_checkpoint_is_named(tmp_path: Path, drill: list[str], content: bytes, message: str) -> None:
+    broken = tmp_path / "broken.ckpt"
+    broken.write_bytes(content)
+    with pytest.raises(CheckpointError, match=message):
+        run(tmp_path / "run", *drill, f"ckpt_path={broken}")
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint_file(broken)
+
+
+def test_a_second_run_into_a_busy_folder_is_refused_naming_the_holder(tmp_path: Path, drill: list[str]) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunDirBusy, match=rf"in use by pid {holder.pid} on host {socket.gethostname()}"):
+            run(tmp_path, *drill, "trainer.max_steps=2")
+        assert not (tmp_path / "config.yaml").exists()
+    finally:
+        holder.send_signal(signal.SIGKILL)  # a holder killed by -9 leaves no stale lock
+        holder.wait()
+    assert run(tmp_path, *drill, "trainer.max_steps=2")["final_step"] == 2
+
+
+HOLD_LOCK = """
+import sys, time
+from degen_train.runlock import run_dir_lock
+with run_dir_lock(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_the_lock_is_exclusive_within_one_process_too(tmp_path: Path) -> None:
+    with run_dir_lock(tmp_path), pytest.raises(RunDirBusy, match=f"in use by pid {os.getpid()}"):
+        with run_dir_lock(tmp_path):
+            pass
+
+
+def test_a_finished_run_is_left_untouched(tmp_path: Path, drill: list[str], reference: Path) -> None:
+    shutil.copytree(reference, tmp_path / "run")
+    before = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file() and p.name != ".lock"}
+    summary = run(tmp_path / "run", *drill, "ckpt_path=last")
+    assert summary["final_step"] == 8 and summary["train_loss"] is not None
+    after = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == before
+    with pytest.raises(FileExistsError, match=r"already holds checkpoints .*Resume it with ckpt_path=last"):
+        run(tmp_path / "run", *drill)  # a fresh run would overwrite it
+
+
+def test_ckpt_path_auto_starts_fresh_then_resumes(tmp_path: Path, drill: list[str]) -> None:
+    assert run(tmp_path, *drill, "trainer.max_steps=2", "ckpt_path=auto")["final_step"] == 2
+    assert run(tmp_path, *drill, "trainer.max_steps=4", "ckpt_path=auto")["final_step"] == 4
+
+
+def test_a_sweep_whose_runs_failed_exits_non_zero_with_the_count(tmp_path: Path) -> None:
+    result = degen_train(
+        "-m", "data=text", "data.path=/nonexistent/a.txt,/nonexistent/b.txt", f"hydra.sweep.dir={tmp_path}"
+    )
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "2 run(s) of this sweep failed" in result.stdout
+    assert len(list(tmp_path.glob("*/failed.json"))) == 2
