@@ -31,6 +31,7 @@ class _ModuleShim:
 
     def __init__(self) -> None:
         self.pending: list[torch.Tensor] = []
+        self.step_grad_norm: torch.Tensor | None = None
 
     def take_step_losses(self) -> tuple[list[str], torch.Tensor]:
         values, self.pending = torch.stack(self.pending), []
@@ -49,10 +50,13 @@ def step_fn(cfg: Any, model: Any, data: list[dict], *, guarded: bool) -> tuple[C
     def step(i: int) -> None:
         total, logged = loss(backbone(data[i % len(data)]))
         total.backward()
-        if guarded:
+        if guarded:  # as PretrainModule does: the guard's norm serves the clipping
             shim.pending.append(torch.stack([logged["loss"], logged["mlm/loss"]]))
             guard.on_before_optimizer_step(SimpleNamespace(precision_plugin=None, global_step=i), shim, optimizer)
-        torch.nn.utils.clip_grad_norm_(backbone.parameters(), 1.0)
+            grads = [p for p in backbone.parameters() if p.grad is not None]
+            torch.nn.utils.clip_grads_with_norm_(grads, 1.0, shim.step_grad_norm)
+        else:
+            torch.nn.utils.clip_grad_norm_(backbone.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 

@@ -34,6 +34,7 @@ class PretrainModule(pl.LightningModule):
         self._step_losses: list[Tensor] = []  # loss columns of each micro-batch since the last update
         self._loss_names: list[str] = []
         self.last_train_metrics: dict[str, Any] = {}  # the last logged train values, kept in checkpoints
+        self.step_grad_norm: Tensor | None = None  # set by the divergence guard, used by clipping
 
     def forward(self, batch: dict[str, Tensor]) -> ForwardOutput:
         batch = self.loss.prepare_batch(batch, self.backbone)
@@ -60,13 +61,19 @@ class PretrainModule(pl.LightningModule):
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None,
     ) -> None:
+        norm, self.step_grad_norm = self.step_grad_norm, None
         if not gradient_clip_val:
             return
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        no_scaler = getattr(self.trainer.precision_plugin, "scaler", None) is None
+        if gradient_clip_algorithm != "value" and norm is not None and no_scaler:
+            # The divergence guard already took this step's norm: clip with it instead of a second pass.
+            torch.nn.utils.clip_grads_with_norm_(params, gradient_clip_val, norm)
+            return
         fused = any(group.get("fused") for group in optimizer.param_groups)
-        if fused and getattr(self.trainer.precision_plugin, "scaler", None) is None:
+        if fused and no_scaler:
             # Lightning refuses to clip for a fused optimizer because of fp16 loss scaling; with no
             # scaler (fp32, bf16) the gradients are already unscaled and clipping them is exact.
-            params = [p for group in optimizer.param_groups for p in group["params"]]
             if gradient_clip_algorithm == "value":
                 torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
             else:

@@ -71,6 +71,7 @@ class DivergenceGuard(Callback):
             self._refuse(module, optimizer, reason, stoppable=False)
         else:
             self.history.append(loss)
+        module.step_grad_norm = grad_norm  # clipping reuses it (skipped steps have no gradients to clip)
         module.log("train/grad_norm", grad_norm, on_step=True, batch_size=1)
         module.log("train/skipped_steps", float(self.skipped), on_step=True, batch_size=1)  # cumulative
 

@@ -91,3 +91,16 @@ def test_loss_spike_is_skipped_when_the_guard_is_on(
     poison(monkeypatch, {12}, factor=50.0)
     run(tmp_path / "off", *settings[:-2])  # off by default: the spike is trained on
     assert set(logged(tmp_path / "off", "train/skipped_steps").values()) == {0.0}
+
+
+def test_non_finite_weights_are_never_exported(tmp_path: Path) -> None:
+    from transformers import BertConfig, BertForMaskedLM
+
+    from degen_train.export import export_pretrained
+
+    model = BertForMaskedLM(BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2))
+    with torch.no_grad():
+        model.bert.embeddings.word_embeddings.weight[3, 0] = math.nan
+    with pytest.raises(ValueError, match=r"refusing to export non-finite weights .*word_embeddings\.weight"):
+        export_pretrained(model, None, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
