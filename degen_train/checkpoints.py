@@ -14,7 +14,6 @@ import json
 import logging
 import pickle
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +113,7 @@ def load_checkpoint_file(path: Path, map_location: Any = "cpu") -> dict[str, Any
     if path.stat().st_size == 0:
         raise CheckpointError(f"checkpoint {path} is empty (0 bytes): its write was cut short; use an earlier one")
     try:
-        loaded = torch.load(path, map_location=map_location, weights_only=True)
+        loaded = torch.load(path, map_location=map_location, weights_only=True, mmap=True)
     except pickle.UnpicklingError as error:
         found = re.search(r"(?:Unsupported global|GLOBAL) ([\w.]+)", str(error))
         if found is None:  # not a refusal: the bytes are not a pickle at all
@@ -137,12 +136,6 @@ def load_checkpoint_file(path: Path, map_location: Any = "cpu") -> dict[str, Any
     return loaded
 
 
-@dataclass(frozen=True)
-class Candidate:
-    path: Path
-    step: int | None  # None: no sidecar agrees with the file
-
-
 def newest_checkpoint(folder: Path) -> tuple[Path | None, list[str]]:
     """The newest checkpoint in ``folder`` that can be resumed from, and notes on the ones passed over.
 
@@ -150,19 +143,25 @@ def newest_checkpoint(folder: Path) -> tuple[Path | None, list[str]]:
     older run, or a kill between the rename and the sidecar) is used only if it loads.
     """
     files = sorted(folder.glob("*.ckpt")) if folder.is_dir() else []
-    candidates = [Candidate(p, verified_step(p)) for p in files]
-    verified = sorted((c for c in candidates if c.step is not None), key=lambda c: (c.step, c.path.name == "last.ckpt"))
-    notes = [f"{c.path.name}: no sidecar, or its size or hash disagrees" for c in candidates if c.step is None]
-    if verified:
-        return verified[-1].path, notes
-    for candidate in sorted(candidates, key=lambda c: c.path.stat().st_mtime, reverse=True):
+    # Newest recorded step first (last.ckpt first among equals); hash only until one verifies.
+    ordered = sorted(files, key=lambda p: (_or(recorded_step(p), -1), p.name == "last.ckpt"), reverse=True)
+    notes: list[str] = []
+    for path in ordered:
+        if verified_step(path) is not None:
+            return path, notes
+        notes.append(f"{path.name}: no sidecar, or its size or hash disagrees")
+    for path in sorted(files, key=lambda p: p.stat().st_mtime, reverse=True):
         try:
-            load_checkpoint_file(candidate.path)
+            load_checkpoint_file(path)
         except CheckpointError as error:
             notes.append(str(error))
             continue
-        return candidate.path, notes
+        return path, notes
     return None, notes
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 class AtomicCheckpointIO(CheckpointIO):
