@@ -103,6 +103,7 @@ def test_kill_during_export_then_resume(tmp_path: Path, drill: list[str], refere
     assert not (tmp_path / "hf").exists() and not (tmp_path / "summary.json").exists()
     summary = run(tmp_path, *drill, "ckpt_path=last")
     assert summary["val_loss"] == run_summary(reference)["val_loss"]
+    assert_same_weights(tmp_path, reference)
     assert_clean_metrics(tmp_path, reference)  # the final validation row is not doubled
     AutoModelForMaskedLM.from_pretrained(tmp_path / "hf")
     shutil.rmtree(tmp_path / "hf")
