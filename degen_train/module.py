@@ -91,6 +91,9 @@ class PretrainModule(pl.LightningModule):
         values, self._step_losses = torch.stack(self._step_losses), []
         return self._loss_names, values
 
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self._step_losses = []  # runs after the callbacks': without a divergence guard nothing piles up
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # The step's whole train row (the guard's and the throughput's values too): Lightning hands it to the
         # loggers only after the checkpoint is written, so a kill right after would lose it without this copy.
