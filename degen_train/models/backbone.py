@@ -135,6 +135,14 @@ class Backbone(nn.Module):
         cls = getattr(self.model, "cls", None)
         return cls.predictions if cls is not None else self.model.lm_head
 
+    def freeze_vocab_head(self) -> None:
+        """Freeze the vocabulary head's own parameters (not the tied word matrix): for terms that never use it
+        (ELECTRA's discriminator, COCO-LM's released CLM head), so the optimizer and DDP see no unused ones."""
+        shared = {id(self.model.get_input_embeddings().weight)}
+        for param in self.vocab_head.parameters():
+            if id(param) not in shared:
+                param.requires_grad_(False)
+
     @property
     def nsp_head(self) -> nn.Module | None:
         return getattr(getattr(self.model, "cls", None), "seq_relationship", None)

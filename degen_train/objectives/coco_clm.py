@@ -12,6 +12,7 @@ from degen_train.terms import TermContext, distributed_mean, register_term
 from degen_train.types import ForwardOutput, TermOutput
 
 LM_FORMS = ("paper", "released")
+CLM_HEADS = ("released", "mlm_head")
 
 
 def corrective_lm_paper(lm_logits: Tensor, targets: Tensor, copy_logits: Tensor, copied: Tensor) -> Tensor:
@@ -36,33 +37,67 @@ class CorrectiveLMTerm(GeneratorCorruption):
 
     main_model_predicts_tokens = True
     perplexity_metric = "clm"
+    default_sample_mode = "eval"  # the released config: sample from a no-grad pass without dropout
 
-    def __init__(self, *, copy_weight: float = 50.0, lm_form: str = "paper", **generator_options) -> None:
+    def __init__(
+        self, *, copy_weight: float = 50.0, lm_form: str = "paper", clm_head: str = "released", **generator_options
+    ) -> None:
         super().__init__(**generator_options)
         if lm_form not in LM_FORMS:
             raise ValueError(f"objective.coco_clm.lm_form={lm_form!r} is not one of {', '.join(LM_FORMS)}")
+        if clm_head not in CLM_HEADS:
+            raise ValueError(f"objective.coco_clm.clm_head={clm_head!r} is not one of {', '.join(CLM_HEADS)}")
         if copy_weight < 0:
             raise ValueError(f"objective.coco_clm.copy_weight must be >= 0, got {copy_weight}")
-        self.copy_weight, self.lm_form = copy_weight, lm_form
+        self.copy_weight, self.lm_form, self.clm_head = copy_weight, lm_form, clm_head
         self.copy_head: nn.Module | None = None
+        self.clm_bias: nn.Parameter | None = None
+
+    @property
+    def uses_main_vocab_head(self) -> bool:
+        return self.clm_head == "mlm_head"
+
+    def released_generator_shape(self, layers: int, hidden: int) -> tuple[int, float]:
+        """The main width; 4 layers from base width up (base, large), 2 below (small): Meng et al. 2021's
+        released configs. Never more than half the main depth (a 2-layer main model gets 1)."""
+        return max(1, min(4 if hidden >= 768 else 2, layers // 2)), 1.0
 
     def setup(self, context: TermContext) -> None:
         super().setup(context)
-        self.copy_head = nn.Linear(context.hidden_size, 1)
+        self.copy_head = nn.Linear(context.hidden_size, 1)  # the released binary head: one linear layer
+        if self.clm_head == "released":
+            self.clm_bias = nn.Parameter(torch.zeros(context.vocab_size))
+
+    def prepare_batch(self, batch: dict, backbone: nn.Module) -> dict:
+        prepared = super().prepare_batch(batch, backbone)
+        if self.clm_head == "released":  # our own head: the backbone need not project anything itself
+            prepared["clm_labels"], prepared["labels"] = prepared["labels"], torch.full_like(prepared["labels"], -100)
+        return prepared
+
+    def clm_logits(self, output: ForwardOutput) -> tuple[Tensor, Tensor, Tensor]:
+        """(N, V) logits at the selected positions, their (N,) targets and the (B, T) selection."""
+        if self.clm_head == "mlm_head":
+            assert output.logits is not None
+            return output.logits, output.target_ids, output.labels != -100
+        labels = output.extras["clm_labels"]
+        selected = labels != -100
+        # Released CLM head: a bare linear over the tied word embeddings plus a bias (no MLM transform).
+        logits = F.linear(output.hidden_states[selected], output.embedding_weight, self.clm_bias)  # (N, V)
+        return logits, labels[selected], selected
 
     def forward(self, output: ForwardOutput) -> TermOutput:
-        assert self.copy_head is not None and output.logits is not None
+        assert self.copy_head is not None
+        lm_logits, targets, selected = self.clm_logits(output)
         copy_logits = self.copy_head(output.hidden_states).squeeze(-1)  # (B, T)
         mask = output.attention_mask.bool()
         copied = ~output.extras["replaced"]  # 1 = the token is the original one
         copy_total, copy_count = replaced_token_detection(copy_logits, copied, mask)
         copy_loss = distributed_mean(copy_total, copy_count)
-        selected = output.labels != -100
         if self.lm_form == "paper":
-            lm_total = corrective_lm_paper(output.logits, output.target_ids, copy_logits[selected], copied[selected])
+            lm_total = corrective_lm_paper(lm_logits, targets, copy_logits[selected], copied[selected])
         else:
-            lm_total = corrective_lm_released(output.logits, output.target_ids, copy_logits[selected])
-        count = torch.tensor(float(output.target_ids.numel()), device=lm_total.device)
+            lm_total = corrective_lm_released(lm_logits, targets, copy_logits[selected])
+        count = torch.tensor(float(targets.numel()), device=lm_total.device)
         lm_loss = distributed_mean(lm_total, count)
         generator = self.generator_loss(output)
         loss = self.generator_weight * generator + self.copy_weight * copy_loss + lm_loss
@@ -71,6 +106,7 @@ class CorrectiveLMTerm(GeneratorCorruption):
             "copy": copy_loss.detach(),
             "clm": lm_loss.detach(),
             "copy_accuracy": ((copy_logits.detach() > 0) == copied)[mask].float().mean(),
+            "clm_accuracy": (lm_logits.detach().argmax(-1) == targets).float().mean(),
             "replaced_rate": (~copied)[mask].float().mean(),
         }
         return TermOutput(loss, metrics)

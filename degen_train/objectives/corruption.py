@@ -12,6 +12,8 @@ from degen_train.models.generator import AuxiliaryGenerator, sample_replacements
 from degen_train.terms import LossTerm, TermContext, distributed_mean
 from degen_train.types import ForwardOutput
 
+SAMPLE_MODES = ("train", "eval")
+
 
 class GeneratorCorruption(LossTerm):
     """prepare_batch: masked input -> generator -> sampled replacements -> corrupted input.
@@ -23,14 +25,17 @@ class GeneratorCorruption(LossTerm):
     family = "encoder"
     data_format = "mlm"
     main_model_predicts_tokens = False  # ELECTRA: no vocabulary head on the main model
+    default_sample_mode = "train"
 
     def __init__(
         self,
         *,
         generator_layers: int | str = "auto",
+        generator_hidden_fraction: float | str = "auto",
         generator_heads: int | None = None,
         generator_intermediate_size: int | None = None,
         generator_weight: float = 1.0,
+        generator_sample_mode: str | None = None,
         sampling_temperature: float = 1.0,
     ) -> None:
         super().__init__()
@@ -39,28 +44,60 @@ class GeneratorCorruption(LossTerm):
                 f"{self.name}: generator_weight must be >= 0 and sampling_temperature > 0, got "
                 f"{generator_weight} and {sampling_temperature}"
             )
+        self.sample_mode = generator_sample_mode or self.default_sample_mode
+        if self.sample_mode not in SAMPLE_MODES:
+            raise ValueError(f"{self.name}.generator_sample_mode={self.sample_mode!r} is not one of train, eval")
+        if generator_hidden_fraction != "auto" and not 0 < float(generator_hidden_fraction) <= 1:
+            raise ValueError(f"{self.name}: generator_hidden_fraction not in (0, 1]: {generator_hidden_fraction}")
         self.generator_options = {
             "layers": generator_layers,
+            "fraction": generator_hidden_fraction,
             "heads": generator_heads,
             "intermediate_size": generator_intermediate_size,
         }
         self.generator_weight, self.sampling_temperature = generator_weight, sampling_temperature
         self.generator: AuxiliaryGenerator | None = None
 
+    def released_generator_shape(self, layers: int, hidden: int) -> tuple[int, float]:
+        """(depth, width fraction) of the authors' generator for a main model of this depth and width."""
+        raise NotImplementedError
+
+    @property
+    def uses_main_vocab_head(self) -> bool:
+        """Whether the main model's own MLM head is trained (else it is frozen: no unused parameters)."""
+        return self.main_model_predicts_tokens
+
     def setup(self, context: TermContext) -> None:
         if context.backbone is None or context.backbone.model.config.model_type != "bert":
             raise ValueError(f"loss term {self.name!r} needs a BERT-style main model")
-        options = dict(self.generator_options)
-        if options["layers"] == "auto":  # a third of the main depth: 4 layers for a 12-layer base model
-            options["layers"] = max(1, context.backbone.model.config.num_hidden_layers // 3)
-        self.generator = AuxiliaryGenerator(context.backbone.model, **options)
+        main = context.backbone.model.config
+        auto_layers, auto_fraction = self.released_generator_shape(main.num_hidden_layers, main.hidden_size)
+        options = self.generator_options
+        layers = auto_layers if options["layers"] == "auto" else int(options["layers"])
+        fraction = auto_fraction if options["fraction"] == "auto" else float(options["fraction"])
+        if not self.uses_main_vocab_head:
+            context.backbone.freeze_vocab_head()
+        self.generator = AuxiliaryGenerator(
+            context.backbone.model,
+            layers=layers,
+            hidden_size=max(1, round(fraction * main.hidden_size)),
+            heads=options["heads"],
+            intermediate_size=options["intermediate_size"],
+        )
 
     def prepare_batch(self, batch: dict[str, Any], backbone: nn.Module) -> dict[str, Any]:
         assert self.generator is not None
         selected = batch["labels"] != -100  # (B, T) the masked positions
         generator_logits = self.generator(batch, selected)  # (N, V), with gradient for the generator loss
+        sampled_from = generator_logits.detach()
+        if self.sample_mode == "eval" and self.generator.training:
+            # COCO-LM samples from a second pass of the generator without dropout and without gradient.
+            self.generator.eval()
+            with torch.no_grad():
+                sampled_from = self.generator(batch, selected)
+            self.generator.train()
         replacements = sample_replacements(
-            generator_logits.detach(), selected, batch["sample_seed"], temperature=self.sampling_temperature
+            sampled_from, selected, batch["sample_seed"], temperature=self.sampling_temperature
         )
         original = batch["original_ids"]
         corrupted = original.clone()

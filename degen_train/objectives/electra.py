@@ -16,20 +16,35 @@ def replaced_token_detection(logits: Tensor, replaced: Tensor, mask: Tensor) -> 
     return loss, mask.sum().float()
 
 
+HEAD_FORMS = ("released", "linear")
+
+
 @register_term("electra")
 class ElectraTerm(GeneratorCorruption):
     """L = L_gen + λ · L_RTD, λ = 50; Clark et al. 2020 (ELECTRA)."""
 
-    def __init__(self, *, detection_weight: float = 50.0, **generator_options) -> None:
+    def __init__(
+        self, *, detection_weight: float = 50.0, detection_head: str = "released", **generator_options
+    ) -> None:
         super().__init__(**generator_options)
         if detection_weight < 0:
             raise ValueError(f"objective.electra.detection_weight must be >= 0, got {detection_weight}")
-        self.detection_weight = detection_weight
+        if detection_head not in HEAD_FORMS:
+            raise ValueError(f"objective.electra.detection_head={detection_head!r} is not one of released, linear")
+        self.detection_weight, self.detection_head_form = detection_weight, detection_head
         self.detection_head: nn.Module | None = None
+
+    def released_generator_shape(self, layers: int, hidden: int) -> tuple[int, float]:
+        """Full depth; ⅓ of the width for base (hidden 768), ¼ otherwise (small, large): Clark et al. 2020."""
+        return layers, (1 / 3 if hidden == 768 else 1 / 4)
 
     def setup(self, context: TermContext) -> None:
         super().setup(context)
-        self.detection_head = nn.Linear(context.hidden_size, 1)
+        hidden = context.hidden_size
+        if self.detection_head_form == "released":  # dense → GELU → dense(1), as ELECTRA's discriminator
+            self.detection_head = nn.Sequential(nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, 1))
+        else:
+            self.detection_head = nn.Linear(hidden, 1)
 
     def forward(self, output: ForwardOutput) -> TermOutput:
         assert self.detection_head is not None

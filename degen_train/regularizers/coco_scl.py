@@ -39,13 +39,17 @@ def sequence_contrastive_loss(
         return F.cross_entropy(logits, positives.to(logits.device))
 
 
-def gather_keeping_local_gradient(local: Tensor) -> tuple[Tensor, int]:
-    """All processes' rows, gradients flowing only into this process's shard; and the shard's offset."""
-    world, rank = torch.distributed.get_world_size(), torch.distributed.get_rank()
-    parts = [torch.empty_like(local) for _ in range(world)]
-    torch.distributed.all_gather(parts, local.detach().contiguous())
-    parts[rank] = local
-    return torch.cat(parts), rank * local.shape[0]
+def gather_with_gradient(local: Tensor) -> tuple[Tensor, int]:
+    """All processes' rows, and this process's offset in them.
+
+    The gather is differentiable: the gradient a process's loss puts on another process's rows is sent
+    back to their owner (summed over processes), so with DDP's averaging the update equals one process
+    holding the global batch. A detached gather would drop those terms (a biased gradient).
+    """
+    from torch.distributed.nn.functional import all_gather
+
+    rank = torch.distributed.get_rank()
+    return torch.cat(all_gather(local.contiguous())), rank * local.shape[0]
 
 
 def crop_views(ids: Tensor, attention_mask: Tensor, sample_seeds: Tensor, *, fraction: float) -> dict[str, Tensor]:
@@ -66,14 +70,27 @@ def crop_views(ids: Tensor, attention_mask: Tensor, sample_seeds: Tensor, *, fra
     return {"input_ids": cropped, "attention_mask": mask, "labels": torch.full_like(cropped, -100)}
 
 
+PROJECTIONS = ("released", "linear")
+
+
 @register_term("coco_scl")
 class SequenceContrastiveTerm(LossTerm):
     """InfoNCE between [CLS] projections of the main input and a cropped original, τ = 1."""
 
     family = "encoder"
 
-    def __init__(self, *, crop_fraction: float = 0.9, temperature: float = 1.0, gather_negatives: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        crop_fraction: float = 0.9,
+        temperature: float = 1.0,
+        gather_negatives: bool = False,
+        projection: str = "released",
+    ) -> None:
         super().__init__()
+        if projection not in PROJECTIONS:
+            raise ValueError(f"regularizer.coco_scl.projection={projection!r} is not one of {', '.join(PROJECTIONS)}")
+        self.projection_form = projection
         if not 0 < crop_fraction <= 1:
             raise ValueError(f"regularizer.coco_scl.crop_fraction must be in (0, 1], got {crop_fraction}")
         if temperature <= 0:
@@ -87,7 +104,11 @@ class SequenceContrastiveTerm(LossTerm):
                 f"sequence contrastive learning needs data.batch_size >= 2 (in-batch negatives), "
                 f"got {context.batch_size}"
             )
-        self.projection = nn.Linear(context.hidden_size, context.hidden_size)
+        hidden = context.hidden_size
+        if self.projection_form == "released":  # COCO-LM's SCL head: dense → GELU → LayerNorm on [CLS]
+            self.projection = nn.Sequential(nn.Linear(hidden, hidden), nn.GELU(), nn.LayerNorm(hidden))
+        else:
+            self.projection = nn.Linear(hidden, hidden)
 
     def prepare_batch(self, batch: dict[str, Any], backbone: nn.Module) -> dict[str, Any]:
         crop = crop_views(
@@ -101,8 +122,8 @@ class SequenceContrastiveTerm(LossTerm):
         first = self.projection(output.hidden_states[:, 0])  # (B, H) [CLS] of the main input
         second = self.projection(output.views[self.view_index].hidden_states[:, 0])  # (B, H) of the crop
         if self.gather_negatives and torch.distributed.is_available() and torch.distributed.is_initialized():
-            all_first, offset = gather_keeping_local_gradient(first)
-            all_second, _ = gather_keeping_local_gradient(second)
+            all_first, offset = gather_with_gradient(first)
+            all_second, _ = gather_with_gradient(second)
             loss = sequence_contrastive_loss(
                 first,
                 second,

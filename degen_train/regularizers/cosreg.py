@@ -56,7 +56,7 @@ class CosineRegularizer(LossTerm):
     """γ · R_cos over embedding rows (all, or only tokens seen so far) or over the batch's hidden states."""
 
     def __init__(
-        self, *, matrix: str = "input", rows: str = "all", target: str = "embedding", normalization: str = "n_squared"
+        self, *, matrix: str = "output", rows: str = "all", target: str = "embedding", normalization: str = "n_squared"
     ) -> None:
         super().__init__()
         for name, value, choices in (

@@ -113,9 +113,7 @@ def test_main_loss_does_not_reach_the_generator_through_the_samples() -> None:
     loss = WeightedSum({"coco_clm": term}, {"coco_clm": 1.0})
     total, logged = loss(backbone(loss.prepare_batch(masked_batch(), backbone)))
     total.backward()
-    generator_layers = list(term.generator.model.bert.encoder.parameters()) + list(
-        term.generator.model.cls.predictions.transform.parameters()
-    )
+    generator_layers = list(term.generator.encoder.encoder.parameters()) + list(term.generator.transform.parameters())
     assert all(p.grad is None or not p.grad.any() for p in generator_layers)
     assert backbone.model.bert.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
     assert term.copy_head.weight.grad.abs().sum() > 0
@@ -124,17 +122,17 @@ def test_main_loss_does_not_reach_the_generator_through_the_samples() -> None:
     term.generator_weight = 1.0
     backbone.zero_grad()
     loss(backbone(loss.prepare_batch(masked_batch(), backbone)))[0].backward()
-    assert term.generator.model.bert.encoder.layer[0].output.dense.weight.grad.abs().sum() > 0
+    assert term.generator.encoder.encoder.layer[0].output.dense.weight.grad.abs().sum() > 0
 
 
 def test_generator_shares_the_main_embeddings() -> None:
     backbone = tiny_backbone()
     term = CorrectiveLMTerm(generator_layers="auto")
     term.setup(TermContext(family="encoder", hidden_size=16, vocab_size=30, batch_size=2, backbone=backbone))
-    generator = term.generator.model
-    assert generator.bert.embeddings is backbone.model.bert.embeddings
-    assert generator.cls.predictions.decoder.weight is backbone.model.get_input_embeddings().weight
-    assert len(generator.bert.encoder.layer) == 1  # auto: a third of 3 layers
+    generator = term.generator
+    assert generator.encoder.embeddings.shared is backbone.model.bert.embeddings
+    assert generator.decoder_weight is backbone.model.get_input_embeddings().weight
+    assert len(generator.encoder.encoder.layer) == 1  # auto: at most half of the main 3 layers
 
 
 @pytest.mark.parametrize("regularizer", ["cosreg", "coco_scl"])
