@@ -82,6 +82,11 @@ class PretrainModule(pl.LightningModule):
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def on_train_start(self) -> None:
+        # Every module that trains must be in train mode (dropout on): a module loaded by from_pretrained
+        # is in eval mode, and training it so would silently differ from its paper's setting.
+        idle = [n for n, m in self.named_modules() if not m.training and any(p.requires_grad for p in m.parameters())]
+        if idle:
+            raise RuntimeError(f"modules with trainable parameters start training in eval mode: {', '.join(idle[:5])}")
         for logger in self.loggers:
             if hasattr(logger, "prepare_resume"):
                 logger.prepare_resume(self.global_step, last_train_row=self.last_train_metrics)

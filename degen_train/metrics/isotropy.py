@@ -121,10 +121,14 @@ def isoscore(vectors: Tensor | VectorMoments) -> float:
 
 
 def partition_isotropy(vectors: Tensor, moments: VectorMoments | None = None) -> float:
-    """I(W) = min_c Z(c) / max_c Z(c), Z(c) = Σ_i exp(cᵀw_i), c over the eigenvectors of WᵀW;
-    Mu & Viswanath 2018 (all-but-the-top). 1 = isotropic."""
+    """I(W) = min_c Z(c) / max_c Z(c), Z(c) = Σ_i exp(cᵀw_i), c over ± the eigenvectors of WᵀW;
+    Mu & Viswanath 2018 (all-but-the-top). 1 = isotropic.
+
+    Both signs of every eigenvector enter: LAPACK returns each with an arbitrary sign, and without −c the
+    value would depend on it (I(W) ≠ I(−W))."""
     moments = moments or VectorMoments.of(vectors)
-    _, directions = torch.linalg.eigh(moments.gram)  # (d, d), columns are unit directions
+    _, basis = torch.linalg.eigh(moments.gram)  # (d, d), columns are unit directions
+    directions = torch.cat([basis, -basis], dim=1)  # (d, 2d)
     log_z = None
     for chunk in _chunks(vectors.detach().cpu()):
         part = torch.logsumexp(chunk @ directions, dim=0)  # (d,)

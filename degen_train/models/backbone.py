@@ -66,7 +66,7 @@ def build_hf_model(cfg: Any, *, tokenizer: Any, with_nsp_head: bool) -> PreTrain
                 f"model.init_from={cfg.init_from} has {model.get_input_embeddings().num_embeddings} embeddings "
                 f"but the tokenizer has {len(tokenizer)} tokens: use that model's tokenizer (data.tokenizer.path)"
             )
-        return model
+        return model.train()  # from_pretrained leaves eval mode: continued pretraining would run without dropout
     common = {
         "vocab_size": len(tokenizer),
         "tie_word_embeddings": bool(cfg.tie_embeddings),

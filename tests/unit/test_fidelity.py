@@ -155,3 +155,14 @@ def test_sample_mode_eval_samples_from_a_pass_without_dropout() -> None:
         )
         assert torch.equal(prepared["input_ids"][selected], expected), mode
     assert ElectraTerm().sample_mode == "train" and CorrectiveLMTerm().sample_mode == "eval"
+
+
+def test_a_model_loaded_from_saved_weights_trains_with_dropout(tmp_path) -> None:  # noqa: ANN001
+    """from_pretrained returns eval mode; the TaCL student and any continued pretraining must train in train mode."""
+    from degen_train.config import load_config
+    from degen_train.models.backbone import build_hf_model
+
+    bert(layers=2, hidden=16, heads=2).model.save_pretrained(tmp_path / "saved")
+    cfg = load_config([f"model.init_from={tmp_path / 'saved'}"])
+    model = build_hf_model(cfg.model, tokenizer=range(30), with_nsp_head=False)
+    assert all(module.training for module in model.modules())

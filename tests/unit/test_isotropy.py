@@ -60,9 +60,9 @@ def test_isoscore_matches_the_reference_package() -> None:
 
 
 def test_partition_isotropy_hand_case() -> None:
-    # WᵀW = diag(4, 1): Z(e1) = e² + 1, Z(e2) = 1 + e.
+    # WᵀW = diag(4, 1), c over ±e1, ±e2: Z(e1) = e² + 1 (max), Z(−e1) = e⁻² + 1 (min), Z(±e2) = 1 + e^{±1}.
     assert partition_isotropy(torch.tensor([[2.0, 0.0], [0.0, 1.0]])) == pytest.approx(
-        (1 + math.e) / (math.e**2 + 1), rel=1e-9
+        (1 + math.e**-2) / (math.e**2 + 1), rel=1e-9
     )
     balanced = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
     assert partition_isotropy(balanced) == pytest.approx(1.0)
@@ -113,3 +113,18 @@ def test_clipping_and_all_but_the_top() -> None:
     stretched = torch.randn(2000, 4) * torch.tensor([10.0, 1, 1, 1])
     removed = remove_top_directions(stretched, 1)
     assert removed.var(0)[0] < 0.1 and removed.var(0)[1:].min() > 0.5
+
+
+def test_partition_isotropy_ignores_eigenvector_signs() -> None:
+    """I(X) = I(−X), and a hand-rotated basis gives the same value (the eigenvectors' signs are LAPACK's)."""
+    torch.manual_seed(0)
+    cloud = torch.randn(400, 6) * torch.tensor([3.0, 2.0, 1.0, 1.0, 0.5, 0.2])
+    cloud = cloud - cloud.mean(0)
+    assert partition_isotropy(-cloud) == pytest.approx(partition_isotropy(cloud), rel=1e-9)
+    rotation, _ = torch.linalg.qr(torch.randn(6, 6, dtype=torch.float64))
+    rotated = (cloud.double() @ rotation).float()
+    assert partition_isotropy(rotated) == pytest.approx(partition_isotropy(cloud), rel=1e-4)
+    # By hand: W = {(1, 0), (−1, 0), (0, 2)}: Z(±e1) = e + e⁻¹ + 1, Z(e2) = 2 + e², Z(−e2) = 2 + e⁻²: min/max.
+    hand = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 2.0]])
+    values = [math.e + 1 / math.e + 1, 2 + math.e**2, 2 + math.e**-2]
+    assert partition_isotropy(hand) == pytest.approx(min(values) / max(values), rel=1e-6)
