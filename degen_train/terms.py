@@ -66,6 +66,7 @@ class TermContext:
     vocab_size: int
     batch_size: int
     backbone: Any = None  # degen_train.models.backbone.Backbone
+    block_size: int = 0  # data.block_size: the longest sequence a batch can hold
 
 
 def distributed_mean(total: Tensor, count: Tensor) -> Tensor:

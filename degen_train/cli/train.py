@@ -126,6 +126,7 @@ def build_module(
             vocab_size=hf_model.get_input_embeddings().num_embeddings,
             batch_size=int(cfg.data.batch_size),
             backbone=backbone,
+            block_size=int(cfg.data.block_size),
         ),
     )
     identity = {

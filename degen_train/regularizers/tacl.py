@@ -91,6 +91,8 @@ class TokenContrastiveTerm(LossTerm):
             )
         teacher.requires_grad_(False)
         self._teacher[:] = [teacher]
+        self.block_size = context.block_size
+        self.pad_id = int(config.pad_token_id or 0)
         self.train(self.training)
         log.info("TaCL teacher: %s (frozen, dropout %s)", self.teacher_path, "on" if self.teacher_dropout else "off")
 
@@ -104,24 +106,35 @@ class TokenContrastiveTerm(LossTerm):
         assert self.teacher is not None and output.original_ids is not None
         if next(self.teacher.parameters()).device != output.hidden_states.device:
             self.teacher.to(output.hidden_states.device)
+        teacher_input = {"input_ids": output.original_ids, "attention_mask": output.attention_mask}
+        if output.token_type_ids is not None:
+            teacher_input["token_type_ids"] = output.token_type_ids
+        if self.pad_in_denominator:  # the released code pads every sequence to max_len: as many pad negatives
+            teacher_input = self.pad_to_block(teacher_input)
         with torch.no_grad():
-            kwargs = {"input_ids": output.original_ids, "attention_mask": output.attention_mask}
-            if output.token_type_ids is not None:
-                kwargs["token_type_ids"] = output.token_type_ids
-            teacher_hidden = self.teacher(**kwargs).last_hidden_state  # (B, T, H)
+            teacher_hidden = self.teacher(**teacher_input).last_hidden_state  # (B, T', H), T' >= T
         anchors = output.labels != -100  # the MLM-selected positions
-        candidates = self.candidates(output.original_ids, output.attention_mask)
+        candidates = self.candidates(output.original_ids, output.attention_mask, width=teacher_hidden.shape[1])
         total, count = tacl_loss(
             output.hidden_states, teacher_hidden, anchors, candidates, temperature=self.temperature
         )
         return TermOutput(distributed_mean(total, count), {"anchors": count})
 
-    def candidates(self, ids: Tensor, attention_mask: Tensor) -> Tensor:
-        """(B, T, T) bool: which positions j enter position i's denominator."""
-        size = ids.shape[1]
-        allowed = torch.ones(ids.shape[0], size, size, dtype=torch.bool, device=ids.device)
+    def pad_to_block(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Right-pad every entry to ``block_size`` columns (pad id, attention 0, segment 0)."""
+        extra = max(0, self.block_size - batch["input_ids"].shape[1])
+        fill = {"input_ids": self.pad_id, "attention_mask": 0, "token_type_ids": 0}
+        return {k: F.pad(v, (0, extra), value=fill[k]) for k, v in batch.items()}
+
+    def candidates(self, ids: Tensor, attention_mask: Tensor, width: int | None = None) -> Tensor:
+        """(B, T, W) bool: which teacher positions j (W >= T columns) enter position i's denominator."""
+        batch, size = ids.shape
+        width = width or size
+        allowed = torch.ones(batch, size, width, dtype=torch.bool, device=ids.device)
         if not self.pad_in_denominator:
-            allowed &= attention_mask.bool()[:, None, :]
+            allowed[:, :, :size] &= attention_mask.bool()[:, None, :]
+            allowed[:, :, size:] = False
         if self.exclude_same_token:
-            allowed &= ids[:, :, None] != ids[:, None, :]
-        return allowed | torch.eye(size, dtype=torch.bool, device=ids.device)
+            allowed[:, :, :size] &= ids[:, :, None] != ids[:, None, :]
+        eye = torch.eye(size, width, dtype=torch.bool, device=ids.device)
+        return allowed | eye

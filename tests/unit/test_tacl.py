@@ -86,3 +86,62 @@ def test_gradients_reach_the_student_and_never_the_teacher(tmp_path: Path) -> No
     assert result.metrics["anchors"].item() == 2
     assert student.model.bert.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
     assert all(p.grad is None for p in tacl.teacher.parameters())
+
+
+def released_tacl(
+    student: torch.Tensor,
+    teacher_model: BertModel,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    anchors: torch.Tensor,
+    max_len: int,
+    temperature: float,
+) -> torch.Tensor:
+    """yxuansu/TaCL pretraining/bert_contrastive.py, transcribed: the teacher reads the sequence padded to
+    max_len, cosine scores against every one of those max_len positions, log-softmax, mean over anchors."""
+    pad = max_len - ids.shape[1]
+    truth = torch.nn.functional.pad(ids, (0, pad))
+    attn = torch.nn.functional.pad(mask, (0, pad))
+    truth_rep = teacher_model(input_ids=truth, attention_mask=attn).last_hidden_state
+    student = torch.nn.functional.pad(student, (0, 0, 0, pad))  # the student saw max_len positions too
+    masked_rep = student / student.norm(dim=2, keepdim=True).clamp_min(1e-12)
+    truth_rep = truth_rep / truth_rep.norm(dim=2, keepdim=True)
+    scores = masked_rep @ truth_rep.transpose(1, 2) / temperature  # bsz x max_len x max_len
+    logprobs = torch.log_softmax(scores, dim=-1)
+    gold = logprobs.diagonal(dim1=1, dim2=2)
+    labels = torch.nn.functional.pad(anchors, (0, pad)).float()
+    return -(gold * labels).sum() / labels.sum()
+
+
+def test_pad_in_denominator_counts_pads_to_block_size_as_released(tmp_path: Path) -> None:
+    """The number of pad negatives is block_size - length, whatever the batch's own padding."""
+    from degen_train.types import ForwardOutput
+
+    tacl = term(tmp_path, teacher_dropout=False)
+    tacl.block_size = 24
+    torch.manual_seed(0)
+    ids = torch.tensor([[2, 5, 6, 7, 3, 0, 0, 0], [2, 8, 9, 3, 0, 0, 0, 0]])
+    mask = (ids != 0).long()
+    anchors = torch.zeros_like(ids, dtype=torch.bool)
+    anchors[0, 2], anchors[1, 1] = True, True
+    student = torch.randn(2, 8, 8)
+
+    def loss_with(extra: int) -> float:
+        pad = (0, extra)
+        out = ForwardOutput(
+            input_ids=torch.nn.functional.pad(ids, pad),
+            attention_mask=torch.nn.functional.pad(mask, pad),
+            hidden_states=torch.nn.functional.pad(student, (0, 0, 0, extra)),
+            labels=torch.where(torch.nn.functional.pad(anchors, pad), torch.nn.functional.pad(ids, pad), -100),
+            logits=None,
+            target_ids=ids[anchors],
+            embedding_weight=torch.zeros(1),
+            output_embedding_weight=torch.zeros(1),
+            original_ids=torch.nn.functional.pad(ids, pad),
+        )
+        return tacl(out).loss.item()
+
+    assert loss_with(0) == pytest.approx(loss_with(16), rel=1e-6)  # 16 more pad columns change nothing
+    with torch.no_grad():
+        expected = released_tacl(student, tacl.teacher, ids, mask, anchors, 24, tacl.temperature)
+    assert loss_with(0) == pytest.approx(expected.item(), rel=1e-5)
