@@ -45,6 +45,7 @@ class LossTerm(nn.Module):
     family: ClassVar[str | None] = None
     data_format: ClassVar[str | None] = None
     perplexity_metric: ClassVar[str | None] = None  # the metric whose exp() is the run's perplexity
+    paper_metrics: ClassVar[tuple[str, ...]] = ()  # the metrics its paper reports, named in summary.json
 
     def forward(self, output: ForwardOutput) -> TermOutput:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -23,6 +23,15 @@ def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
+PERPLEXITY_OF = {  # ELECTRA and COCO-LM: the generator's MLM (the CLM loss reads corrupted input)
+    "bert_mlm": "mlm/loss",
+    "bert_mlm_nsp": "mlm/loss",
+    "tacl": "mlm/loss",
+    "coco_lm": "coco_clm/generator_mlm",
+    "electra": "electra/generator_mlm",
+}
+
+
 def overrides(recipe: str, teacher: Path) -> list[str]:
     extra = [f"teacher={teacher}"] if recipe == "tacl" else []
     family = load_config([f"recipe={recipe}", *extra]).model.family
@@ -37,6 +46,11 @@ def test_recipe_trains_twenty_steps(recipe: str, tmp_path: Path, teacher: Path) 
     losses = logged(tmp_path, "train/loss")
     assert losses[19] < losses[0]
     assert (tmp_path / "hf" / "config.json").exists()
+    # Each number named for what it is: perplexity of one term's token loss, and the paper's own metrics.
+    source = PERPLEXITY_OF.get(recipe, "mle/loss")
+    assert summary["val_perplexity_of"] == source
+    assert summary["val_perplexity"] == pytest.approx(math.exp(summary["val_metrics"][f"val/{source}"]))
+    assert all(v is not None for v in summary["paper_metrics"].values())
 
 
 @pytest.mark.parametrize("recipe", RECIPES)

@@ -97,8 +97,7 @@ def _train_locked(
         # short, so a run resumed there would log its final validation a step early (tests/faults/test_kills.py).
         trainer.fit_loop.epoch_loop._batches_that_stepped = trainer.global_step
         val_metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
-    perplexity_key = next((f"val/{k}/{t.perplexity_metric}" for k, t in terms.items() if t.perplexity_metric), None)
-    summary = _summary(cfg, trainer, train_metrics, val_metrics, perplexity_key=perplexity_key)
+    summary = _summary(cfg, trainer, train_metrics, val_metrics, terms=terms, weights=weights)
     if trainer.is_global_zero:
         if cfg.export_hf:
             export_pretrained(module.backbone.model, data.tokenizer, run_dir / "hf")
@@ -144,16 +143,26 @@ def build_module(
     )
 
 
-def _summary(cfg: DictConfig, trainer: Any, train_metrics: dict, val_metrics: dict, perplexity_key: str | None) -> dict:
+def _summary(
+    cfg: DictConfig, trainer: Any, train_metrics: dict, val_metrics: dict, *, terms: dict, weights: dict
+) -> dict:
+    """What the run measured, each number named for what it is."""
     throughput = next((c for c in trainer.callbacks if hasattr(c, "mean_tokens_per_s")), None)
     isotropy = next((c.latest for c in trainer.callbacks if isinstance(c, IsotropyMonitor)), {})
-    val_loss = val_metrics.get("val/loss")
-    main_val = val_metrics.get(perplexity_key) if perplexity_key else None
+    source = next((f"{k}/{t.perplexity_metric}" for k, t in terms.items() if t.perplexity_metric), None)
+    token_loss = val_metrics.get(f"val/{source}") if source else None
     return {
         "final_step": trainer.global_step,
         "train_loss": train_metrics.get("train/loss"),
-        "val_loss": val_loss,
-        "val_perplexity": math.exp(main_val) if main_val is not None and main_val < 50 else None,
+        "val_loss": val_metrics.get("val/loss"),
+        "val_loss_is": " + ".join(f"{weights[k]:g}·{k}" for k in terms if weights[k]),
+        # exp of one term's token loss (named here), never of val_loss, which adds the regularizers.
+        "val_perplexity": math.exp(token_loss) if token_loss is not None and token_loss < 50 else None,
+        "val_perplexity_of": source,
+        "val_terms": {k: val_metrics.get(f"val/{k}/loss") for k in terms},
+        "paper_metrics": {
+            f"{k}/{m}": val_metrics.get(f"val/{k}/{m}") for k, t in terms.items() for m in t.paper_metrics
+        },
         "val_metrics": {k: float(v) for k, v in val_metrics.items()},
         "tokens_per_s": throughput.mean_tokens_per_s if throughput else None,
         "isotropy": isotropy,

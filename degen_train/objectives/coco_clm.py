@@ -36,7 +36,9 @@ class CorrectiveLMTerm(GeneratorCorruption):
     """L = L_gen + λ_copy · L_copy + L_LM with λ_copy = 50; Meng et al. 2021 (COCO-LM)."""
 
     main_model_predicts_tokens = True
-    perplexity_metric = "clm"
+    # The CLM loss is over generator-corrupted input (copy-weighted): its exp() is no perplexity.
+    perplexity_metric = "generator_mlm"
+    paper_metrics = ("copy_accuracy", "clm_accuracy", "generator_accuracy", "replaced_rate")
     default_sample_mode = "eval"  # the released config: sample from a no-grad pass without dropout
 
     def __init__(
@@ -107,6 +109,7 @@ class CorrectiveLMTerm(GeneratorCorruption):
             "clm": lm_loss.detach(),
             "copy_accuracy": ((copy_logits.detach() > 0) == copied)[mask].float().mean(),
             "clm_accuracy": (lm_logits.detach().argmax(-1) == targets).float().mean(),
+            "generator_accuracy": self.generator_accuracy(output),
             "replaced_rate": (~copied)[mask].float().mean(),
         }
         return TermOutput(loss, metrics)

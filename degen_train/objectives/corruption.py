@@ -113,6 +113,11 @@ class GeneratorCorruption(LossTerm):
             prepared["labels"] = torch.full_like(batch["labels"], -100)
         return prepared
 
+    def generator_accuracy(self, output: ForwardOutput) -> Tensor:
+        """Share of masked positions where the generator's top token is the original one."""
+        logits, targets = output.extras["generator_logits"], output.extras["generator_targets"]
+        return (logits.detach().argmax(-1) == targets).float().mean()
+
     def generator_loss(self, output: ForwardOutput) -> Tensor:
         """L_gen = −(1/N) Σ_i log p_G(x_i | x̃) at the masked positions (the generator's MLM)."""
         logits, targets = output.extras["generator_logits"], output.extras["generator_targets"]

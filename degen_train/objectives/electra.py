@@ -34,6 +34,9 @@ class ElectraTerm(GeneratorCorruption):
         self.detection_weight, self.detection_head_form = detection_weight, detection_head
         self.detection_head: nn.Module | None = None
 
+    perplexity_metric = "generator_mlm"  # the generator's MLM perplexity: the one vocabulary model here
+    paper_metrics = ("detection_accuracy", "generator_accuracy", "replaced_rate")
+
     def released_generator_shape(self, layers: int, hidden: int) -> tuple[int, float]:
         """Full depth; ⅓ of the width for base (hidden 768), ¼ otherwise (small, large): Clark et al. 2020."""
         return layers, (1 / 3 if hidden == 768 else 1 / 4)
@@ -59,6 +62,7 @@ class ElectraTerm(GeneratorCorruption):
             "generator_mlm": generator.detach(),
             "detection": detection.detach(),
             "detection_accuracy": accuracy,
+            "generator_accuracy": self.generator_accuracy(output),
             "replaced_rate": replaced[mask].float().mean(),
         }
         return TermOutput(loss, metrics)

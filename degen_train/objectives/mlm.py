@@ -29,6 +29,7 @@ class MaskedLMTerm(LossTerm):
 
     family = "encoder"
     perplexity_metric = "loss"
+    paper_metrics = ("accuracy",)
     data_format = "mlm"
 
     def forward(self, output: ForwardOutput) -> TermOutput:

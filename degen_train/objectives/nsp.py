@@ -18,6 +18,7 @@ class NextSentenceTerm(LossTerm):
 
     family = "encoder"
     data_format = "mlm_nsp"
+    paper_metrics = ("accuracy",)
     requires = frozenset({"sequence_logits"})
 
     def forward(self, output: ForwardOutput) -> TermOutput:
