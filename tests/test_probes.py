@@ -66,10 +66,20 @@ def test_wic_reader_and_errors(tmp_path: Path) -> None:
 
 def test_eval_on_minilm_and_shared_data(minilm: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     sts, wic = shared_data("sts-b", "sts-dev.csv"), shared_data("wic", "train")
-    result = evaluate(minilm, sts=[sts], wic=wic, out=tmp_path, limit=300)
+    fit, scored = tmp_path / "wic_fit", tmp_path / "wic_scored"  # two disjoint halves of the shared split
+    for folder, rows in ((fit, slice(0, 150)), (scored, slice(150, 300))):
+        folder.mkdir()
+        for name in ("train.data.txt", "train.gold.txt"):
+            (folder / name).write_text("".join((wic / name).read_text().splitlines(keepends=True)[rows]))
+    result = evaluate(minilm, sts=[sts], wic=scored, wic_fit=fit, out=tmp_path, limit=300)
     scores = result["sts"]["sts-dev"]
     assert scores["n"] == 300 and scores["raw"] > 75  # all-MiniLM-L6-v2 is a trained sentence encoder
     assert set(result["wic"]) >= {"raw", "whitened", "clipped", "n"} and 0.5 < result["wic"]["raw"]["accuracy"] < 1
+    # A threshold picked on the items it scores can only do better than one fitted on another split.
+    raw = result["wic"]["raw"]
+    assert (
+        raw["accuracy_threshold_fitted_on_scored_items"] >= raw["accuracy"] and result["wic"]["fitted_on"]["n"] == 150
+    )
     assert json.loads((tmp_path / "eval.json").read_text())["sts"]["sts-dev"]["raw"] == scores["raw"]
     assert "STS sts-dev" in format_table(result)
 

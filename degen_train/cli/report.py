@@ -78,7 +78,8 @@ def collect(runs: Sequence[Path]) -> list[dict[str, Any]]:
             for name, scores in summary.get("eval", {}).get("sts", {}).items():
                 row[f"sts/{name}"] = scores.get("raw")
             if "wic" in summary.get("eval", {}):
-                row["wic/accuracy"] = summary["eval"]["wic"]["raw"]["accuracy"]
+                wic = summary["eval"]["wic"]["raw"]
+                row["wic/accuracy"] = wic.get("accuracy", wic.get("accuracy_threshold_fitted_on_scored_items"))
         elif wandb := _wandb_summary(run):
             row["status"] = "finished (wandb)"
             row.update(wandb)

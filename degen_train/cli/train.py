@@ -52,8 +52,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     data_format = data_format_for(terms, family, _choice("model"))
     for path in cfg.eval.sts:  # probe files are read now so that a typo fails before training, not after
         read_sts(path)
-    if cfg.eval.wic:
-        read_wic(cfg.eval.wic)
+    for wic in (cfg.eval.wic, cfg.eval.get("wic_fit")):
+        if wic:
+            read_wic(wic)
     finished = finished_summary(run_dir, int(cfg.trainer.max_steps)) if cfg.ckpt_path in RESUME_CHOICES else None
     if finished is not None:
         log.info("%s finished at step %d before: nothing to do (summary.json is kept)", run_dir, finished["final_step"])
@@ -103,7 +104,12 @@ def _train_locked(
             export_pretrained(module.backbone.model, data.tokenizer, run_dir / "hf")
             if family == "encoder" and (cfg.eval.sts or cfg.eval.wic):
                 summary["eval"] = evaluate(
-                    run_dir / "hf", sts=list(cfg.eval.sts), wic=cfg.eval.wic, out=run_dir / "eval", layer=cfg.eval.layer
+                    run_dir / "hf",
+                    sts=list(cfg.eval.sts),
+                    wic=cfg.eval.wic,
+                    wic_fit=cfg.eval.get("wic_fit"),
+                    out=run_dir / "eval",
+                    layer=cfg.eval.layer,
                 )
         atomic_write_json(run_dir / "summary.json", summary)
         log.info("run finished: %s", {k: v for k, v in summary.items() if k != "config"})

@@ -128,3 +128,25 @@ def test_partition_isotropy_ignores_eigenvector_signs() -> None:
     hand = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 2.0]])
     values = [math.e + 1 / math.e + 1, 2 + math.e**2, 2 + math.e**-2]
     assert partition_isotropy(hand) == pytest.approx(min(values) / max(values), rel=1e-6)
+
+
+def test_wic_threshold_is_fitted_on_one_split_and_scored_on_another() -> None:
+    from degen_train.metrics.probes import WicItems, best_threshold, wic_scores
+
+    # Hand case: cosines 0.1, 0.4, 0.6, 0.9 with labels F, F, T, T: the midpoint 0.5 separates them.
+    threshold, accuracy = best_threshold(torch.tensor([0.1, 0.4, 0.6, 0.9]), torch.tensor([False, False, True, True]))
+    assert threshold == pytest.approx(0.5) and accuracy == 1.0
+
+    def split(angles: list[float], labels: list[bool]) -> tuple[WicItems, tuple[torch.Tensor, torch.Tensor]]:
+        u = torch.tensor([[1.0, 0.0, 0.0]] * len(angles))
+        v = torch.stack([torch.tensor([math.cos(a), math.sin(a), 0.0]) for a in angles])
+        return WicItems([(["w"], ["w"])] * len(angles), [(0, 0)] * len(angles), labels), (u, v)
+
+    fit = split([0.1, 0.2, 1.2, 1.4], [True, True, False, False])  # fitted threshold: cos halfway, ≈ 0.58
+    scored_items, scored_vectors = split([0.3, 0.5, 1.0, 1.3], [True, False, False, False])
+    result = wic_scores(scored_items, scored_vectors, fit=fit)
+    raw = result["raw"]
+    assert raw["threshold"] == pytest.approx((math.cos(0.2) + math.cos(1.2)) / 2)
+    assert raw["accuracy"] == pytest.approx(0.75)  # t ≈ 0.67: cos 0.5 ≈ 0.88 is called T, wrongly
+    assert raw["accuracy_threshold_fitted_on_scored_items"] == 1.0  # the optimistic number, named as such
+    assert result["fitted_on"]["n"] == 4
