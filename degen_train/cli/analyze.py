@@ -103,6 +103,12 @@ def analyze(
     result["embedding"] = matrix_metrics(vocab)
     result["embedding"]["norm_log_frequency_spearman"] = norm_frequency_correlation(vocab, counts)
     result["embedding"]["rare_frequent_cosine"] = rare_frequent_cosine(vocab, counts)
+    spectra = {
+        "raw": singular_spectrum(vocab, centred=False),  # dominated by the mean direction in a cone
+        "centred": singular_spectrum(vocab),
+    }
+    result["embedding"]["singular_values"] = spectra["raw"].tolist()
+    result["embedding"]["singular_values_centred"] = spectra["centred"].tolist()
     layers: list[dict[str, Any]] = []
     curves: dict[str, list[float]] = {"raw": [], "whitened": [], "clipped": []}
     for sequences in per_layer:
@@ -130,7 +136,7 @@ def analyze(
         "cone": plots.cone_plot(
             vocab, counts, out_dir / "cone.png", title=f"embedding rows: {'/'.join(encoder.source.parts[-2:])}"
         ),
-        "spectrum": plots.spectrum_plot(singular_spectrum(vocab), out_dir / "spectrum.png"),
+        "spectrum": plots.spectrum_plot(spectra, out_dir / "spectrum.png"),
         "layer_cosine": plots.layer_cosine_plot(curves, out_dir / "layer_cosine.png"),
         "cosine_histogram": plots.cosine_histogram(
             {"embeddings": random_pair_cosines(vocab), "last layer": random_pair_cosines(last)},

@@ -41,7 +41,11 @@ def evaluate(
         for name, pairs in sts_sets.items():
             if limit:
                 pairs = type(pairs)(pairs.first[:limit], pairs.second[:limit], pairs.scores[:limit])
-            result["sts"][name] = sts_scores(pairs, lambda s: sentence_vectors(encoder, s, layer=layer))
+            result["sts"][name] = sts_scores(
+                pairs,
+                lambda s: sentence_vectors(encoder, s, layer=layer),
+                picture=Path(out) / f"{name}_pair_cosines.png",
+            )
     if wic_items is not None:
         if limit:
             wic_items = type(wic_items)(wic_items.words[:limit], wic_items.positions[:limit], wic_items.labels[:limit])

@@ -153,9 +153,13 @@ def top_k_variance_share(vectors: Tensor | VectorMoments, k: int = 1) -> float:
     return float(spectrum[:k].sum() / spectrum.sum())
 
 
-def singular_spectrum(vectors: Tensor | VectorMoments) -> Tensor:
-    """Singular values of the centred matrix, descending (√ of the scatter's eigenvalues)."""
+def singular_spectrum(vectors: Tensor | VectorMoments, *, centred: bool = True) -> Tensor:
+    """Singular values of the matrix, descending: centred (√ of the scatter's eigenvalues) or raw (√ of WᵀW's).
+
+    The raw spectrum of a cone is dominated by its mean direction; the centred one shows the rest."""
     moments = vectors if isinstance(vectors, VectorMoments) else VectorMoments.of(vectors)
+    if not centred:
+        return torch.linalg.eigvalsh(moments.gram).flip(0).clamp_min(0).sqrt()
     return (_eigenvalues(moments) * max(moments.count - 1, 1)).sqrt()
 
 

@@ -38,12 +38,15 @@ def cone_plot(weights: Tensor, counts: Tensor, path: Path, title: str = "") -> P
     return _save(figure, path)
 
 
-def spectrum_plot(singular_values: Tensor, path: Path) -> Path:
+def spectrum_plot(spectra: dict[str, Tensor], path: Path) -> Path:
+    """Normalised singular values, one line per matrix (e.g. raw and centred)."""
     figure, axis = plt.subplots(figsize=(5.5, 4))
-    values = singular_values.double().numpy()
-    axis.semilogy(np.arange(1, len(values) + 1), values / values[0])
+    for (name, singular_values), style in zip(spectra.items(), ("-", "--", ":", "-."), strict=False):
+        values = singular_values.double().numpy()
+        axis.semilogy(np.arange(1, len(values) + 1), values / values[0], style, label=name)
     axis.set_xlabel("index")
     axis.set_ylabel("singular value / largest")
+    axis.legend()
     axis.set_title("embedding singular value spectrum")
     return _save(figure, path)
 
@@ -60,14 +63,16 @@ def layer_cosine_plot(per_layer: dict[str, list[float]], path: Path) -> Path:
     return _save(figure, path)
 
 
-def cosine_histogram(samples: dict[str, Tensor], path: Path) -> Path:
+def cosine_histogram(
+    samples: dict[str, Tensor], path: Path, *, xlabel: str = "cosine between random pairs", title: str = ""
+) -> Path:
     figure, axis = plt.subplots(figsize=(5.5, 4))
     for name, values in samples.items():
-        axis.hist(values.numpy(), bins=60, range=(-1, 1), alpha=0.55, density=True, label=name)
-    axis.set_xlabel("cosine between random pairs")
+        axis.hist(values.double().numpy(), bins=60, range=(-1, 1), alpha=0.55, density=True, label=name)
+    axis.set_xlabel(xlabel)
     axis.set_ylabel("density")
     axis.legend()
-    axis.set_title("cosine of random pairs")
+    axis.set_title(title or "cosine of random pairs")
     return _save(figure, path)
 
 

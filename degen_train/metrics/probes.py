@@ -13,6 +13,7 @@ import torch
 from scipy.stats import spearmanr
 from torch import Tensor
 
+from degen_train.metrics.isotropy import mean_pairwise_cosine
 from degen_train.metrics.transforms import clip_detected_outliers, clip_outliers, fit_whitening
 
 MODES = ("raw", "whitened", "clipped")
@@ -137,7 +138,7 @@ def transformed(vectors: Tensor) -> dict[str, Tensor]:
     return {mode: apply(vectors) for mode, apply in fitted_transforms(vectors).items()}
 
 
-def sts_scores(pairs: SentencePairs, encode: Callable[[list[str]], Tensor]) -> dict[str, float]:
+def sts_scores(pairs: SentencePairs, encode: Callable[[list[str]], Tensor], *, picture: Path | None = None) -> dict:
     """Spearman ρ × 100 between gold scores and cos(u, v) of mean-pooled sentence vectors, per mode."""
     vectors = encode(pairs.first + pairs.second)
     count = len(pairs.first)
@@ -145,7 +146,46 @@ def sts_scores(pairs: SentencePairs, encode: Callable[[list[str]], Tensor]) -> d
     for mode, vs in transformed(vectors).items():
         cosine = torch.nn.functional.cosine_similarity(vs[:count].double(), vs[count:].double(), dim=-1)
         result[mode] = float(spearmanr(cosine.numpy(), np.array(pairs.scores)).statistic * 100)
+    result["sentence_geometry"] = sentence_geometry(vectors, pairs.scores)
+    if picture is not None:  # Meng et al. 2021's figure: similar pairs should sit right of random ones
+        from degen_train.metrics.plots import cosine_histogram
+
+        cosines = pair_cosines(vectors, pairs.scores)
+        cosine_histogram(
+            {"similar (score >= 4)": cosines["similar"], "random": cosines["random"]},
+            picture,
+            xlabel="cosine of sentence vectors",
+            title="similar vs random sentence pairs",
+        )
+        result["sentence_geometry"]["picture"] = str(picture)
     return result
+
+
+def pair_cosines(vectors: Tensor, scores: list[float], *, similar_at: float = 4.0, seed: int = 0) -> dict[str, Tensor]:
+    """Raw cosines of the pairs scored >= ``similar_at`` and of as many random pairings of the same sentences
+    (first of one pair with second of another): the two distributions of Meng et al. 2021's figure."""
+    count = len(scores)
+    first, second = vectors[:count].double(), vectors[count:].double()
+    similar = torch.tensor(scores) >= similar_at
+    generator = torch.Generator().manual_seed(seed)
+    shuffled = torch.randperm(count, generator=generator)
+    shuffled = torch.where(shuffled == torch.arange(count), (shuffled + 1) % count, shuffled)  # never a true pair
+    return {
+        "similar": torch.nn.functional.cosine_similarity(first[similar], second[similar], dim=-1),
+        "random": torch.nn.functional.cosine_similarity(first, second[shuffled], dim=-1),
+    }
+
+
+def sentence_geometry(vectors: Tensor, scores: list[float], *, similar_at: float = 4.0) -> dict:
+    """Mean cosine of all sentence vectors, and of similar vs random pairs (raw vectors)."""
+    cosines = pair_cosines(vectors, scores, similar_at=similar_at)
+    return {
+        "mean_cosine_all_sentences": mean_pairwise_cosine(vectors),
+        "similar_pairs_mean_cosine": float(cosines["similar"].mean()) if len(cosines["similar"]) else None,
+        "random_pairs_mean_cosine": float(cosines["random"].mean()),
+        "similar_pairs": len(cosines["similar"]),
+        "similar_at_score": similar_at,
+    }
 
 
 def best_threshold(cosine: Tensor, labels: Tensor) -> tuple[float, float]:

@@ -150,3 +150,24 @@ def test_wic_threshold_is_fitted_on_one_split_and_scored_on_another() -> None:
     assert raw["accuracy"] == pytest.approx(0.75)  # t ≈ 0.67: cos 0.5 ≈ 0.88 is called T, wrongly
     assert raw["accuracy_threshold_fitted_on_scored_items"] == 1.0  # the optimistic number, named as such
     assert result["fitted_on"]["n"] == 4
+
+
+def test_raw_and_centred_spectra_and_sentence_pair_geometry() -> None:
+    from degen_train.metrics.isotropy import singular_spectrum
+    from degen_train.metrics.probes import pair_cosines, sentence_geometry
+
+    # A cone: every row = m + small noise. The raw spectrum is one big value (the mean direction).
+    torch.manual_seed(0)
+    cone = torch.tensor([5.0, 0.0, 0.0]) + 0.1 * torch.randn(500, 3)
+    raw, centred = singular_spectrum(cone, centred=False), singular_spectrum(cone)
+    assert torch.allclose(raw.double(), torch.linalg.svdvals(cone.double()), rtol=1e-4)
+    assert torch.allclose(centred.double(), torch.linalg.svdvals((cone - cone.mean(0)).double()), rtol=1e-4)
+    assert raw[0] / raw[1] > 20 and centred[0] / centred[1] < 2
+    # Pairs by hand: (e1, e1) scored 5, (e1, e2) scored 0, (e2, -e2) scored 4.
+    e1, e2 = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])
+    vectors = torch.stack([e1, e1, e2, e1, e2, -e2])
+    cosines = pair_cosines(vectors, [5.0, 0.0, 4.0])
+    assert cosines["similar"].tolist() == [1.0, -1.0]  # the pairs scored >= 4, as given
+    assert len(cosines["random"]) == 3  # first of one pair with the second of another, never its own
+    geometry = sentence_geometry(vectors, [5.0, 0.0, 4.0])
+    assert geometry["similar_pairs_mean_cosine"] == 0.0 and geometry["similar_pairs"] == 2
