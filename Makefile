@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install train test test-slow lint bench clean
+.PHONY: install train test test-slow lint bench reproduce clean
 
 install: $(STAMP)
 
@@ -38,6 +38,10 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+# The seed methods' claims at CPU scale on WikiText-2 -> docs/reproduce/ (resumable; ARGS=KEY=VALUE ...).
+reproduce: $(STAMP)
+	$(BIN)/degen-reproduce $(ARGS)
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache .ruff_cache

@@ -35,6 +35,7 @@ def evaluate(
     wic_items = read_wic(wic) if wic is not None else None
     fit_items = read_wic(wic_fit) if wic_fit is not None else None
     encoder = load_encoder(model, batch_size=batch_size, max_length=max_length)
+    Path(out).mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"model": str(encoder.source), "layer": layer}
     if sts_sets:
         result["sts"] = {}

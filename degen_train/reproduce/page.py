@@ -1,0 +1,164 @@
+"""The results page of `make reproduce`: tables (mean ± std over seeds), figures and plain verdicts.
+
+Every number on the page comes from the runs' own files (summary.json, analysis/metrics.json,
+eval/eval.json, logs/metrics.csv); nothing is typed by hand. A claim "shows" when the two means differ
+in the paper's direction by more than twice the larger standard deviation over seeds.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from degen_train.reproduce.runs import Run  # noqa: E402
+
+
+def row_of(run: Run, result: dict[str, Any]) -> dict[str, Any]:
+    """One run as one flat row of the numbers the page shows."""
+    summary, analysis = result["summary"], result["analysis"]
+    embedding, layers = analysis["embedding"], analysis["layers"]
+    row = {
+        "part": run.part,
+        "variant": run.variant,
+        "seed": run.seed,
+        "steps": summary["final_step"],
+        "val perplexity": summary.get("val_perplexity"),
+        "embedding mean cos": embedding["mean_cosine"],
+        "IsoScore": embedding["isoscore"],
+        "top-1 variance share": embedding["top1_variance_share"],
+        "norm~log-freq Spearman": embedding["norm_log_frequency_spearman"],
+        "rare-token mean cos": embedding["rare_frequent_cosine"]["rare"],
+        "frequent-token mean cos": embedding["rare_frequent_cosine"]["frequent"],
+        "uniformly negative direction": float(analysis["last_layer_uniformly_negative_direction"]["exists"]),
+        "last-layer self-similarity": layers[-1]["self_similarity"],
+        "last-layer mean cos": layers[-1]["mean_cosine"],
+        "val loss fall over last fifth %": convergence(run.folder),
+    }
+    for term, value in (summary.get("val_terms") or {}).items():
+        row[f"val {term}"] = value
+    sts = result.get("eval", {}).get("sts", {}).get("sts-dev")
+    if sts:
+        row.update({f"STS-B {m}": sts[m] for m in ("raw", "whitened", "clipped")})
+        geometry = sts["sentence_geometry"]
+        row["sentence mean cos"] = geometry["mean_cosine_all_sentences"]
+        row["similar-pair cos"] = geometry["similar_pairs_mean_cosine"]
+        row["random-pair cos"] = geometry["random_pairs_mean_cosine"]
+    wic = result.get("eval", {}).get("wic")
+    if wic:
+        row["WiC acc (held-out t)"] = wic["raw"].get("accuracy") * 100
+    return row
+
+
+def convergence(folder: Path) -> float | None:
+    """How much the validation loss still fell over the last fifth of the run, in percent."""
+    path = folder / "logs" / "metrics.csv"
+    if not path.exists():
+        return None
+    with open(path, newline="") as handle:
+        points = sorted((int(r["step"]), float(r["val/loss"])) for r in csv.DictReader(handle) if r.get("val/loss"))
+    if len(points) < 2:
+        return None
+    last_step, last = points[-1]
+    # The validation point nearest to 80% of the run (the final validation repeats the last periodic one).
+    earlier = [value for step, value in points if step <= 0.8 * last_step]
+    return 100 * (earlier[-1] - last) / earlier[-1] if earlier else None
+
+
+def mean_std_table(rows: pd.DataFrame, columns: list[str]) -> str:
+    """Markdown: one line per variant, each column as mean ± std over its seeds."""
+    present = [c for c in columns if c in rows and rows[c].notna().any()]
+    grouped = rows.groupby("variant", sort=False)[present]
+    means, stds, counts = grouped.mean(), grouped.std(), grouped.size()
+    lines = ["| variant | seeds | " + " | ".join(present) + " |", "| --- | --- |" + " --- |" * len(present)]
+    for variant in means.index:
+        cells = [_format(means.at[variant, c], stds.at[variant, c]) for c in present]
+        lines.append(f"| {variant} | {counts[variant]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _format(mean: float, std: float) -> str:
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return "–"
+    digits = 1 if abs(mean) >= 10 else 3
+    if std is None or (isinstance(std, float) and math.isnan(std)):
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def verdict(rows: pd.DataFrame, column: str, base: str, other: str, *, expect: str) -> str:
+    """Compare two variants' means over seeds. expect = lower | higher: **shows** when the difference has that
+    sign and exceeds twice the larger std; expect = same (a claim of no cost): **holds** within 2 std or 2%."""
+    values = {v: rows.loc[rows["variant"] == v, column].dropna() for v in (base, other)} if column in rows else {}
+    if not values or any(len(v) == 0 for v in values.values()):
+        return f"{column}: not measured"
+    before, after = values[base].mean(), values[other].mean()
+    spread = max(v.std(ddof=1) if len(v) > 1 else 0.0 for v in values.values())
+    difference = after - before
+    if expect == "same":
+        holds = abs(difference) <= max(2 * spread, 0.02 * abs(before))
+        word = "holds" if holds else f"does not hold ({100 * difference / before:+.1f}%)"
+    else:
+        direction = difference < 0 if expect == "lower" else difference > 0
+        shown = direction and abs(difference) > 2 * spread
+        word = "shows" if shown else ("goes the expected way, within seed noise" if direction else "does not show")
+    return f"{column}: {before:.4g} ({base}) → {after:.4g} ({other}), expected {expect}: **{word}**"
+
+
+def spectrum_figure(results: list[tuple[Run, dict]], variants: list[str], path: Path) -> Path:
+    """Normalised singular values of the embedding matrix, raw and centred, seed 0 of each variant."""
+    figure, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for run, result in results:
+        if run.variant not in variants or run.seed != 0:
+            continue
+        for axis, key in zip(axes, ("singular_values", "singular_values_centred"), strict=True):
+            values = np.asarray(result["analysis"]["embedding"][key])
+            axis.semilogy(np.arange(1, len(values) + 1), values / values[0], label=run.variant)
+    for axis, title in zip(axes, ("raw (a cone: one dominant direction)", "centred"), strict=True):
+        axis.set_xlabel("index")
+        axis.set_ylabel("singular value / largest")
+        axis.set_title(title)
+        axis.legend()
+    return _save(figure, path)
+
+
+def layer_figure(rows: list[tuple[Run, dict]], variants: list[str], key: str, path: Path, ylabel: str) -> Path:
+    """A per-layer metric, mean ± std over seeds, one line per variant."""
+    figure, axis = plt.subplots(figsize=(5.5, 4))
+    for variant, marker in zip(variants, ("o", "s", "^", "D"), strict=False):
+        curves = np.array(
+            [[layer[key] for layer in r["analysis"]["layers"]] for run, r in rows if run.variant == variant]
+        )
+        if len(curves) == 0:
+            continue
+        axis.errorbar(
+            range(curves.shape[1]), curves.mean(0), yerr=curves.std(0), marker=marker, capsize=3, label=variant
+        )
+    axis.set_xticks(range(curves.shape[1]))
+    axis.set_xlabel("layer (0 = embeddings)")
+    axis.set_ylabel(ylabel)
+    axis.legend()
+    return _save(figure, path)
+
+
+def copy_picture(source: str | Path | None, target: Path) -> str | None:
+    if source is None or not Path(source).exists():
+        return None
+    shutil.copyfile(source, target)
+    return target.name
+
+
+def _save(figure: plt.Figure, path: Path) -> Path:
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

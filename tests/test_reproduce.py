@@ -1,0 +1,58 @@
+"""make reproduce: its settings, its verdicts, and a miniature page written end to end, then rerun for free."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from degen_train.cli.reproduce import load_settings, reproduce
+from degen_train.reproduce.page import verdict
+
+
+def test_settings_refuse_unknown_keys_and_parts() -> None:
+    with pytest.raises(ValueError, match=r"Key 'sedes' is not in struct.*keys: seeds, decoder"):
+        load_settings(["sedes=3"])
+    with pytest.raises(ValueError, match=r"parts must be among gao, tacl, coco, luo .*parts=\['gao', 'simcse'\]"):
+        load_settings(["parts=[gao,simcse]"])
+    assert load_settings(["seeds=5", "steps.coco=50000"]).steps.coco == 50000
+
+
+def test_verdicts_by_hand() -> None:
+    rows = pd.DataFrame({"variant": ["a"] * 3 + ["b"] * 3, "x": [1.0, 1.1, 0.9, 0.5, 0.6, 0.4]})
+    # means 1.0 → 0.5, std 0.1 each: a drop of 0.5 > 2 · 0.1.
+    assert verdict(rows, "x", "a", "b", expect="lower").endswith("**shows**")
+    assert verdict(rows, "x", "a", "b", expect="higher").endswith("**does not show**")
+    assert "does not hold (-50.0%)" in verdict(rows, "x", "a", "b", expect="same")
+    close = pd.DataFrame({"variant": ["a", "a", "b", "b"], "x": [1.0, 1.2, 1.05, 1.25]})
+    assert verdict(close, "x", "a", "b", expect="same").endswith("**holds**")
+    assert verdict(close, "x", "a", "b", expect="higher").endswith("within seed noise**")
+    assert verdict(close, "y", "a", "b", expect="lower") == "y: not measured"
+
+
+def test_a_miniature_page_end_to_end_and_a_free_rerun(tmp_path: Path) -> None:
+    settings = [
+        "parts=[gao]",
+        "seeds=2",
+        "data=builtin",
+        "vocab_size=600",
+        "steps.gao=3",
+        "batch_size=4",
+        "block_size=32",
+        "analysis_sentences=20",
+        f"runs={tmp_path / 'runs'}",
+        f"out={tmp_path / 'page'}",
+    ]
+    page = Path(reproduce(load_settings(settings)))
+    text = page.read_text()
+    assert "| mle | 2 |" in text and "| cosreg | 2 |" in text and "expected lower: **" in text
+    assert {"gao_spectrum.png", "gao_cone_mle.png", "gao_cone_cosreg.png", "runs.csv"} <= {
+        p.name for p in page.parent.iterdir()
+    }
+    checkpoint = tmp_path / "runs" / "gao" / "cosreg" / "seed1" / "checkpoints" / "last.ckpt"
+    written = checkpoint.stat().st_mtime_ns
+    (page.parent / "stale.png").write_text("from an earlier page")
+    reproduce(load_settings(settings))  # everything is found finished: nothing trains again
+    assert checkpoint.stat().st_mtime_ns == written
+    assert not (page.parent / "stale.png").exists()  # the page folder is written anew
