@@ -54,14 +54,17 @@ def assert_same_run(ddp: Path, single: Path, keys: tuple[str, ...]) -> None:
         # Gathered SCL negatives: a differentiable gather, so every process's anchors push on every key.
         ("coco_lm", ("train/coco_scl/loss", "train/coco_clm/loss", "train/loss")),
         ("electra", ("train/electra/loss", "train/electra/detection")),  # token counts over the global batch
+        ("gao_cosreg", ("train/cosreg/loss", "train/mle/loss")),  # CosReg on hidden states: a global Σ ŵ
     ],
 )
 def test_terms_that_mix_samples_match_one_process_in_weights(tmp_path: Path, recipe: str, keys: tuple) -> None:
     """2 processes x 4 sequences = 1 process x 8, in losses and in weights after 6 updates."""
     common = [
         f"recipe={recipe}",
-        "model=tiny",
-        "regularizer.coco_scl.gather_negatives=true" if recipe == "coco_lm" else "seed=0",
+        "model=gpt2_tiny" if recipe == "gao_cosreg" else "model=tiny",
+        {"coco_lm": "regularizer.coco_scl.gather_negatives=true", "gao_cosreg": "regularizer.cosreg.target=hidden"}.get(
+            recipe, "seed=0"
+        ),
         "data.tokenizer.vocab_size=1000",
     ]
     cli(tmp_path / "ddp", *common, "strategy=ddp", "trainer.devices=2", "data.batch_size=4")

@@ -51,6 +51,26 @@ def cosine_regularizer(vectors: Tensor, *, normalization: str = "n_squared") -> 
     return off_diagonal / (count * count if normalization == "n_squared" else count * (count - 1))
 
 
+def global_cosine_regularizer(vectors: Tensor, *, normalization: str = "n_squared") -> Tensor:
+    """R_cos over the vectors of every process: (‖Σ_i ŵ_i‖² − N) / N² with Σ and N summed over processes.
+
+    The sum of unit vectors is all-reduced with a differentiable collective: every process computes the same
+    global value, whose gradient the collective's backward sums over processes and DDP then averages, so the
+    update equals one process holding the global batch (Gao et al. 2019, eq. 4, on hidden states)."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return cosine_regularizer(vectors, normalization=normalization)
+    from torch.distributed.nn.functional import all_reduce
+
+    with torch.autocast(device_type=vectors.device.type, enabled=False):
+        total = all_reduce(torch.nn.functional.normalize(vectors.float(), dim=-1).sum(0))  # (H,) Σ over processes
+        count = torch.tensor(float(vectors.shape[0]), device=vectors.device)
+        torch.distributed.all_reduce(count)
+        if count < 2:
+            return total.new_zeros(())
+        pairs = count * count if normalization == "n_squared" else count * (count - 1)
+        return (total @ total - count) / pairs
+
+
 @register_term("cosreg")
 class CosineRegularizer(LossTerm):
     """γ · R_cos over embedding rows (all, or only tokens seen so far) or over the batch's hidden states."""
@@ -77,7 +97,7 @@ class CosineRegularizer(LossTerm):
     def forward(self, output: ForwardOutput) -> TermOutput:
         if self.target == "hidden":
             vectors = output.hidden_states[output.attention_mask.bool()]  # (tokens, H)
-            loss = cosine_regularizer(vectors, normalization=self.normalization)
+            loss = global_cosine_regularizer(vectors, normalization=self.normalization)
             return TermOutput(loss, {"mean_cosine": loss.detach()})
         matrices = self._matrices(output)
         if self.rows == "seen":
