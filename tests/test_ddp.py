@@ -55,6 +55,7 @@ def assert_same_run(ddp: Path, single: Path, keys: tuple[str, ...]) -> None:
         ("coco_lm", ("train/coco_scl/loss", "train/coco_clm/loss", "train/loss")),
         ("electra", ("train/electra/loss", "train/electra/detection")),  # token counts over the global batch
         ("gao_cosreg", ("train/cosreg/loss", "train/mle/loss")),  # CosReg on hidden states: a global Σ ŵ
+        ("bert_mlm_nsp", ("train/mlm/loss", "train/nsp/loss")),  # token and sequence counts
     ],
 )
 def test_terms_that_mix_samples_match_one_process_in_weights(tmp_path: Path, recipe: str, keys: tuple) -> None:

@@ -70,3 +70,13 @@ def test_seen_rows_only_and_hidden_target() -> None:
 def test_bad_option_names_the_choices() -> None:
     with pytest.raises(ValueError, match=r"regularizer.cosreg.rows='rare' is not one of all, seen"):
         CosineRegularizer(rows="rare")
+
+
+def test_untied_models_regularise_the_output_matrix_by_default() -> None:
+    """Gao et al. 2019 regularise the softmax (output) embedding matrix: the default when the two are untied."""
+    inputs = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # orthogonal: R = 0
+    outputs = torch.tensor([[1.0, 0.0], [1.0, 0.0]])  # identical rows: R = 2/4
+    out = output(torch.zeros(1, 4), torch.tensor([0]))
+    out = type(out)(**{**out.__dict__, "embedding_weight": inputs, "output_embedding_weight": outputs})
+    assert CosineRegularizer()(out).loss.item() == pytest.approx(0.5)
+    assert CosineRegularizer(matrix="input")(out).loss.item() == pytest.approx(0.0)
