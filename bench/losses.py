@@ -113,11 +113,15 @@ def main(rounds: int = 8) -> dict:
             with torch.no_grad():
                 teacher(input_ids=batch["original_ids"], attention_mask=batch["attention_mask"])
 
-        def generator_pass(i: int) -> None:  # generator forward + backward, and the sampling it feeds
+        def generator_pass(i: int) -> None:  # generator fwd + bwd, the released no-dropout sampling pass, sampling
             batch = data[i % len(data)]
             selected = batch["labels"] != -100
             logits = generator(batch, selected)
-            sample_replacements(logits.detach(), selected, batch["sample_seed"])
+            generator.eval()
+            with torch.no_grad():
+                sampled_from = generator(batch, selected)
+            generator.train()
+            sample_replacements(sampled_from, selected, batch["sample_seed"])
             logits.float().logsumexp(-1).sum().backward()
 
         def crop_pass(i: int) -> None:  # the main model on the crop view, forward + backward
