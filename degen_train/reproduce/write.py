@@ -78,8 +78,7 @@ def gao_section(rows: pd.DataFrame, results: list[tuple[Run, dict]], folder: Pat
             "γ = 1, otherwise identical (recipe `gao_cosreg`). The last column is how much the validation loss still "
             "fell over the last fifth of the run: a large value means the run is far from converged.",
             mean_std_table(rows, GAO_COLUMNS),
-            "- " + verdict(rows, "embedding mean cos", "mle", "cosreg", expect="lower"),
-            "- " + verdict(rows, "IsoScore", "mle", "cosreg", expect="higher"),
+            *claims(rows, "mle", "cosreg", {"embedding mean cos": "lower", "IsoScore": "higher"}),
             "- "
             + verdict(rows, "val perplexity", "mle", "cosreg", expect="same")
             + " (the paper: no cost in perplexity)",
@@ -96,7 +95,7 @@ def gao_section(rows: pd.DataFrame, results: list[tuple[Run, dict]], folder: Pat
             "tokens seen in the analysed text, and whether one direction has a negative dot product with almost all "
             "final hidden states (the paper's 'uniformly negative direction'; 1 = found).",
             mean_std_table(rows, RARE_COLUMNS),
-            "- " + verdict(rows, "rare-token mean cos", "mle", "cosreg", expect="lower"),
+            *claims(rows, "mle", "cosreg", {"rare-token mean cos": "lower"}),
         ]
     )
 
@@ -112,9 +111,12 @@ def tacl_section(rows: pd.DataFrame, results: list[tuple[Run, dict]], folder: Pa
             "An MLM+NSP teacher, then two students that start from it for the same steps with TaCL's optimiser: "
             "TaCL (MLM + NSP + token contrast) and plain MLM+NSP (the TaCL loss logged with weight 0).",
             mean_std_table(rows, TACL_COLUMNS),
-            "- " + verdict(rows, "last-layer self-similarity", "mlm_nsp", "tacl", expect="lower"),
-            "- " + verdict(rows, "STS-B raw", "mlm_nsp", "tacl", expect="higher"),
-            "- " + verdict(rows, "WiC acc (held-out t)", "mlm_nsp", "tacl", expect="higher"),
+            *claims(
+                rows,
+                "mlm_nsp",
+                "tacl",
+                {"last-layer self-similarity": "lower", "STS-B raw": "higher", "WiC acc (held-out t)": "higher"},
+            ),
             scale_note(
                 rows,
                 "mlm_nsp",
@@ -138,8 +140,7 @@ def coco_section(rows: pd.DataFrame, results: list[tuple[Run, dict]], folder: Pa
             "generator shape and sampling). Cosines of mean-pooled sentence vectors: STS-B dev pairs scored ≥ 4 "
             "against random pairings of the same sentences.",
             mean_std_table(rows, COCO_COLUMNS),
-            "- " + verdict(rows, "random-pair cos", "electra", "coco_lm", expect="lower"),
-            "- " + verdict(rows, "STS-B raw", "electra", "coco_lm", expect="higher"),
+            *claims(rows, "electra", "coco_lm", {"random-pair cos": "lower", "STS-B raw": "higher"}),
             scale_note(
                 rows,
                 "electra",
@@ -177,6 +178,11 @@ def luo_section(teacher: tuple[Run, dict], minilm: dict[str, Any] | None, folder
             " ".join(pictures),
         ]
     )
+
+
+def claims(rows: pd.DataFrame, base: str, other: str, expectations: dict[str, str]) -> list[str]:
+    """One verdict line per column: the expected direction of ``other`` against ``base``."""
+    return ["- " + verdict(rows, column, base, other, expect=expect) for column, expect in expectations.items()]
 
 
 def scale_note(rows: pd.DataFrame, base: str, why: str) -> str:
