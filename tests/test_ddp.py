@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.conftest import FAST
-from tests.helpers import checkpoint_weights, degen_train, logged
+from tests.helpers import checkpoint_weights, degen_train, logged, run
 
 COMMON = [
     *FAST,
@@ -48,26 +48,39 @@ def assert_same_run(ddp: Path, single: Path, keys: tuple[str, ...]) -> None:
     assert max((a[k].float() - b[k].float()).abs().max().item() for k in a) <= 1e-5
 
 
-@pytest.mark.parametrize(
-    ("recipe", "keys"),
-    [
-        # Gathered SCL negatives: a differentiable gather, so every process's anchors push on every key.
-        ("coco_lm", ("train/coco_scl/loss", "train/coco_clm/loss", "train/loss")),
-        ("electra", ("train/electra/loss", "train/electra/detection")),  # token counts over the global batch
-        ("gao_cosreg", ("train/cosreg/loss", "train/mle/loss")),  # CosReg on hidden states: a global Σ ŵ
-        ("bert_mlm_nsp", ("train/mlm/loss", "train/nsp/loss")),  # token and sequence counts
-    ],
-)
-def test_terms_that_mix_samples_match_one_process_in_weights(tmp_path: Path, recipe: str, keys: tuple) -> None:
+CASES = {
+    # Gathered SCL negatives: a differentiable gather, so every process's anchors push on every key.
+    "coco_lm": (
+        ["recipe=coco_lm", "regularizer.coco_scl.gather_negatives=true"],
+        ("train/coco_scl/loss", "train/loss"),
+    ),
+    "electra": (["recipe=electra"], ("train/electra/loss", "train/electra/detection")),  # global token counts
+    # CosReg on hidden states (a global Σ ŵ) and on the rows seen by any process so far.
+    "cosreg_hidden": (["recipe=gao_cosreg", "regularizer.cosreg.target=hidden"], ("train/cosreg/loss",)),
+    "cosreg_seen": (["recipe=gao_cosreg", "regularizer.cosreg.rows=seen"], ("train/cosreg/loss",)),
+    "bert_mlm_nsp": (["recipe=bert_mlm_nsp"], ("train/mlm/loss", "train/nsp/loss")),  # token and sequence counts
+    # TaCL: per-sequence contrast, a global anchor count; the teacher without dropout (its draws differ per rank).
+    "tacl": (["recipe=tacl", "regularizer.tacl.teacher_dropout=false"], ("train/tacl/loss", "train/mlm/loss")),
+}
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("ddp_teacher")
+    # No dropout in the saved config: the student inherits it, and dropout draws differ by process count.
+    run(run_dir, "recipe=bert_mlm_nsp", "model=tiny", "data.tokenizer.vocab_size=1000", "trainer.max_steps=2",
+        "model.dropout=0", "model.attention_dropout=0")  # fmt: skip
+    return run_dir
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_terms_that_mix_samples_match_one_process_in_weights(tmp_path: Path, case: str, request) -> None:  # noqa: ANN001
     """2 processes x 4 sequences = 1 process x 8, in losses and in weights after 6 updates."""
-    common = [
-        f"recipe={recipe}",
-        "model=gpt2_tiny" if recipe == "gao_cosreg" else "model=tiny",
-        {"coco_lm": "regularizer.coco_scl.gather_negatives=true", "gao_cosreg": "regularizer.cosreg.target=hidden"}.get(
-            recipe, "seed=0"
-        ),
-        "data.tokenizer.vocab_size=1000",
-    ]
+    overrides, keys = CASES[case]
+    model = "model=gpt2_tiny" if "recipe=gao_cosreg" in overrides else "model=tiny"
+    common = [*overrides, model, "data.tokenizer.vocab_size=1000"]
+    if case == "tacl":
+        common.append(f"teacher={request.getfixturevalue('teacher')}")
     cli(tmp_path / "ddp", *common, "strategy=ddp", "trainer.devices=2", "data.batch_size=4")
     cli(tmp_path / "single", *common, "data.batch_size=8")
     assert_same_run(tmp_path / "ddp", tmp_path / "single", keys)
