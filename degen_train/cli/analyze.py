@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -82,6 +83,14 @@ def random_pair_cosines(vectors: torch.Tensor, count: int = 20000, seed: int = 0
     return torch.nn.functional.cosine_similarity(vectors[first[keep]].double(), vectors[second[keep]].double(), dim=-1)
 
 
+def model_name(path: Path) -> str:
+    """A run's folder name and its final step (from summary.json), or the model folder's name."""
+    summary = path / "summary.json"
+    if summary.exists():
+        return f"{path.name}, step {json.loads(summary.read_text()).get('final_step')}"
+    return path.name
+
+
 def analyze(
     path: str | Path,
     *,
@@ -133,9 +142,7 @@ def analyze(
     result["truncated_sequences"] = encoder.truncated
 
     pictures = {
-        "cone": plots.cone_plot(
-            vocab, counts, out_dir / "cone.png", title=f"embedding rows: {'/'.join(encoder.source.parts[-2:])}"
-        ),
+        "cone": plots.cone_plot(vocab, counts, out_dir / "cone.png", title=f"embedding rows: {model_name(path)}"),
         "spectrum": plots.spectrum_plot(spectra, out_dir / "spectrum.png"),
         "layer_cosine": plots.layer_cosine_plot(curves, out_dir / "layer_cosine.png"),
         "cosine_histogram": plots.cosine_histogram(
@@ -152,7 +159,9 @@ def analyze(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="degen-analyze", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="degen-analyze", description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("path", help="a degen_train run directory or an HF model directory")
     parser.add_argument("--out", help="output directory (default: PATH/analysis)")
     parser.add_argument("--corpus", help="a text file, one sentence per line (default: the run's validation text)")

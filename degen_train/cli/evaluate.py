@@ -81,7 +81,9 @@ def format_table(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="degen-eval", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="degen-eval", description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("model", help="a degen_train run directory or an HF encoder directory")
     parser.add_argument("--sts", action="append", default=[], help="an STS file (repeatable)")
     parser.add_argument("--wic", help="a WiC directory (*.data.txt + *.gold.txt) to score")

@@ -273,7 +273,9 @@ def _html_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="degen-report", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="degen-report", description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("paths", nargs="+", help="a sweep directory, or run directories")
     parser.add_argument("--out", help="output directory (default: FIRST_PATH/report)")
     args = parser.parse_args(argv)

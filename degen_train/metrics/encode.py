@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer
+from transformers.utils import logging as transformers_logging
 
 log = logging.getLogger(__name__)
 POOLING_LAYERS = ("last", "first_last")
@@ -39,10 +40,14 @@ def load_encoder(path: str | Path, *, batch_size: int = 32, max_length: int | No
         raise FileNotFoundError(
             f"{path} is neither a degen_train run directory (with hf/) nor an HF model directory (with config.json)"
         )
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()  # the export's MLM/NSP heads are expected to go unused here
     try:  # an MLM export has no pooler: do not let AutoModel add a random one (and warn about it)
         model = AutoModel.from_pretrained(model_dir, add_pooling_layer=False).eval()
     except TypeError:
         model = AutoModel.from_pretrained(model_dir).eval()
+    finally:
+        transformers_logging.set_verbosity(verbosity)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     limit = max_length or min(int(getattr(model.config, "max_position_embeddings", 512)), 512)
     return Encoder(model, tokenizer, model_dir, limit, batch_size)

@@ -53,8 +53,10 @@ def spectrum_plot(spectra: dict[str, Tensor], path: Path) -> Path:
 
 def layer_cosine_plot(per_layer: dict[str, list[float]], path: Path) -> Path:
     figure, axis = plt.subplots(figsize=(5.5, 4))
-    for mode, values in per_layer.items():
-        axis.plot(range(len(values)), values, marker="o", label=mode)
+    # Distinct markers and dashes: with no outlier dimension "clipped" lies exactly on "raw".
+    for (mode, values), style in zip(per_layer.items(), ("o-", "s--", "^:", "D-."), strict=False):
+        axis.plot(range(len(values)), values, style, label=mode, markersize=7 if mode == "raw" else 4)
+    axis.set_xticks(range(max((len(v) for v in per_layer.values()), default=0)))
     axis.set_xlabel("layer (0 = embeddings)")
     axis.set_ylabel("mean cosine between token vectors")
     axis.axhline(0, color="grey", lw=0.5)
