@@ -146,11 +146,11 @@ def sts_scores(pairs: SentencePairs, encode: Callable[[list[str]], Tensor], *, p
     for mode, vs in transformed(vectors).items():
         cosine = torch.nn.functional.cosine_similarity(vs[:count].double(), vs[count:].double(), dim=-1)
         result[mode] = float(spearmanr(cosine.numpy(), np.array(pairs.scores)).statistic * 100)
-    result["sentence_geometry"] = sentence_geometry(vectors, pairs.scores)
+    cosines = pair_cosines(vectors, pairs.scores)
+    result["sentence_geometry"] = sentence_geometry(vectors, cosines)
     if picture is not None:  # Meng et al. 2021's figure: similar pairs should sit right of random ones
         from degen_train.metrics.plots import cosine_histogram
 
-        cosines = pair_cosines(vectors, pairs.scores)
         cosine_histogram(
             {"similar (score >= 4)": cosines["similar"], "random": cosines["random"]},
             picture,
@@ -176,9 +176,8 @@ def pair_cosines(vectors: Tensor, scores: list[float], *, similar_at: float = 4.
     }
 
 
-def sentence_geometry(vectors: Tensor, scores: list[float], *, similar_at: float = 4.0) -> dict:
-    """Mean cosine of all sentence vectors, and of similar vs random pairs (raw vectors)."""
-    cosines = pair_cosines(vectors, scores, similar_at=similar_at)
+def sentence_geometry(vectors: Tensor, cosines: dict[str, Tensor], *, similar_at: float = 4.0) -> dict:
+    """Mean cosine of all sentence vectors, and of the similar vs random pairs ``pair_cosines`` gave."""
     return {
         "mean_cosine_all_sentences": mean_pairwise_cosine(vectors),
         "similar_pairs_mean_cosine": float(cosines["similar"].mean()) if len(cosines["similar"]) else None,

@@ -115,7 +115,9 @@ def test_heads_as_released() -> None:
     scl.setup(context(backbone))
     # COCO-LM's SCLHead: dense → activation → LayerNorm on [CLS].
     assert [type(m) for m in scl.projection] == [nn.Linear, nn.GELU, nn.LayerNorm]
-    assert isinstance(ElectraTerm(detection_head="linear"), ElectraTerm)  # the earlier heads stay reachable
+    linear = ElectraTerm(detection_head="linear")  # the earlier heads stay reachable by their switch
+    linear.setup(context(bert(layers=2, hidden=16, heads=2)))
+    assert isinstance(linear.detection_head, nn.Linear) and linear.detection_head.out_features == 1
 
 
 def test_coco_clm_head_is_a_bare_linear_over_the_tied_embeddings() -> None:

@@ -169,5 +169,5 @@ def test_raw_and_centred_spectra_and_sentence_pair_geometry() -> None:
     cosines = pair_cosines(vectors, [5.0, 0.0, 4.0])
     assert cosines["similar"].tolist() == [1.0, -1.0]  # the pairs scored >= 4, as given
     assert len(cosines["random"]) == 3  # first of one pair with the second of another, never its own
-    geometry = sentence_geometry(vectors, [5.0, 0.0, 4.0])
+    geometry = sentence_geometry(vectors, cosines)
     assert geometry["similar_pairs_mean_cosine"] == 0.0 and geometry["similar_pairs"] == 2
