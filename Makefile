@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install train test test-slow lint bench reproduce clean
+.PHONY: install train test test-fast test-slow lint bench reproduce clean
 
 install: $(STAMP)
 
@@ -30,7 +30,12 @@ train: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check degen_train tests bench
 
+# Everything (what CI runs). test-fast leaves out the multi-process end-to-end tests marked slow (DDP
+# equality, kill -9 drills); test-slow runs only those.
 test: $(STAMP) lint
+	$(BIN)/python -m pytest -q tests
+
+test-fast: $(STAMP) lint
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
 test-slow: $(STAMP)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from degen_train.metrics.flops import measured_matmul_peak
+
 REPO = Path(__file__).resolve().parents[1]
 WIKITEXT = REPO.parent / "shared" / "data" / "wikitext-2"
 RESULTS = REPO / "bench" / "results"
@@ -24,14 +26,9 @@ def corpus_overrides() -> list[str]:
     return ["data=builtin", "data.tokenizer.vocab_size=30522"]
 
 
-def matmul_peak(size: int = 2048, repeats: int = 10, dtype: torch.dtype = torch.float32) -> float:
-    """Measured FLOP/s of a square matmul: the denominator of MFU on this machine."""
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-    a @ b
-    start = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    return 2 * size**3 * repeats / (time.perf_counter() - start)
+def matmul_peak() -> float:
+    """Measured FLOP/s of a square float32 matmul on this CPU: the denominator of MFU (the runs use the same)."""
+    return measured_matmul_peak("cpu", torch.float32)
 
 
 def interleaved(steps: dict[str, Callable[[int], object]], *, rounds: int, warmup: int = 1) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""Issue 3 benchmark: what each anti-degeneration term adds to an MLM step, side by side in one run.
+"""Loss-term benchmark: what each anti-degeneration term adds to an MLM step, side by side in one run.
 
 Every configuration trains the same model on the same batches; the ratios are what counts.
 """
@@ -16,19 +16,19 @@ import torch
 
 from bench.common import corpus_overrides, interleaved, matmul_peak, save
 from bench.spine import batches
+from degen_train.catalog import build_terms
 from degen_train.config import load_config
 from degen_train.models.backbone import Backbone, build_hf_model
 from degen_train.models.generator import sample_replacements
 from degen_train.optim import build_optimizer
 from degen_train.regularizers.cosreg import cosine_regularizer
-from degen_train.terms import TermContext, WeightedSum, build_terms
+from degen_train.terms import TermContext, WeightedSum
 
 
 def make_loss(sections: dict, backbone: Backbone, batch_size: int) -> WeightedSum:
     terms, weights = build_terms(sections)
     config = backbone.model.config
     context = TermContext(
-        family="encoder",
         hidden_size=config.hidden_size,
         vocab_size=config.vocab_size,
         batch_size=batch_size,
@@ -45,7 +45,7 @@ def training_step(backbone: Backbone, loss: WeightedSum, data: list[dict]) -> Ca
 
     def step(i: int) -> None:
         batch = data[i % len(data)]
-        total, _ = loss(backbone(loss.prepare_batch(batch, backbone), requires=loss.requires))
+        total, _ = loss(backbone(loss.prepare_batch(batch), requires=loss.requires))
         total.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -125,7 +125,7 @@ def main(rounds: int = 8) -> dict:
             logits.float().logsumexp(-1).sum().backward()
 
         def crop_pass(i: int) -> None:  # the main model on the crop view, forward + backward
-            view = scl.prepare_batch(data[i % len(data)], coco_backbone)["views"][-1]
+            view = scl.prepare_batch(data[i % len(data)])["views"][-1]
             coco_backbone(view).hidden_states[:, 0].sum().backward()
 
         seconds = interleaved(

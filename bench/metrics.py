@@ -1,4 +1,4 @@
-"""Issue 4 benchmark: metrics at 1,000,000 × 256 without an M×M matrix, against the naive forms where
+"""Metrics benchmark: metrics at 1,000,000 × 256 without an M×M matrix, against the naive forms where
 those fit, and the training-time cost of the isotropy monitor at its default interval."""
 
 from __future__ import annotations

@@ -19,11 +19,12 @@ from bench.common import corpus_overrides, interleaved, save
 from bench.spine import batches
 from degen_train.build import data_format_for
 from degen_train.callbacks.divergence import DivergenceGuard
+from degen_train.catalog import build_terms
 from degen_train.checkpoints import save_checkpoint_file
 from degen_train.config import load_config
 from degen_train.models.backbone import Backbone, build_hf_model
 from degen_train.optim import build_optimizer
-from degen_train.terms import WeightedSum, build_terms
+from degen_train.terms import WeightedSum
 
 
 class _ModuleShim:

@@ -1,4 +1,4 @@
-"""Issue 2 benchmark: degen-train's step against a plain PyTorch loop over the same HF model and batches.
+"""Spine benchmark: degen-train's step against a plain PyTorch loop over the same HF model and batches.
 
 Side by side in one process, same data and batch, configurations taking turns step by step: the
 ratios are what counts, not the absolute rates.
@@ -17,12 +17,14 @@ from transformers import BertForMaskedLM, GPT2LMHeadModel
 
 from bench.common import corpus_overrides, interleaved, matmul_peak, save
 from degen_train.build import data_format_for
+from degen_train.catalog import build_terms
 from degen_train.cli.train import train
 from degen_train.config import load_config
 from degen_train.data.datamodule import PretrainDataModule, make_collator, prepare_data
+from degen_train.metrics.flops import body_and_head_parameters, model_flops
 from degen_train.models.backbone import Backbone, build_hf_model
 from degen_train.optim import build_optimizer
-from degen_train.terms import WeightedSum, build_terms
+from degen_train.terms import WeightedSum
 
 
 def batches(cfg: Any, family: str, fmt: str, count: int) -> tuple[list[dict], Any]:
@@ -33,12 +35,11 @@ def batches(cfg: Any, family: str, fmt: str, count: int) -> tuple[list[dict], An
 
 
 def model_flops_per_token(model: Any, seq: int, predicted_share: float) -> float:
-    """6·P_body + attention (12·L·T·H) + 6·H·V on the predicted share of positions (the useful work)."""
-    config = model.config
-    embeddings = model.get_input_embeddings().weight.numel()
-    body = sum(p.numel() for p in model.parameters()) - embeddings
-    layers, hidden = config.num_hidden_layers, config.hidden_size
-    return 6 * body + 12 * layers * seq * hidden + 6 * hidden * config.vocab_size * predicted_share
+    """Useful FLOPs per token, as every run counts them (degen_train.metrics.flops.model_flops)."""
+    body, head = body_and_head_parameters(model, model.get_output_embeddings())
+    layers, hidden = model.config.num_hidden_layers, model.config.hidden_size
+    flops = model_flops(body=body, head=head, layers=layers, hidden=hidden, batch=1, length=seq, predicted=0)
+    return flops / seq + 6 * head * predicted_share
 
 
 def our_step(cfg: Any, model: Any, data: list[dict], *, bf16: bool, fused: bool) -> Callable[[int], None]:

@@ -112,6 +112,22 @@ def check_checkpoint_matches(path: Path, cfg: DictConfig, term_names: list[str])
     return loaded
 
 
+def check_signature(path: Path, saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
+    """Refuse a checkpoint whose model shape (vocabulary size, widths, class) differs from the model just built.
+
+    The config keys are checked before any data is read; this catches what only the built model shows,
+    e.g. a tokenizer retrained with another vocabulary size.
+    """
+    if saved is None:
+        raise CheckpointError(f"{path} has no model signature: it was not written by degen_train")
+    differing = [f"{k}: checkpoint {saved.get(k)!r}, this run {v!r}" for k, v in current.items() if saved.get(k) != v]
+    if differing:
+        raise ValueError(
+            f"checkpoint {path} does not fit this run's model ({'; '.join(differing)}): resume with the run's own "
+            f"data and tokenizer settings, or start a new run from its export (model.init_from=RUN/hf)"
+        )
+
+
 def instantiate(cfg: Any, **kwargs: Any) -> Any:
     """hydra.utils.instantiate, but our own input errors surface as themselves, not wrapped."""
     try:

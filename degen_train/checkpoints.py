@@ -20,11 +20,10 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io import CheckpointIO
 
-from degen_train.io import fsync_directory, staged_file
+from degen_train.io import file_sha256, fsync_directory, staged_file
 
 log = logging.getLogger("degen_train")
 SIDECAR_SUFFIX = ".meta.json"
-CHUNK = 1 << 22
 
 
 class CheckpointError(ValueError):
@@ -53,14 +52,6 @@ class _HashingWriter:
 
     def flush(self) -> None:
         self.stream.flush()
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        while chunk := stream.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def save_checkpoint_file(checkpoint: dict[str, Any], path: Path) -> None:
@@ -98,7 +89,7 @@ def verified_step(path: Path) -> int | None:
     """The step recorded in ``path``'s sidecar if the file's size and hash agree with it, else None."""
     try:
         meta = json.loads(sidecar_of(path).read_text())
-        if path.stat().st_size != meta["size"] or file_digest(path) != meta["sha256"]:
+        if path.stat().st_size != meta["size"] or file_sha256(path) != meta["sha256"]:
             return None
         return int(meta["global_step"])
     except (OSError, ValueError, KeyError, TypeError):

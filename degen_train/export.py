@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from degen_train.io import atomic_directory
 
+PROVENANCE_FILE = "degen_train.json"  # in the export folder: how the weights were made
 
-def export_pretrained(model: Any, tokenizer: Any, target: Path) -> Path:
+
+def export_pretrained(model: Any, tokenizer: Any, target: Path, *, record: dict[str, Any] | None = None) -> Path:
     """Write ``target`` so that AutoModel / AutoModelFor{MaskedLM,CausalLM} / AutoTokenizer load it offline.
+
+    ``record`` (the run's provenance) is written beside the weights as ``degen_train.json``.
 
     Non-finite weights are refused: an export is what others load, and NaN weights load without a word.
     """
@@ -19,4 +24,6 @@ def export_pretrained(model: Any, tokenizer: Any, target: Path) -> Path:
     with atomic_directory(target, replace=True) as staging:
         model.save_pretrained(str(staging))
         tokenizer.save_pretrained(str(staging))
+        if record is not None:
+            (staging / PROVENANCE_FILE).write_text(json.dumps(record, indent=2, default=str))
     return target

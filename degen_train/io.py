@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -38,6 +39,24 @@ def atomic_directory(target: Path, *, replace: bool = False) -> Iterator[Path]:
         shutil.rmtree(retired, ignore_errors=True)
         return
     os.replace(staging, target)
+
+
+def cache_key(*parts: Any) -> str:
+    """A short stable hash of ``parts`` (their reprs, separated): the one key maker of every cache."""
+    hasher = hashlib.sha256()
+    for part in parts:
+        hasher.update(repr(part).encode())
+        hasher.update(b"\0")
+    return hasher.hexdigest()[:16]
+
+
+def file_sha256(path: Path, chunk_size: int = 1 << 20) -> str:
+    """The sha256 of a file's bytes, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        while chunk := stream.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 _UMASK = os.umask(0)

@@ -11,8 +11,9 @@ from typing import Any
 from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from omegaconf import OmegaConf
 
-from degen_train.io import staged_file
+from degen_train.io import atomic_write_json, atomic_write_text, cache_key, staged_file
 
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 
@@ -27,10 +28,35 @@ def wandb_has_credentials() -> bool:
     return auth is not None
 
 
+class RunWandbLogger(WandbLogger):
+    """WandbLogger that ends its run: the run's summary.json as the wandb summary, then ``finish``."""
+
+    def close_run(self, summary: dict[str, Any]) -> None:
+        flat = {k: v for k, v in summary.items() if isinstance(v, int | float | str) and not isinstance(v, bool)}
+        for group in ("isotropy", "val_metrics", "paper_metrics"):
+            flat |= {k: v for k, v in (summary.get(group) or {}).items() if isinstance(v, int | float)}
+        run = self.experiment
+        run.summary.update(flat)
+        if run.settings.mode == "offline":  # wandb keeps an offline run's config and summary in its .wandb file only
+            files = Path(run.dir)
+            atomic_write_text(files / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(dict(run.config.as_dict()))))
+            atomic_write_json(files / "wandb-summary.json", flat)
+        run.finish()
+
+
+def wandb_run_id(save_dir: str) -> str:
+    """One wandb id per run folder: every segment of a resumed run logs (and syncs) into the same wandb run."""
+    return "dt-" + cache_key(str(Path(save_dir).expanduser().resolve()))
+
+
 def wandb_logger(
     *, mode: str = "auto", save_dir: str, project: str, group: str | None = None, name: str | None = None, **kwargs: Any
-) -> WandbLogger:
-    """A WandbLogger that never prompts: mode=auto is online only with credentials, else offline."""
+) -> RunWandbLogger:
+    """A WandbLogger that never prompts: mode=auto is online only with credentials, else offline.
+
+    The run id comes from the run folder (``resume="allow"``), the name defaults to the folder's name and the
+    group to the sweep's folder, so a sweep's runs appear as one group.
+    """
     if mode not in WANDB_MODES:
         raise ValueError(f"logger.wandb.mode={mode!r} is not one of {', '.join(WANDB_MODES)}")
     if mode == "auto":
@@ -38,8 +64,15 @@ def wandb_logger(
     group = group or sweep_group()
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ.setdefault("WANDB_CONSOLE", "off")
-    return WandbLogger(
-        project=project, group=group, name=name, save_dir=save_dir, mode=mode, anonymous="never", **kwargs
+    kwargs.setdefault("id", wandb_run_id(save_dir))
+    kwargs.setdefault("resume", "allow")
+    return RunWandbLogger(
+        project=project,
+        group=group,
+        name=name or Path(save_dir).name,
+        save_dir=save_dir,
+        mode=mode,
+        **kwargs,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -9,10 +10,12 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
-from degen_train.data.sampling import mix_seed
 from degen_train.models.backbone import Backbone
+from degen_train.rng import DROPOUT_SALT, mix_seed
 from degen_train.terms import WeightedSum
 from degen_train.types import ForwardOutput
+
+log = logging.getLogger("degen_train")
 
 
 class PretrainModule(pl.LightningModule):
@@ -28,6 +31,9 @@ class PretrainModule(pl.LightningModule):
     ) -> None:
         super().__init__()
         self.backbone, self.loss = backbone, loss
+        frozen = loss.freeze_unweighted(backbone)
+        if frozen:
+            log.info("weight-0 terms: %d parameter tensors frozen (%s)", len(frozen), ", ".join(frozen[:4]))
         self.optimizer_factory, self.scheduler_factory = optimizer_factory, scheduler_factory
         self.seed = seed
         self.checkpoint_identity = checkpoint_identity
@@ -35,9 +41,10 @@ class PretrainModule(pl.LightningModule):
         self._loss_names: list[str] = []
         self.last_train_metrics: dict[str, Any] = {}  # the last logged train values, kept in checkpoints
         self.step_grad_norm: Tensor | None = None  # set by the divergence guard, used by clipping
+        self.provenance: dict[str, Any] = {}  # degen_train.provenance.run_provenance, kept in every checkpoint
 
     def forward(self, batch: dict[str, Tensor]) -> ForwardOutput:
-        batch = self.loss.prepare_batch(batch, self.backbone)
+        batch = self.loss.prepare_batch(batch)
         return self.backbone(batch, requires=self.loss.requires)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
@@ -105,6 +112,7 @@ class PretrainModule(pl.LightningModule):
         logged = {k: v for k, v in self.trainer.callback_metrics.items() if k.startswith("train/")}
         checkpoint["degen_train"] = {
             **self.checkpoint_identity,
+            "provenance": self.provenance,
             "train_metrics": {k: float(v) for k, v in {**self.last_train_metrics, **logged}.items()},
         }
 
@@ -115,7 +123,7 @@ class PretrainModule(pl.LightningModule):
     def _seed_step_randomness(self, batch_idx: int) -> None:
         """Dropout (the global RNG) is a function of (seed, step, micro-batch, rank): exact on resume."""
         micro = batch_idx % self.trainer.accumulate_grad_batches
-        torch.manual_seed(mix_seed(self.seed, 0xD409, self.global_step, micro, self.global_rank))
+        torch.manual_seed(mix_seed(self.seed, DROPOUT_SALT, self.global_step, micro, self.global_rank))
 
     def _log(self, stage: str, logged: dict[str, Tensor], batch: dict[str, Tensor]) -> None:
         names = list(logged)

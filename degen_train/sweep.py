@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -13,25 +12,31 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from degen_train.io import atomic_write_json
+from degen_train.io import atomic_write_json, cache_key
 
 log = logging.getLogger("degen_train.sweep")
 FAILED = "failed.json"
 FAILED_RUNS: list[str] = []  # runs of this process's sweep that failed: the command exits non-zero
 
 
-SWEEP_FUNCTIONS = ("range(", "choice(", "interval(", "glob(", "tag(")
-
-
 def swept_keys(root: Any = None, argv: list[str] | None = None) -> set[str]:
-    """Keys that take several values in this sweep: from the command line and the sweeper's params."""
+    """Keys that take several values in this sweep, as Hydra's own override parser reads the command line
+    (``seed=1,2``, ``x=range(3)``: swept; ``regularizer=[cosreg,tacl]``: one list value), plus the sweeper's params."""
     import sys
 
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    args = [a for a in (sys.argv[1:] if argv is None else argv) if "=" in a and not a.startswith("-")]
     keys = set()
-    for arg in sys.argv[1:] if argv is None else argv:
-        key, _, value = arg.partition("=")
-        if value and ("," in value or value.startswith(SWEEP_FUNCTIONS)):
-            keys.add(key.lstrip("+~"))
+    parser = OverridesParser.create()
+    for arg in args:
+        try:
+            (override,) = parser.parse_overrides([arg])
+        except HydraException:  # Hydra itself reports a malformed override; it is not ours to judge here
+            continue
+        if override.is_sweep_override():
+            keys.add(override.get_key_element().lstrip("+~"))
     params = OmegaConf.select(root, "hydra.sweeper.params") if root is not None else None
     if params:
         keys |= {str(k).lstrip("+~") for k in params}
@@ -44,7 +49,7 @@ def run_name(overrides: Any, *, _root_: Any = None) -> str:
     parts = sorted(str(o) for o in overrides if str(o).split("=", 1)[0].lstrip("+~") in swept)
     name = ",".join(parts).replace("/", "_") or "run"
     if len(name) > 150:
-        name = name[:130] + "-" + hashlib.sha1(name.encode()).hexdigest()[:8]
+        name = name[:130] + "-" + cache_key(name)[:8]
     return name
 
 

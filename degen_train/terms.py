@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from degen_train.types import ForwardOutput, TermOutput
+from degen_train.types import OPTIONAL_FIELDS, ForwardOutput, TermOutput
 
 TERM_REGISTRY: dict[str, type[LossTerm]] = {}
 
@@ -35,7 +35,7 @@ class LossTerm(nn.Module):
     """Base class of objectives and regularizers.
 
     Class attributes a term may set:
-      requires: optional ForwardOutput fields it reads ("pooled", "all_hidden_states", ...).
+      requires: the optional ForwardOutput fields it reads (types.OPTIONAL_FIELDS); only those are computed.
       family:   "encoder" or "decoder" when the term only fits one model family.
       data_format: the example layout it needs ("mlm", "mlm_nsp", "causal") or None.
     """
@@ -53,7 +53,11 @@ class LossTerm(nn.Module):
     def setup(self, context: TermContext) -> None:
         """Check the term fits the model and data (raise a clear ValueError if not); build what it needs."""
 
-    def prepare_batch(self, batch: dict[str, Tensor], backbone: nn.Module) -> dict[str, Tensor]:
+    def head_parameters(self, backbone: nn.Module) -> list[nn.Parameter]:
+        """The backbone's parameters that only this term's loss reaches (e.g. the NSP head); default: none."""
+        return []
+
+    def prepare_batch(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """Change the model's input before the forward pass (e.g. corrupt it, add views); default: none."""
         return batch
 
@@ -62,7 +66,6 @@ class LossTerm(nn.Module):
 class TermContext:
     """What a term may check against, and build from, before training starts."""
 
-    family: str
     hidden_size: int
     vocab_size: int
     batch_size: int
@@ -89,6 +92,13 @@ class WeightedSum(nn.Module):
 
     def __init__(self, terms: Mapping[str, LossTerm], weights: Mapping[str, float]) -> None:
         super().__init__()
+        for key, term in terms.items():
+            unknown = term.requires - OPTIONAL_FIELDS
+            if unknown:
+                raise ValueError(
+                    f"loss term {key!r} requires {sorted(unknown)}, which ForwardOutput does not offer; "
+                    f"optional fields: {', '.join(sorted(OPTIONAL_FIELDS))}"
+                )
         self.terms = nn.ModuleDict(dict(terms))
         self.weights = dict(weights)
 
@@ -99,9 +109,31 @@ class WeightedSum(nn.Module):
             needed |= term.requires
         return frozenset(needed)
 
-    def prepare_batch(self, batch: dict[str, Tensor], backbone: nn.Module) -> dict[str, Tensor]:
+    def freeze_unweighted(self, backbone: nn.Module) -> list[str]:
+        """Freeze what only weight-0 terms use: their own heads and the backbone heads no weighted term reads.
+
+        Such parameters would get no gradient: DDP (find_unused_parameters=false) would fail on them and
+        AdamW's weight decay would still move them. Frozen, they stay as built and leave the optimizer.
+        Returns the names of the frozen parameters.
+        """
+        in_backbone = {id(p) for p in backbone.parameters()}
+        weighted_heads = {id(p) for k, t in self.terms.items() if self.weights[k] for p in t.head_parameters(backbone)}
+        names = {id(p): n for n, p in [*self.named_parameters(), *backbone.named_parameters()]}
+        frozen: list[str] = []
+        for key, term in self.terms.items():
+            if self.weights[key]:
+                continue
+            own = [p for p in term.parameters() if id(p) not in in_backbone]
+            heads = [p for p in term.head_parameters(backbone) if id(p) not in weighted_heads]
+            for param in [*own, *heads]:
+                if param.requires_grad:
+                    param.requires_grad_(False)
+                    frozen.append(names.get(id(param), key))
+        return frozen
+
+    def prepare_batch(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         for term in self.terms.values():
-            batch = term.prepare_batch(batch, backbone)
+            batch = term.prepare_batch(batch)
         return batch
 
     def forward(self, output: ForwardOutput) -> tuple[Tensor, dict[str, Tensor]]:
@@ -121,38 +153,3 @@ class WeightedSum(nn.Module):
             raise ValueError("every loss term has weight 0: nothing to optimise")
         logged["loss"] = total.detach()
         return total, logged
-
-
-def build_terms(sections: Mapping[str, Mapping[str, Any] | None]) -> tuple[dict[str, LossTerm], dict[str, float]]:
-    """Build terms from config sections, e.g. {"objective": {"mlm": {"weight": 1}}, "regularizer": {}}.
-
-    A key names a registered term, or any name with ``term: REGISTERED_NAME`` inside (to use one
-    term twice with different settings). Every other key is a keyword argument of the term.
-    """
-    import degen_train.objectives  # noqa: F401  (registers the terms)
-    import degen_train.regularizers  # noqa: F401
-
-    terms: dict[str, LossTerm] = {}
-    weights: dict[str, float] = {}
-    for section, entries in sections.items():
-        for key, options in (entries or {}).items():
-            options = dict(options or {})
-            registered = options.pop("term", key)
-            if registered not in TERM_REGISTRY:
-                raise ValueError(
-                    f"unknown loss term {registered!r} in {section}; registered terms: "
-                    f"{', '.join(sorted(TERM_REGISTRY))}"
-                )
-            weight = float(options.pop("weight", 1.0))
-            if weight < 0:
-                raise ValueError(f"{section}.{key}.weight must be >= 0, got {weight}")
-            if key in terms:
-                raise ValueError(f"loss term {key!r} appears in more than one config section")
-            try:
-                terms[key] = TERM_REGISTRY[registered](**options)
-            except TypeError as error:
-                raise ValueError(f"bad options for loss term {section}.{key}: {error}") from error
-            weights[key] = weight
-    if not terms:
-        raise ValueError("no loss terms configured: choose an objective, e.g. objective=mlm")
-    return terms, weights

@@ -25,13 +25,27 @@ class ForwardOutput:
     output_embedding_weight: Tensor  # (V, H) LM-head decoder (the same tensor when tied)
     original_ids: Tensor | None = None  # (B, T) ids before masking/corruption
     token_type_ids: Tensor | None = None  # (B, T) segment ids (NSP pairs)
+    sequence_labels: Tensor | None = None  # (B,) NSP label: 0 = B follows A, 1 = random B
+    # Optional: computed only when a term names the field in its ``requires`` (OPTIONAL_FIELDS).
     pooled: Tensor | None = None  # (B, H) [CLS] after the pooler
     sequence_logits: Tensor | None = None  # (B, 2) NSP head
-    sequence_labels: Tensor | None = None  # (B,) NSP label: 0 = B follows A, 1 = random B
-    all_hidden_states: tuple[Tensor, ...] | None = None  # embeddings + every layer, when asked
-    teacher_hidden_states: Tensor | None = None  # (B, T, H) frozen teacher, no grad
-    views: tuple[ForwardOutput, ...] = ()  # extra views (e.g. COCO-LM crops)
-    extras: dict[str, Tensor] = field(default_factory=dict)  # method-specific tensors
+    all_hidden_states: tuple[Tensor, ...] | None = None  # embeddings + every layer
+    views: tuple[ForwardOutput, ...] = ()  # one output per view a term's prepare_batch added (COCO-LM crops)
+    extras: dict[str, Tensor] = field(default_factory=dict)  # batch entries with no field of their own: EXTRAS
+
+
+# The ForwardOutput fields a term must ask for in ``LossTerm.requires``; every other field is always set.
+OPTIONAL_FIELDS = frozenset({"pooled", "sequence_logits", "all_hidden_states"})
+
+# Every key that may travel in ``ForwardOutput.extras``: who writes it, its shape and meaning. A term that
+# adds a batch entry in ``prepare_batch`` documents it here (tests/unit/test_contract.py checks each recipe).
+EXTRAS: dict[str, str] = {
+    "sample_seed": "collator: (B,) int64 per-example seed for a term's own sampling (masks, crops, replacements)",
+    "generator_logits": "electra, coco_clm: (N, V) the generator's logits at the masked positions, with gradient",
+    "generator_targets": "electra, coco_clm: (N,) the original ids at those positions",
+    "replaced": "electra, coco_clm: (B, T) bool, the corrupted input differs from the original here",
+    "clm_labels": "coco_clm (clm_head=released): (B, T) corrective-LM targets, -100 = none",
+}
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ GROUPS = [
     "strategy",
     "logger",
     "callbacks",
+    "debug",
 ]
 OPTIONS = [(group, path.stem) for group in GROUPS for path in sorted((CONF / group).glob("*.yaml"))]
 RECIPES = sorted(p.stem for p in (CONF / "recipe").glob("*.yaml"))

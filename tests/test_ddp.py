@@ -10,6 +10,8 @@ import torch
 from tests.conftest import FAST
 from tests.helpers import checkpoint_weights, degen_train, logged, run
 
+pytestmark = pytest.mark.slow  # several processes per test: make test-slow (make test runs them too)
+
 COMMON = [
     *FAST,
     "model.dropout=0",
@@ -61,6 +63,13 @@ CASES = {
     "bert_mlm_nsp": (["recipe=bert_mlm_nsp"], ("train/mlm/loss", "train/nsp/loss")),  # token and sequence counts
     # TaCL: per-sequence contrast, a global anchor count; the teacher without dropout (its draws differ per rank).
     "tacl": (["recipe=tacl", "regularizer.tacl.teacher_dropout=false"], ("train/tacl/loss", "train/mlm/loss")),
+    # Weight-0 terms owning parameters (the SCL projection; the NSP head and pooler): frozen, so DDP with
+    # find_unused_parameters=false has no parameter without a gradient, and they are logged, not trained.
+    "coco_scl_weight_0": (
+        ["recipe=coco_lm", "regularizer.coco_scl.weight=0", "regularizer.coco_scl.gather_negatives=true"],
+        ("train/coco_scl/loss", "train/loss"),
+    ),
+    "nsp_weight_0": (["recipe=bert_mlm_nsp", "objective.nsp.weight=0"], ("train/nsp/loss", "train/mlm/loss")),
 }
 
 

@@ -52,9 +52,25 @@ def test_grid_report_has_one_row_per_run_matching_its_summary(grid: Path) -> Non
         )
         assert row["regularizer.cosreg.weight"] in ("0", "1") and row["seed"] in ("1", "2")
     assert len(result["grouped"]) == 2 and all(g["seeds"] == 2 for g in result["grouped"])
+    # Headline columns first: swept values, validation loss and perplexity, each term's own value.
+    with open(grid / "report" / "runs.csv", newline="") as handle:
+        header = next(csv.reader(handle))
+    assert header[:6] == ["run", "status", "regularizer.cosreg.weight", "seed", "val_loss", "val_perplexity"]
+    assert {"val/cosreg/loss", "train/cosreg/loss", "val/mlm/loss"} <= set(header[6:10])
+    baseline = [r for r in rows.values() if r["regularizer.cosreg.weight"] == "0"]
+    assert all(float(r["val/cosreg/loss"]) > 0 for r in baseline)  # weight 0: computed and reported, not optimised
+    # Mean and std over seeds are numbers in their own columns.
+    with open(grid / "report" / "seeds.csv", newline="") as handle:
+        seeds = {r["regularizer.cosreg.weight"]: r for r in csv.DictReader(handle)}
+    losses = [float(r["val_loss"]) for r in baseline]
+    assert float(seeds["0"]["val_loss mean"]) == pytest.approx(sum(losses) / 2, rel=1e-6)
+    assert float(seeds["0"]["val_loss std"]) == pytest.approx(abs(losses[0] - losses[1]) / 2**0.5, rel=1e-5)
     html = (grid / "report" / "report.html").read_text()
     assert "data:image/png;base64," in html and "Mean ± std over seeds" in html
-    assert "regularizer=cosreg" in (grid / "report" / "report.md").read_text().split("\n")[2]
+    assert "val_perplexity against embedding IsoScore" in html
+    markdown = (grid / "report" / "report.md").read_text()
+    assert "regularizer=cosreg" in markdown.split("\n")[2]
+    assert "- val_loss (lower is better): regularizer.cosreg.weight=" in markdown
 
 
 def test_rerunning_a_sweep_skips_finished_runs(grid: Path) -> None:
@@ -75,7 +91,7 @@ def test_a_failed_run_is_recorded_and_the_others_finish(tmp_path: Path) -> None:
     rows = report([tmp_path])["rows"]
     assert sorted(r["status"] for r in rows) == ["failed", "finished", "finished", "finished"]
     failed_row = next(r for r in rows if r["status"] == "failed")
-    assert failed_row["swept:optimizer.lr"] == "-1"
+    assert failed_row["swept:optimizer.lr"] == -1  # swept values are numbers where they are numbers
 
 
 def test_sweeping_a_key_that_does_not_exist_names_it(tmp_path: Path) -> None:
@@ -98,7 +114,7 @@ def test_runs_with_different_metric_sets_leave_blank_cells(grid: Path, tmp_path:
     report(runs, out=tmp_path / "report")
     with open(tmp_path / "report" / "runs.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert rows[1]["isotropy/embedding/mean_cosine"] == "" and rows[1]["val_loss"] == "9"
+    assert rows[1]["isotropy/embedding/mean_cosine"] == "" and float(rows[1]["val_loss"]) == 9
 
 
 def test_report_reads_an_offline_wandb_run(tmp_path: Path) -> None:
@@ -109,3 +125,10 @@ def test_report_reads_an_offline_wandb_run(tmp_path: Path) -> None:
     (files / "wandb-summary.json").write_text(json.dumps({"val/loss": 4.5, "_step": 10}))
     rows = report([run], out=tmp_path / "report")["rows"]
     assert rows[0]["status"] == "finished (wandb)" and rows[0]["val/loss"] == 4.5 and "_step" not in rows[0]
+
+
+def test_swept_keys_are_read_by_hydras_own_parser() -> None:
+    from degen_train.sweep import swept_keys
+
+    argv = ["-m", "regularizer=[cosreg,tacl]", "seed=1,2", "+x=range(3)", "optimizer.lr=choice(1e-3,2e-3)", "y=z"]
+    assert swept_keys(argv=argv) == {"seed", "x", "optimizer.lr"}  # a list value is one value, not a sweep

@@ -50,7 +50,8 @@ class IsotropyMonitor(Callback):
         self, trainer: pl.Trainer, module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         step = trainer.global_step
-        if step % self.every_n_steps == 0 and step != self._last_step and not trainer.fit_loop._should_accumulate():
+        stepped = (batch_idx + 1) % trainer.accumulate_grad_batches == 0  # this micro-batch ended an update
+        if step % self.every_n_steps == 0 and step != self._last_step and stepped:
             self.measure(trainer, module)
 
     def on_train_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:

@@ -1,4 +1,9 @@
-"""Tokens per second (non-padding tokens of the global batch) in the logs and the progress bar."""
+"""Throughput and MFU in the logs, the progress bar and summary.json.
+
+Hand-written rather than Lightning's ``ThroughputMonitor``: that one counts one item kind and one FLOPs
+figure per batch and restarts its counts at every ``fit``; a run here needs two of each (all tokens and
+predicted tokens; useful and total FLOPs) and a mean that survives resumes.
+"""
 
 from __future__ import annotations
 
@@ -6,47 +11,122 @@ import time
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.callbacks import Callback, TQDMProgressBar
+from torch.utils.flop_counter import FlopCounterMode
+
+from degen_train.metrics.flops import body_and_head_parameters, model_flops, peak_flops
+
+COMPUTE_DTYPE = {"bf16-mixed": torch.bfloat16, "bf16-true": torch.bfloat16, "16-mixed": torch.float16}
 
 
-class TokenThroughput(Callback):
-    """Logs ``train/tokens_per_s`` over the last ``window`` steps and keeps the run's mean."""
+class Throughput(Callback):
+    """tokens/s, predicted tokens/s, model MFU = useful FLOPs/s ÷ peak, total MFU = all FLOPs/s ÷ peak.
 
-    def __init__(self, window: int = 20) -> None:
+    Useful FLOPs are counted from the model's shape (metrics.flops.model_flops). All FLOPs (teacher,
+    generator, extra views included) are counted once, by torch's FlopCounterMode over the first step of
+    each process, as a ratio to that step's useful FLOPs; later steps scale by the same ratio.
+    """
+
+    def __init__(self, window: int = 20, peak_flops: float | None = None) -> None:
         self.window = window
-        self.marks: list[tuple[float, int]] = []
-        self.total_tokens = 0
-        self.total_seconds = 0.0
+        self.configured_peak = peak_flops
+        self.peak, self.peak_source = 0.0, ""
+        self.marks: list[tuple[float, int, int, float]] = []  # (time, tokens, predicted, model FLOPs), global
+        self.totals = {"tokens": 0, "predicted": 0, "model_flops": 0.0, "seconds": 0.0}
+        self.overhead = 1.0  # all FLOPs / useful FLOPs, measured on the first step
+        self.model_flops_per_token = 0.0
+        self._shape: tuple[int, int, int, int] | None = None  # (P_body, P_head, layers, hidden)
+        self._counter: FlopCounterMode | None = None
+        self._measured = False
         self._last: float | None = None
+
+    def setup(self, trainer: pl.Trainer, module: pl.LightningModule, stage: str) -> None:
+        model = module.backbone.model
+        body, head = body_and_head_parameters(model, module.backbone.vocab_head)
+        self._shape = (body, head, model.config.num_hidden_layers, model.config.hidden_size)
+        dtype = COMPUTE_DTYPE.get(str(trainer.precision), torch.float32)
+        self.peak, self.peak_source = peak_flops(trainer.strategy.root_device, dtype, self.configured_peak)
+
+    def batch_model_flops(self, batch: dict) -> tuple[int, int, float]:
+        """(tokens, predicted tokens, useful FLOPs) of this process's batch."""
+        assert self._shape is not None
+        body, head, layers, hidden = self._shape
+        size, length = batch["input_ids"].shape
+        predicted = int((batch["labels"] != -100).sum())
+        flops = model_flops(
+            body=body, head=head, layers=layers, hidden=hidden, batch=size, length=length, predicted=predicted
+        )
+        return int(batch["attention_mask"].sum()), predicted, flops
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, module: pl.LightningModule, batch: dict, batch_idx: int
+    ) -> None:
+        if not self._measured and self._counter is None:
+            self._counter = FlopCounterMode(display=False)
+            self._counter.__enter__()
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, module: pl.LightningModule, outputs: Any, batch: dict, batch_idx: int
     ) -> None:
         now = time.perf_counter()
-        tokens = int(batch["attention_mask"].sum()) * trainer.world_size
-        if self._last is not None:  # the first batch pays start-up costs: not counted
-            self.total_tokens += tokens
-            self.total_seconds += now - self._last
+        tokens, predicted, flops = self.batch_model_flops(batch)
+        if self._counter is not None:  # forward and backward of the first micro-batch are counted
+            self._counter.__exit__(None, None, None)
+            self.overhead = self._counter.get_total_flops() / max(flops, 1.0)
+            self._counter, self._measured = None, True
+        world = trainer.world_size
+        self.model_flops_per_token = flops / max(batch["input_ids"].numel(), 1)
+        mark = (now, tokens * world, predicted * world, flops * world)
+        if self._last is not None:  # the first batch after a (re)start pays start-up costs: not counted
+            for key, value in zip(("tokens", "predicted", "model_flops"), mark[1:], strict=True):
+                self.totals[key] += value
+            self.totals["seconds"] += now - self._last
         self._last = now
-        self.marks = (self.marks + [(now, tokens)])[-(self.window + 1) :]
+        self.marks = (self.marks + [mark])[-(self.window + 1) :]
         if len(self.marks) > 1:
-            span = self.marks[-1][0] - self.marks[0][0]
-            rate = sum(t for _, t in self.marks[1:]) / max(span, 1e-9)
-            module.log("train/tokens_per_s", rate, prog_bar=True, on_step=True, batch_size=1)
+            span = max(self.marks[-1][0] - self.marks[0][0], 1e-9)
+            tokens_rate = sum(m[1] for m in self.marks[1:]) / span
+            model_mfu = sum(m[3] for m in self.marks[1:]) / span / (self.peak * world)
+            rates = {
+                "train/tokens_per_s": tokens_rate,
+                "train/predicted_tokens_per_s": sum(m[2] for m in self.marks[1:]) / span,
+                "train/mfu": model_mfu,
+                "train/mfu_total": model_mfu * self.overhead,
+            }
+            for key, value in rates.items():
+                module.log(key, value, prog_bar=key in ("train/tokens_per_s", "train/mfu"), on_step=True, batch_size=1)
 
     def on_validation_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         self._last = None  # validation time is not training time
 
-    def state_dict(self) -> dict[str, Any]:  # a resumed run's mean covers all of its segments
-        return {"total_tokens": self.total_tokens, "total_seconds": self.total_seconds}
+    def state_dict(self) -> dict[str, Any]:  # a resumed run's means cover all of its segments
+        return {**self.totals, "overhead": self.overhead, "measured": self._measured}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.total_tokens = int(state_dict.get("total_tokens", 0))
-        self.total_seconds = float(state_dict.get("total_seconds", 0.0))
+        for key in self.totals:
+            self.totals[key] = type(self.totals[key])(state_dict.get(key, 0))
+        self.overhead = float(state_dict.get("overhead", 1.0))
+        self._measured = bool(state_dict.get("measured", False))
 
     @property
     def mean_tokens_per_s(self) -> float:
-        return self.total_tokens / self.total_seconds if self.total_seconds else 0.0
+        return self.totals["tokens"] / self.totals["seconds"] if self.totals["seconds"] else 0.0
+
+    def summary(self, world_size: int) -> dict[str, Any]:
+        """The run's means over every step timed, for summary.json."""
+        seconds = self.totals["seconds"]
+        model_mfu = self.totals["model_flops"] / seconds / (self.peak * world_size) if seconds and self.peak else None
+        return {
+            "tokens_per_s": self.mean_tokens_per_s,
+            "predicted_tokens_per_s": self.totals["predicted"] / seconds if seconds else 0.0,
+            "model_flops_per_token": self.model_flops_per_token,
+            "mfu": model_mfu,
+            "mfu_total": model_mfu * self.overhead if model_mfu is not None else None,
+            "total_flops_over_model_flops": self.overhead,
+            "peak_flops_per_device": self.peak,
+            "peak_flops_source": self.peak_source,
+        }
 
 
 class StepProgressBar(TQDMProgressBar):

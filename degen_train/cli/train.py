@@ -20,12 +20,15 @@ from degen_train.build import (  # noqa: E402
     RESUME_CHOICES,
     build_trainer,
     check_checkpoint_matches,
+    check_signature,
     data_format_for,
     resolve_checkpoint,
     resolved_config,
     setup_terms,
 )
 from degen_train.callbacks.isotropy import IsotropyMonitor  # noqa: E402
+from degen_train.callbacks.throughput import Throughput  # noqa: E402
+from degen_train.catalog import build_terms  # noqa: E402
 from degen_train.cli.evaluate import evaluate  # noqa: E402
 from degen_train.cli.paths import config_dir  # noqa: E402
 from degen_train.data.datamodule import PretrainDataModule, make_collator, prepare_data  # noqa: E402
@@ -34,10 +37,11 @@ from degen_train.io import atomic_write_json, atomic_write_text  # noqa: E402
 from degen_train.metrics.probes import read_sts, read_wic  # noqa: E402
 from degen_train.models.backbone import Backbone, build_hf_model, model_family, shape_signature  # noqa: E402
 from degen_train.module import PretrainModule  # noqa: E402
+from degen_train.provenance import run_provenance  # noqa: E402
 from degen_train.runlock import is_launching_process, run_dir_lock  # noqa: E402
 from degen_train.schema import validate_config  # noqa: E402
 from degen_train.sweep import FAILED_RUNS, finished_summary, run_in_sweep, search_objective, swept_overrides  # noqa: E402
-from degen_train.terms import TermContext, WeightedSum, build_terms  # noqa: E402
+from degen_train.terms import TermContext, WeightedSum  # noqa: E402
 
 log = logging.getLogger("degen_train")
 
@@ -60,25 +64,44 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         log.info("%s finished at step %d before: nothing to do (summary.json is kept)", run_dir, finished["final_step"])
         return finished
     checkpoint = resolve_checkpoint(cfg.ckpt_path, run_dir)
+    saved_signature = None
     if checkpoint is not None:
-        check_checkpoint_matches(checkpoint, cfg, list(terms))
+        saved_signature = check_checkpoint_matches(checkpoint, cfg, list(terms))["degen_train"].get("signature")
     with run_dir_lock(run_dir) if is_launching_process() else nullcontext():
-        return _train_locked(cfg, run_dir, terms, weights, family, data_format, checkpoint)
+        return _train_locked(cfg, run_dir, terms, weights, family, data_format, checkpoint, saved_signature)
 
 
 def _train_locked(
-    cfg: DictConfig, run_dir: Path, terms: dict, weights: dict, family: str, data_format: str, checkpoint: Path | None
+    cfg: DictConfig,
+    run_dir: Path,
+    terms: dict,
+    weights: dict,
+    family: str,
+    data_format: str,
+    checkpoint: Path | None,
+    saved_signature: dict | None,
 ) -> dict[str, Any]:
     # 2. Data (cached), the model and its terms, the trainer.
     data = prepare_data(cfg.data, family=family, data_format=data_format, seed=int(cfg.seed))
     module = build_module(cfg, data, terms, weights, family=family, with_nsp_head=data_format == "mlm_nsp")
+    if checkpoint is not None:  # only the built model knows its vocabulary size
+        check_signature(checkpoint, saved_signature, module.checkpoint_identity["signature"])
     collator = make_collator(
         data.tokenizer, data_format=data_format, masking=cfg.masking, vocab_size=len(data.tokenizer)
     )
     datamodule = PretrainDataModule(
-        data, collator, batch_size=int(cfg.data.batch_size), num_workers=int(cfg.data.num_workers), seed=int(cfg.seed)
+        data,
+        collator,
+        batch_size=int(cfg.data.batch_size),
+        num_workers=int(cfg.data.num_workers),
+        seed=int(cfg.seed),
+        overfit_batches=int(cfg.data.get("overfit_batches", 0)),
     )
     trainer = build_trainer(cfg)
+    record = run_provenance(
+        resolved_config(cfg), corpus=data.corpus, tokenizer=data.tokenizer, world_size=trainer.world_size
+    )
+    module.provenance = record
     for logger in trainer.loggers:  # the resolved config and the swept values, e.g. as wandb run config
         logger.log_hyperparams({"config": resolved_config(cfg), "swept": swept_overrides()})
     if trainer.is_global_zero:
@@ -99,9 +122,10 @@ def _train_locked(
         trainer.fit_loop.epoch_loop._batches_that_stepped = trainer.global_step
         val_metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
     summary = _summary(cfg, trainer, train_metrics, val_metrics, terms=terms, weights=weights)
+    summary["provenance"] = {k: v for k, v in record.items() if k != "config"}  # the config is summary["config"]
     if trainer.is_global_zero:
         if cfg.export_hf:
-            export_pretrained(module.backbone.model, data.tokenizer, run_dir / "hf")
+            export_pretrained(module.backbone.model, data.tokenizer, run_dir / "hf", record=record)
             if family == "encoder" and (cfg.eval.sts or cfg.eval.wic):
                 summary["eval"] = evaluate(
                     run_dir / "hf",
@@ -112,6 +136,9 @@ def _train_locked(
                     layer=cfg.eval.layer,
                 )
         atomic_write_json(run_dir / "summary.json", summary)
+        for logger in trainer.loggers:  # wandb: the summary, then finish (an offline run is closed and syncable)
+            if hasattr(logger, "close_run"):
+                logger.close_run(summary)
         log.info("run finished: %s", {k: v for k, v in summary.items() if k != "config"})
     return summary
 
@@ -126,7 +153,6 @@ def build_module(
     setup_terms(
         terms,
         TermContext(
-            family=family,
             hidden_size=hf_model.config.hidden_size,
             vocab_size=hf_model.get_input_embeddings().num_embeddings,
             batch_size=int(cfg.data.batch_size),
@@ -153,7 +179,7 @@ def _summary(
     cfg: DictConfig, trainer: Any, train_metrics: dict, val_metrics: dict, *, terms: dict, weights: dict
 ) -> dict:
     """What the run measured, each number named for what it is."""
-    throughput = next((c for c in trainer.callbacks if hasattr(c, "mean_tokens_per_s")), None)
+    throughput = next((c for c in trainer.callbacks if isinstance(c, Throughput)), None)
     isotropy = next((c.latest for c in trainer.callbacks if isinstance(c, IsotropyMonitor)), {})
     source = next((f"{k}/{t.perplexity_metric}" for k, t in terms.items() if t.perplexity_metric), None)
     token_loss = val_metrics.get(f"val/{source}") if source else None
@@ -166,11 +192,12 @@ def _summary(
         "val_perplexity": math.exp(token_loss) if token_loss is not None and token_loss < 50 else None,
         "val_perplexity_of": source,
         "val_terms": {k: val_metrics.get(f"val/{k}/loss") for k in terms},
+        "train_terms": {k: train_metrics.get(f"train/{k}/loss") for k in terms},  # the last step's, unweighted
         "paper_metrics": {
             f"{k}/{m}": val_metrics.get(f"val/{k}/{m}") for k, t in terms.items() for m in t.paper_metrics
         },
         "val_metrics": {k: float(v) for k, v in val_metrics.items()},
-        "tokens_per_s": throughput.mean_tokens_per_s if throughput else None,
+        **(throughput.summary(trainer.world_size) if throughput else {"tokens_per_s": None}),
         "isotropy": isotropy,
         "config": resolved_config(cfg),
     }
@@ -195,6 +222,17 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] in ("--list", "--reproduce"):
+        if sys.argv[1] == "--list":
+            from degen_train.cli.listing import print_listing
+
+            print_listing()
+            return
+        if len(sys.argv) < 3:
+            raise SystemExit("usage: degen-train --reproduce RUN_DIR [KEY=VALUE ...]")
+        from degen_train.cli.rerun import reproduce_argv
+
+        sys.argv = [sys.argv[0], *reproduce_argv(sys.argv[2], sys.argv[3:])]
     _hydra_main()
     if FAILED_RUNS:  # the other runs of the sweep ran; the command still says that some failed
         print(f"{len(FAILED_RUNS)} run(s) of this sweep failed (see RUN/failed.json): {', '.join(FAILED_RUNS)}")

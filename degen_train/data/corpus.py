@@ -8,7 +8,6 @@ before any tokenizer or model is built.
 from __future__ import annotations
 
 import codecs
-import hashlib
 import logging
 import sys
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 import datasets
 
 from degen_train.data.builtin_corpus import builtin_documents
+from degen_train.io import atomic_write_text, cache_key, file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +29,12 @@ DOCUMENT_UNITS = ("line", "paragraph", "document")
 
 @dataclass(frozen=True)
 class Corpus:
-    """Documents plus a stable identity used in cache keys."""
+    """Documents plus a stable identity used in cache keys, and a record of where they came from."""
 
     train: datasets.Dataset | datasets.IterableDataset
     validation: datasets.Dataset | datasets.IterableDataset | None
     identity: str
+    provenance: dict[str, Any]  # source and its fingerprint: file sha256s, or hub name + revision
 
 
 def load_corpus(cfg: Any) -> Corpus:
@@ -43,19 +44,22 @@ def load_corpus(cfg: Any) -> Corpus:
         raise ValueError(f"data.source={source!r} is not one of {', '.join(SOURCES)}")
     if source == "builtin":
         docs = builtin_documents()
-        identity = _digest(["builtin", sys.version_info[:2], *docs])
+        identity = cache_key("builtin", sys.version_info[:2], *docs)
         train = datasets.Dataset.from_dict({"text": docs})
-        return Corpus(train.to_iterable_dataset() if cfg.streaming else train, None, identity)
+        train = train.to_iterable_dataset() if cfg.streaming else train
+        return Corpus(train, None, identity, {"source": "builtin", "fingerprint": identity})
     if source == "text":
-        train, train_id = _load_local(cfg, cfg.path, "data.path")
+        train, train_id, files = _load_local(cfg, cfg.path, "data.path")
         validation, validation_id = (None, "")
         if cfg.get("validation_path"):
-            validation, validation_id = _load_local(cfg, cfg.validation_path, "data.validation_path")
-        return Corpus(train, validation, _digest([train_id, validation_id]))
+            validation, validation_id, validation_files = _load_local(cfg, cfg.validation_path, "data.validation_path")
+            files += validation_files
+        record = {"source": "text", "files": [_file_record(f, Path(str(cfg.cache_dir)).expanduser()) for f in files]}
+        return Corpus(train, validation, cache_key(train_id, validation_id), record)
     return _load_hub(cfg)
 
 
-def _load_local(cfg: Any, path_value: str | None, key: str) -> tuple[Any, str]:
+def _load_local(cfg: Any, path_value: str | None, key: str) -> tuple[Any, str, list[Path]]:
     if not path_value:
         raise ValueError(f"{key} is not set: give a file or directory, e.g. {key}=corpus.txt")
     path = Path(str(path_value)).expanduser()
@@ -88,22 +92,38 @@ def _load_local(cfg: Any, path_value: str | None, key: str) -> tuple[Any, str]:
         dataset = _select_text_column(dataset, cfg.text_column, str(path))
     dataset = _drop_empty(dataset, str(path), streaming=bool(cfg.streaming))
     stats = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
-    return dataset, _digest(["local", unit, cfg.text_column, *stats])
+    return dataset, cache_key("local", unit, cfg.text_column, *stats), files
+
+
+def _file_record(path: Path, cache_dir: Path) -> dict[str, Any]:
+    """Path, size and sha256 of a corpus file; the hash is cached by (path, size, mtime), read once."""
+    stat = path.stat()
+    remembered = cache_dir / "sha256" / cache_key(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if remembered.exists():
+        digest = remembered.read_text().strip()
+    else:
+        digest = file_sha256(path)
+        atomic_write_text(remembered, digest)
+    return {"path": str(path.resolve()), "bytes": stat.st_size, "sha256": digest}
 
 
 def _load_hub(cfg: Any) -> Corpus:
     if not cfg.get("name"):
         raise ValueError("data.source=hub needs data.name, e.g. data.name=wikitext data.config=wikitext-2-raw-v1")
     args = [cfg.name] + ([cfg.config] if cfg.get("config") else [])
-    train = datasets.load_dataset(*args, split=cfg.split, streaming=bool(cfg.streaming))
+    # revision: a branch, tag or commit of the data set's hub repository (null: the default branch).
+    load = {"streaming": bool(cfg.streaming), "revision": cfg.get("revision")}
+    train = datasets.load_dataset(*args, split=cfg.split, **load)
     train = _drop_empty(_select_text_column(train, cfg.text_column, cfg.name), cfg.name, bool(cfg.streaming))
     validation = None
     if cfg.get("validation_split"):
-        validation = datasets.load_dataset(*args, split=cfg.validation_split, streaming=bool(cfg.streaming))
+        validation = datasets.load_dataset(*args, split=cfg.validation_split, **load)
         validation = _select_text_column(validation, cfg.text_column, cfg.name)
         validation = _drop_empty(validation, cfg.name, bool(cfg.streaming))
-    identity = _digest(["hub", *args, cfg.split, cfg.get("validation_split"), cfg.get("revision")])
-    return Corpus(train, validation, identity)
+    identity = cache_key("hub", *args, cfg.split, cfg.get("validation_split"), cfg.get("revision"))
+    record = {"source": "hub", "name": cfg.name, "config": cfg.get("config"), "split": cfg.split}
+    record |= {"validation_split": cfg.get("validation_split"), "revision": cfg.get("revision")}
+    return Corpus(train, validation, identity, record)
 
 
 def _select_text_column(dataset: Any, column: str, where: str) -> Any:
@@ -159,11 +179,3 @@ def first_bad_utf8_offset(path: Path, chunk_size: int = 1 << 20) -> int | None:
                 return None
             consumed += len(chunk)
             pending = len(decoder.getstate()[0])
-
-
-def _digest(parts: list[Any]) -> str:
-    hasher = hashlib.sha256()
-    for part in parts:
-        hasher.update(repr(part).encode())
-        hasher.update(b"\0")
-    return hasher.hexdigest()[:16]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +17,10 @@ from degen_train.data.corpus import load_corpus
 from degen_train.data.examples import build_examples
 from degen_train.data.sampling import PositionedExamples, ShardedBatches, StepBatchSampler
 from degen_train.data.tokenizer import get_tokenizer, tokenizer_identity
+from degen_train.io import cache_key
+from degen_train.rng import VALIDATION_SEED_OFFSET
 
 log = logging.getLogger(__name__)
-
-VALIDATION_SEED_OFFSET = 7_919  # validation masking differs from training masking but never changes
 
 
 @dataclass(frozen=True)
@@ -29,6 +28,7 @@ class PreparedData:
     train: datasets.Dataset
     validation: datasets.Dataset
     tokenizer: Any
+    corpus: dict[str, Any]  # where the documents came from (Corpus.provenance)
 
 
 def prepare_data(cfg: Any, *, family: str, data_format: str, seed: int) -> PreparedData:
@@ -51,25 +51,21 @@ def prepare_data(cfg: Any, *, family: str, data_format: str, seed: int) -> Prepa
             raise ValueError("the corpus has one document: it cannot be split into train and validation")
         split = corpus.train.train_test_split(test_size=fraction, seed=int(cfg.split_seed))
         train_docs, validation_docs = split["train"], split["test"]
-    identity = hashlib.sha256(
-        repr(
-            [
-                corpus.identity,
-                tokenizer_identity(tokenizer),
-                cfg.validation_fraction,
-                cfg.split_seed,
-                cfg.streaming,
-                cfg.validation_documents,
-            ]
-        ).encode()
-    ).hexdigest()[:16]
+    identity = cache_key(
+        corpus.identity,
+        tokenizer_identity(tokenizer),
+        cfg.validation_fraction,
+        cfg.split_seed,
+        cfg.streaming,
+        cfg.validation_documents,
+    )
     common = {"tokenizer": tokenizer, "data_format": data_format, "block_size": int(cfg.block_size), "seed": seed}
     train = build_examples(train_docs, cache_root=cache_dir, identity=identity + ":train", **common)
     validation = build_examples(validation_docs, cache_root=cache_dir, identity=identity + ":validation", **common)
     log.info(
         "examples: %d train, %d validation (%s, block %d)", len(train), len(validation), data_format, cfg.block_size
     )
-    return PreparedData(train, validation, tokenizer)
+    return PreparedData(train, validation, tokenizer, corpus.provenance)
 
 
 def make_collator(tokenizer: Any, *, data_format: str, masking: Any, vocab_size: int) -> Any:
@@ -89,10 +85,20 @@ def make_collator(tokenizer: Any, *, data_format: str, masking: Any, vocab_size:
 class PretrainDataModule(pl.LightningDataModule):
     """Train batches start at the restored global step, so resuming replays nothing."""
 
-    def __init__(self, data: PreparedData, collator: Any, *, batch_size: int, num_workers: int, seed: int) -> None:
+    def __init__(
+        self,
+        data: PreparedData,
+        collator: Any,
+        *,
+        batch_size: int,
+        num_workers: int,
+        seed: int,
+        overfit_batches: int = 0,
+    ) -> None:
         super().__init__()
         self.data, self.collator = data, collator
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
+        self.overfit_batches = overfit_batches
 
     def _loader(self, dataset: PositionedExamples, batch_sampler: Any) -> DataLoader:
         return DataLoader(
@@ -110,7 +116,13 @@ class PretrainDataModule(pl.LightningDataModule):
         start = trainer.global_step * trainer.accumulate_grad_batches if trainer is not None else 0
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         sampler = StepBatchSampler(
-            len(self.data.train), batch_size=self.batch_size, seed=self.seed, start=start, rank=rank, world_size=world
+            len(self.data.train),
+            batch_size=self.batch_size,
+            seed=self.seed,
+            start=start,
+            rank=rank,
+            world_size=world,
+            overfit_batches=self.overfit_batches,
         )
         return self._loader(PositionedExamples(self.data.train, self.seed), sampler)
 

@@ -12,7 +12,6 @@ resuming exact and cheap.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import random
 import re
@@ -24,7 +23,7 @@ from typing import Any
 
 import datasets
 
-from degen_train.io import atomic_directory
+from degen_train.io import atomic_directory, cache_key
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +48,7 @@ def build_examples(
         raise ValueError(f"data format {data_format!r} is not one of {', '.join(FORMATS)}")
     # Only NSP pairs depend on the seed; packed blocks are shared by every seed of a sweep.
     pair_seed = seed if data_format == "mlm_nsp" else None
-    key = hashlib.sha256(repr([identity, data_format, block_size, pair_seed]).encode()).hexdigest()[:16]
+    key = cache_key(identity, data_format, block_size, pair_seed)
     target = cache_root / "examples" / key
     if (target / "dataset_info.json").exists():
         log.info("examples cache hit: %s", target)
@@ -80,9 +79,7 @@ def _materialise(rows: Iterator[dict], scratch: str) -> datasets.Dataset:
         return datasets.Dataset.from_dict({"input_ids": []})
     buffer.append(first)
     # A fresh fingerprint per call: the rows are identified by our own cache key, not by hashing.
-    return datasets.Dataset.from_generator(
-        generate, cache_dir=scratch, fingerprint=hashlib.sha1(scratch.encode()).hexdigest()
-    )
+    return datasets.Dataset.from_generator(generate, cache_dir=scratch, fingerprint=cache_key(scratch))
 
 
 def _batches(documents: Any) -> Iterator[list[str]]:

@@ -14,19 +14,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-_MASK64 = (1 << 64) - 1
-
-
-def mix_seed(*values: int) -> int:
-    """Hash integers to a 63-bit seed with splitmix64 rounds (stable across processes and runs)."""
-    state = 0x9E3779B97F4A7C15
-    for value in values:
-        state = (state ^ (int(value) & _MASK64)) & _MASK64
-        state = (state + 0x9E3779B97F4A7C15) & _MASK64
-        state = ((state ^ (state >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        state = ((state ^ (state >> 27)) * 0x94D049BB133111EB) & _MASK64
-        state ^= state >> 31
-    return state & ((1 << 63) - 1)
+from degen_train.rng import EPOCH_ORDER_SALT, mix_seed
 
 
 class StepBatchSampler:
@@ -45,7 +33,9 @@ class StepBatchSampler:
         rank: int = 0,
         world_size: int = 1,
         shuffle: bool = True,
+        overfit_batches: int = 0,
     ) -> None:
+        """``overfit_batches=k > 0``: the first k global batches, unshuffled, again and again (debug=overfit)."""
         global_batch = batch_size * world_size
         if num_examples < global_batch:
             raise ValueError(
@@ -55,11 +45,14 @@ class StepBatchSampler:
         self.num_examples, self.batch_size, self.seed = num_examples, batch_size, seed
         self.start, self.rank, self.world_size, self.shuffle = start, rank, world_size, shuffle
         self.batches_per_epoch = num_examples // global_batch
+        self.overfit = overfit_batches > 0
+        if self.overfit:
+            self.batches_per_epoch, self.shuffle = min(overfit_batches, self.batches_per_epoch), False
 
     def epoch_order(self, epoch: int) -> torch.Tensor:
         if not self.shuffle:
             return torch.arange(self.num_examples)
-        generator = torch.Generator().manual_seed(mix_seed(self.seed, epoch, 0x5A3D))
+        generator = torch.Generator().manual_seed(mix_seed(self.seed, epoch, EPOCH_ORDER_SALT))
         return torch.randperm(self.num_examples, generator=generator)
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
@@ -70,7 +63,8 @@ class StepBatchSampler:
             if batch_epoch != epoch:
                 epoch, order = batch_epoch, self.epoch_order(batch_epoch)
             first = slot * global_batch + self.rank * self.batch_size
-            yield [(epoch, int(i)) for i in order[first : first + self.batch_size]]
+            # Overfitting: epoch 0 every time, so each example keeps its masking too (it is seeded by the epoch).
+            yield [(0 if self.overfit else epoch, int(i)) for i in order[first : first + self.batch_size]]
             position += 1
 
 

@@ -6,7 +6,6 @@ wrapped as ``PreTrainedTokenizerFast`` subclasses so the export loads with ``Aut
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, BertTokenizerFast, GPT2TokenizerFast, PreTrainedTokenizerFast
 
-from degen_train.io import atomic_directory, resolve_pretrained
+from degen_train.io import atomic_directory, cache_key, resolve_pretrained
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +29,7 @@ def get_tokenizer(
     if cfg.get("path"):
         return AutoTokenizer.from_pretrained(resolve_pretrained(cfg.path))
     settings = [corpus_identity, family, cfg.vocab_size, cfg.min_frequency, cfg.lowercase, cfg.max_documents]
-    key = hashlib.sha256(repr(settings).encode()).hexdigest()[:16]
+    key = cache_key(*settings)
     target = cache_dir / "tokenizers" / key
     if (target / "tokenizer.json").exists():
         log.info("tokenizer cache hit: %s", target)
@@ -82,7 +81,7 @@ def train_byte_bpe(texts: Iterator[str], cfg: Any) -> PreTrainedTokenizerFast:
 
 def tokenizer_identity(tokenizer: PreTrainedTokenizerFast) -> str:
     """A hash of the tokenizer's full definition (vocabulary, merges, normalisation)."""
-    return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()[:16]
+    return cache_key(tokenizer.backend_tokenizer.to_str())
 
 
 def _texts(corpus: Any, limit: int | None) -> Iterator[str]:

@@ -154,14 +154,21 @@ class Backbone(nn.Module):
         return self.model.base_model(**kwargs, output_hidden_states=all_layers, return_dict=True)
 
     def forward(self, batch: dict[str, Any], *, requires: frozenset[str] = frozenset()) -> ForwardOutput:
-        """One pass over ``batch``, plus one per entry of ``batch["views"]`` (extra inputs a term asked for)."""
+        """One pass over ``batch``, plus one per entry of ``batch["views"]`` (extra inputs a term asked for).
+
+        ``requires`` names the optional fields (types.OPTIONAL_FIELDS) to compute; the others stay None.
+        """
         encoded = self.encode(batch, all_layers="all_hidden_states" in requires)
         hidden = encoded.last_hidden_state  # (B, T, H)
         labels = batch["labels"]
         selected = labels != -100  # (B, T)
         logits = self.vocab_head(hidden[selected])  # (N, V)
-        pooled = getattr(encoded, "pooler_output", None)
-        sequence_logits = self.nsp_head(pooled) if self.nsp_head is not None and pooled is not None else None
+        pooled = getattr(encoded, "pooler_output", None)  # (B, H), None when the model has no pooler
+        sequence_logits = None
+        if "sequence_logits" in requires:
+            if self.nsp_head is None or pooled is None:
+                raise ValueError(f"{type(self.model).__name__} has no next-sentence head: use recipe=bert_mlm_nsp")
+            sequence_logits = self.nsp_head(pooled)  # (B, 2)
         return ForwardOutput(
             input_ids=batch["input_ids"],
             attention_mask=batch["attention_mask"],
@@ -173,9 +180,9 @@ class Backbone(nn.Module):
             output_embedding_weight=self.model.get_output_embeddings().weight,
             original_ids=batch.get("original_ids"),
             token_type_ids=batch.get("token_type_ids"),
-            pooled=pooled,
-            sequence_logits=sequence_logits,
             sequence_labels=batch.get("next_sentence_label"),
+            pooled=pooled if "pooled" in requires else None,
+            sequence_logits=sequence_logits,
             all_hidden_states=encoded.hidden_states if "all_hidden_states" in requires else None,
             views=tuple(self(view, requires=requires) for view in batch.get("views", ())),
             extras={k: v for k, v in batch.items() if k not in BATCH_KEYS},

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import BertModel
 
-from degen_train.data.sampling import mix_seed
+from degen_train.rng import REPLACEMENT_SALT, mix_seed
 
 
 class _ProjectedEmbeddings(nn.Module):
@@ -86,7 +86,7 @@ def sample_replacements(logits: Tensor, selected: Tensor, sample_seeds: Tensor, 
     uniforms = torch.empty(len(rows), dtype=torch.float64)
     for b in rows.unique().tolist():
         here = (rows == b).cpu()
-        generator = torch.Generator().manual_seed(mix_seed(int(sample_seeds[b]), 0xC0C0))
+        generator = torch.Generator().manual_seed(mix_seed(int(sample_seeds[b]), REPLACEMENT_SALT))
         uniforms[here] = torch.rand(int(here.sum()), generator=generator, dtype=torch.float64)
     targets = uniforms.to(cdf.device, torch.float32)[:, None] * cdf[:, -1:]  # (N, 1), scaled to the CDF's end
     return torch.searchsorted(cdf, targets).squeeze(-1).clamp_max(cdf.shape[-1] - 1)

@@ -70,8 +70,8 @@ class CorrectiveLMTerm(GeneratorCorruption):
         if self.clm_head == "released":
             self.clm_bias = nn.Parameter(torch.zeros(context.vocab_size))
 
-    def prepare_batch(self, batch: dict, backbone: nn.Module) -> dict:
-        prepared = super().prepare_batch(batch, backbone)
+    def prepare_batch(self, batch: dict) -> dict:
+        prepared = super().prepare_batch(batch)
         if self.clm_head == "released":  # our own head: the backbone need not project anything itself
             prepared["clm_labels"], prepared["labels"] = prepared["labels"], torch.full_like(prepared["labels"], -100)
         return prepared

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from degen_train.models.generator import AuxiliaryGenerator, sample_replacements
 from degen_train.terms import LossTerm, TermContext, distributed_mean
@@ -85,7 +85,7 @@ class GeneratorCorruption(LossTerm):
             intermediate_size=options["intermediate_size"],
         )
 
-    def prepare_batch(self, batch: dict[str, Any], backbone: nn.Module) -> dict[str, Any]:
+    def prepare_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
         assert self.generator is not None
         selected = batch["labels"] != -100  # (B, T) the masked positions
         generator_logits = self.generator(batch, selected)  # (N, V), with gradient for the generator loss

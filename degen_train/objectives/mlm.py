@@ -23,17 +23,22 @@ def token_accuracy(logits: Tensor, targets: Tensor) -> Tensor:
     return (logits.argmax(-1) == targets).float().mean()
 
 
-@register_term("mlm")
-class MaskedLMTerm(LossTerm):
-    """L_MLM = −(1/N) Σ_{i masked} log p(x_i | x̃); Devlin et al. 2019 (BERT)."""
+class TokenPredictionTerm(LossTerm):
+    """−(1/N) Σ log p(target) over the N labelled positions of every process: the MLM and MLE loss alike."""
 
-    family = "encoder"
     perplexity_metric = "loss"
-    paper_metrics = ("accuracy",)
-    data_format = "mlm"
 
     def forward(self, output: ForwardOutput) -> TermOutput:
         assert output.logits is not None
         total, count = token_cross_entropy_sum(output.logits, output.target_ids)
         loss = distributed_mean(total, count)
         return TermOutput(loss, {"accuracy": token_accuracy(output.logits.detach(), output.target_ids)})
+
+
+@register_term("mlm")
+class MaskedLMTerm(TokenPredictionTerm):
+    """L_MLM = −(1/N) Σ_{i masked} log p(x_i | x̃); Devlin et al. 2019 (BERT)."""
+
+    family = "encoder"
+    paper_metrics = ("accuracy",)
+    data_format = "mlm"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from degen_train.terms import LossTerm, distributed_mean, register_term
 from degen_train.types import ForwardOutput, TermOutput
@@ -20,6 +21,11 @@ class NextSentenceTerm(LossTerm):
     data_format = "mlm_nsp"
     paper_metrics = ("accuracy",)
     requires = frozenset({"sequence_logits"})
+
+    def head_parameters(self, backbone: nn.Module) -> list[nn.Parameter]:
+        """The NSP classifier and the pooler below it: nothing else reads them."""
+        pooler = getattr(backbone.model.base_model, "pooler", None)
+        return [*backbone.nsp_head.parameters(), *(pooler.parameters() if pooler is not None else ())]
 
     def forward(self, output: ForwardOutput) -> TermOutput:
         logits, labels = output.sequence_logits, output.sequence_labels

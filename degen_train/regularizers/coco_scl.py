@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from degen_train.data.sampling import mix_seed
+from degen_train.rng import CROP_SALT, mix_seed
 from degen_train.terms import LossTerm, TermContext, register_term
 from degen_train.types import ForwardOutput, TermOutput
 
@@ -59,7 +59,7 @@ def crop_views(ids: Tensor, attention_mask: Tensor, sample_seeds: Tensor, *, fra
         length = int(attention_mask[b].sum())
         body = ids[b, 1:length]
         keep = max(1, round(fraction * body.numel()))
-        generator = torch.Generator().manual_seed(mix_seed(int(sample_seeds[b]), 0x5C1))
+        generator = torch.Generator().manual_seed(mix_seed(int(sample_seeds[b]), CROP_SALT))
         start = int(torch.randint(body.numel() - keep + 1, (1,), generator=generator))
         rows.append(torch.cat([ids[b, :1], body[start : start + keep]]))
     width = max(len(r) for r in rows)
@@ -110,7 +110,7 @@ class SequenceContrastiveTerm(LossTerm):
         else:
             self.projection = nn.Linear(hidden, hidden)
 
-    def prepare_batch(self, batch: dict[str, Any], backbone: nn.Module) -> dict[str, Any]:
+    def prepare_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
         crop = crop_views(
             batch["original_ids"], batch["attention_mask"], batch["sample_seed"], fraction=self.crop_fraction
         )

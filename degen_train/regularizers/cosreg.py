@@ -51,14 +51,15 @@ def cosine_regularizer(vectors: Tensor, *, normalization: str = "n_squared") -> 
     return off_diagonal / (count * count if normalization == "n_squared" else count * (count - 1))
 
 
-def global_cosine_regularizer(vectors: Tensor, *, normalization: str = "n_squared") -> Tensor:
-    """R_cos over the vectors of every process: (‖Σ_i ŵ_i‖² − N) / N² with Σ and N summed over processes.
+def global_cosine_regularizer(vectors: Tensor, *, normalization: str = "n_squared") -> tuple[Tensor, Tensor]:
+    """(R_cos, N) over the vectors of every process: (‖Σ_i ŵ_i‖² − N) / N² with Σ and N summed over processes.
 
     The sum of unit vectors is all-reduced with a differentiable collective: every process computes the same
     global value, whose gradient the collective's backward sums over processes and DDP then averages, so the
     update equals one process holding the global batch (Gao et al. 2019, eq. 4, on hidden states)."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return cosine_regularizer(vectors, normalization=normalization)
+        count = torch.tensor(float(vectors.shape[0]), device=vectors.device)
+        return cosine_regularizer(vectors, normalization=normalization), count
     from torch.distributed.nn.functional import all_reduce
 
     with torch.autocast(device_type=vectors.device.type, enabled=False):
@@ -66,9 +67,9 @@ def global_cosine_regularizer(vectors: Tensor, *, normalization: str = "n_square
         count = torch.tensor(float(vectors.shape[0]), device=vectors.device)
         torch.distributed.all_reduce(count)
         if count < 2:
-            return total.new_zeros(())
+            return total.new_zeros(()), count
         pairs = count * count if normalization == "n_squared" else count * (count - 1)
-        return (total @ total - count) / pairs
+        return (total @ total - count) / pairs, count
 
 
 @register_term("cosreg")
@@ -97,8 +98,10 @@ class CosineRegularizer(LossTerm):
     def forward(self, output: ForwardOutput) -> TermOutput:
         if self.target == "hidden":
             vectors = output.hidden_states[output.attention_mask.bool()]  # (tokens, H)
-            loss = global_cosine_regularizer(vectors, normalization=self.normalization)
-            return TermOutput(loss, {"mean_cosine": loss.detach()})
+            loss, count = global_cosine_regularizer(vectors, normalization=self.normalization)
+            # The loss under n_squared is (N−1)/N times the mean over distinct pairs; log the mean itself.
+            scale = count / (count - 1).clamp_min(1) if self.normalization == "n_squared" else 1.0
+            return TermOutput(loss, {"mean_pair_cosine": loss.detach() * scale})
         matrices = self._matrices(output)
         if self.rows == "seen":
             self._mark_seen(output)

@@ -49,8 +49,6 @@ def resolve_teacher_path(teacher: str | None) -> str:
 class TokenContrastiveTerm(LossTerm):
     """InfoNCE between student tokens at masked positions and the frozen teacher's tokens of the same sequence."""
 
-    requires = frozenset()
-
     def __init__(
         self,
         *,

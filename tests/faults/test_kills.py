@@ -15,6 +15,8 @@ from degen_train.checkpoints import verified_step
 from tests.faults.conftest import STEPS, killed_run
 from tests.helpers import checkpoint_weights, run
 
+pytestmark = pytest.mark.slow  # several processes per test: make test-slow (make test runs them too)
+
 
 def assert_same_weights(run_dir: Path, reference: Path) -> None:
     a = checkpoint_weights(reference / "checkpoints" / "last.ckpt")
@@ -83,7 +85,8 @@ def test_kill_mid_checkpoint_write_on_another_filesystem(tmp_path: Path, drill: 
         assert_clean_metrics(run_dir, reference)
     finally:
         if mounted.returncode == 0:
-            subprocess.run(["umount", str(mount)], check=False)
+            # Lazy: the in-process run's log handle may still be open, and a busy mount would outlive the test.
+            subprocess.run(["umount", "--lazy", str(mount)], check=False)
 
 
 def test_kill_during_final_validation_then_resume(tmp_path: Path, drill: list[str], reference: Path) -> None:

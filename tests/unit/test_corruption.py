@@ -8,12 +8,12 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from degen_train.data.sampling import mix_seed
 from degen_train.models.backbone import Backbone
 from degen_train.models.generator import sample_replacements
 from degen_train.objectives.coco_clm import CorrectiveLMTerm, corrective_lm_paper, corrective_lm_released
 from degen_train.objectives.electra import replaced_token_detection
 from degen_train.regularizers.coco_scl import SequenceContrastiveTerm, crop_views, sequence_contrastive_loss
+from degen_train.rng import mix_seed
 from degen_train.terms import TermContext, WeightedSum
 
 
@@ -65,7 +65,7 @@ def test_scl_refuses_bad_settings() -> None:
     with pytest.raises(ValueError, match=r"crop_fraction must be in \(0, 1\], got 1.5"):
         SequenceContrastiveTerm(crop_fraction=1.5)
     with pytest.raises(ValueError, match=r"needs data.batch_size >= 2 \(in-batch negatives\), got 1"):
-        SequenceContrastiveTerm().setup(TermContext(family="encoder", hidden_size=4, vocab_size=9, batch_size=1))
+        SequenceContrastiveTerm().setup(TermContext(hidden_size=4, vocab_size=9, batch_size=1))
 
 
 def test_sampling_is_seeded_per_example() -> None:
@@ -109,9 +109,9 @@ def masked_batch() -> dict:
 def test_main_loss_does_not_reach_the_generator_through_the_samples() -> None:
     backbone = tiny_backbone()
     term = CorrectiveLMTerm(generator_layers=1, generator_weight=0.0)
-    term.setup(TermContext(family="encoder", hidden_size=16, vocab_size=30, batch_size=2, backbone=backbone))
+    term.setup(TermContext(hidden_size=16, vocab_size=30, batch_size=2, backbone=backbone))
     loss = WeightedSum({"coco_clm": term}, {"coco_clm": 1.0})
-    total, logged = loss(backbone(loss.prepare_batch(masked_batch(), backbone)))
+    total, logged = loss(backbone(loss.prepare_batch(masked_batch())))
     total.backward()
     generator_layers = list(term.generator.encoder.encoder.parameters()) + list(term.generator.transform.parameters())
     assert all(p.grad is None or not p.grad.any() for p in generator_layers)
@@ -121,14 +121,14 @@ def test_main_loss_does_not_reach_the_generator_through_the_samples() -> None:
     # With its own loss on, the generator does train.
     term.generator_weight = 1.0
     backbone.zero_grad()
-    loss(backbone(loss.prepare_batch(masked_batch(), backbone)))[0].backward()
+    loss(backbone(loss.prepare_batch(masked_batch())))[0].backward()
     assert term.generator.encoder.encoder.layer[0].output.dense.weight.grad.abs().sum() > 0
 
 
 def test_generator_shares_the_main_embeddings() -> None:
     backbone = tiny_backbone()
     term = CorrectiveLMTerm(generator_layers="auto")
-    term.setup(TermContext(family="encoder", hidden_size=16, vocab_size=30, batch_size=2, backbone=backbone))
+    term.setup(TermContext(hidden_size=16, vocab_size=30, batch_size=2, backbone=backbone))
     generator = term.generator
     assert generator.encoder.embeddings.shared is backbone.model.bert.embeddings
     assert generator.decoder_weight is backbone.model.get_input_embeddings().weight
@@ -137,15 +137,15 @@ def test_generator_shares_the_main_embeddings() -> None:
 
 @pytest.mark.parametrize("regularizer", ["cosreg", "coco_scl"])
 def test_weight_zero_leaves_the_objective_and_its_gradients_unchanged(regularizer: str) -> None:
-    from degen_train.terms import build_terms
+    from degen_train.catalog import build_terms
 
     def gradients(sections: dict) -> tuple[float, dict]:
         backbone = tiny_backbone().eval()
         terms, weights = build_terms(sections)
         for t in terms.values():
-            t.setup(TermContext(family="encoder", hidden_size=16, vocab_size=30, batch_size=2, backbone=backbone))
+            t.setup(TermContext(hidden_size=16, vocab_size=30, batch_size=2, backbone=backbone))
         loss = WeightedSum(terms, weights)
-        total, _ = loss(backbone(loss.prepare_batch(masked_batch(), backbone)))
+        total, _ = loss(backbone(loss.prepare_batch(masked_batch())))
         total.backward()
         return total.item(), {n: p.grad.clone() for n, p in backbone.named_parameters() if p.grad is not None}
 

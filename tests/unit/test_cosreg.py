@@ -48,7 +48,7 @@ def test_runs_in_float32_under_bf16_autocast() -> None:
 def test_seen_rows_only_and_hidden_target() -> None:
     embedding = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.0]])
     term = CosineRegularizer(rows="seen")
-    term.setup(TermContext(family="encoder", hidden_size=2, vocab_size=4, batch_size=1))
+    term.setup(TermContext(hidden_size=2, vocab_size=4, batch_size=1))
     out = output(torch.zeros(1, 4), torch.tensor([0]))
     out = type(out)(
         **{

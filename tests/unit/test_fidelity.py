@@ -74,7 +74,7 @@ def bert(layers: int, hidden: int, heads: int, dropout: float = 0.0) -> Backbone
 
 def context(backbone: Backbone) -> TermContext:
     config = backbone.model.config
-    return TermContext(family="encoder", hidden_size=config.hidden_size, vocab_size=30, batch_size=2, backbone=backbone)
+    return TermContext(hidden_size=config.hidden_size, vocab_size=30, batch_size=2, backbone=backbone)
 
 
 @pytest.mark.parametrize(
@@ -128,7 +128,7 @@ def test_coco_clm_head_is_a_bare_linear_over_the_tied_embeddings() -> None:
     with torch.no_grad():
         term.clm_bias.normal_()
     loss = WeightedSum({"coco_clm": term}, {"coco_clm": 1.0})
-    output = backbone(loss.prepare_batch(masked_batch(), backbone))
+    output = backbone(loss.prepare_batch(masked_batch()))
     assert output.logits is None or output.logits.shape[0] == 0  # the backbone's MLM head was not run
     logits, targets, selected = term.clm_logits(output)
     expected = F.linear(output.hidden_states[selected], backbone.model.get_input_embeddings().weight, term.clm_bias)
@@ -146,7 +146,7 @@ def test_sample_mode_eval_samples_from_a_pass_without_dropout() -> None:
         batch = masked_batch()
         selected = batch["labels"] != -100
         torch.manual_seed(3)
-        prepared = term.prepare_batch(batch, backbone)
+        prepared = term.prepare_batch(batch)
         term.generator.eval()
         with torch.no_grad():
             without_dropout = term.generator(batch, selected)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from degen_train.data.collate import CausalLMCollator, MaskedLMCollator
-from degen_train.data.sampling import mix_seed
+from degen_train.rng import mix_seed
 
 PAD, UNK, CLS, SEP, MASK = range(5)
 

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from degen_train.terms import WeightedSum, build_terms
+from degen_train.catalog import build_terms
+from degen_train.terms import WeightedSum
 from degen_train.types import ForwardOutput
 
 

@@ -30,7 +30,7 @@ def term(tmp_path: Path, **options) -> TokenContrastiveTerm:
     config = BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)
     BertModel(config).save_pretrained(tmp_path / "teacher")
     tacl = TokenContrastiveTerm(teacher=str(tmp_path / "teacher"), **options)
-    tacl.setup(TermContext(family="encoder", hidden_size=8, vocab_size=20, batch_size=2))
+    tacl.setup(TermContext(hidden_size=8, vocab_size=20, batch_size=2))
     return tacl
 
 
@@ -61,9 +61,9 @@ def test_bad_teacher_settings(tmp_path: Path) -> None:
         TokenContrastiveTerm(teacher="x", temperature=-0.1)
     tacl = term(tmp_path)
     with pytest.raises(ValueError, match=r"TaCL teacher .* has hidden size 8, the student has 16"):
-        tacl.setup(TermContext(family="encoder", hidden_size=16, vocab_size=20, batch_size=2))
+        tacl.setup(TermContext(hidden_size=16, vocab_size=20, batch_size=2))
     with pytest.raises(ValueError, match=r"TaCL teacher .* has vocabulary 20, the student has 30"):
-        tacl.setup(TermContext(family="encoder", hidden_size=8, vocab_size=30, batch_size=2))
+        tacl.setup(TermContext(hidden_size=8, vocab_size=30, batch_size=2))
 
 
 def test_gradients_reach_the_student_and_never_the_teacher(tmp_path: Path) -> None:

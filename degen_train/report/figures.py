@@ -1,0 +1,112 @@
+"""The sweep report's figures, as base64 PNGs: loss curves, each metric against each numeric swept value
+(mean ± std over seeds), the perplexity–isotropy trade-off, and the runs' cone plots."""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+
+import matplotlib
+import pandas as pd
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from degen_train.report.table import SWEPT  # noqa: E402
+
+MARKERS = "os^vDP*X"
+
+
+def png(figure: plt.Figure) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")  # room for long legends and labels
+    plt.close(figure)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def setting_label(row: pd.Series) -> str:
+    swept = [c for c in row.index if str(c).startswith(SWEPT)]
+    return ", ".join(f"{c.removeprefix(SWEPT)}={row[c]}" for c in swept) or str(row.get("run", "all"))
+
+
+def loss_curves(table: pd.DataFrame) -> str | None:
+    """train/loss of every run against the step, with markers (short runs have few points)."""
+    figure, axis = plt.subplots(figsize=(7, 4))
+    drawn = 0
+    for index, (_, row) in enumerate(table.iterrows()):
+        path = Path(row["path"]) / "logs" / "metrics.csv"
+        if not path.exists():
+            continue
+        logged = pd.read_csv(path)
+        if "train/loss" not in logged:
+            continue
+        points = logged[["step", "train/loss"]].dropna()
+        axis.plot(points["step"], points["train/loss"], marker=MARKERS[index % len(MARKERS)], ms=3, lw=1,
+                  label=setting_label(row))  # fmt: skip
+        drawn += 1
+    if not drawn:
+        plt.close(figure)
+        return None
+    axis.set_xlabel("step")
+    axis.set_ylabel("train/loss")
+    axis.legend(fontsize=6)
+    return png(figure)
+
+
+def metric_against_swept(table: pd.DataFrame, metrics: list[str]) -> dict[str, str]:
+    """Each metric against each numeric swept key: mean ± std over the runs sharing that value."""
+    out = {}
+    finished = table[table["status"].str.startswith("finished")]
+    for key in [c for c in finished.columns if c.startswith(SWEPT) and pd.api.types.is_numeric_dtype(finished[c])]:
+        if key.removeprefix(SWEPT) == "seed":
+            continue
+        for metric in metrics:
+            stats = finished.groupby(key)[metric].agg(["mean", "std", "count"]).dropna(subset=["mean"])
+            if len(stats) < 2:
+                continue
+            figure, axis = plt.subplots(figsize=(4, 3))
+            axis.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3)
+            axis.set_xlabel(key.removeprefix(SWEPT))
+            axis.set_ylabel(metric + (" (mean ± std)" if stats["count"].max() > 1 else ""))
+            out[f"{metric} vs {key.removeprefix(SWEPT)}"] = png(figure)
+    return out
+
+
+def tradeoff(grouped: pd.DataFrame, table: pd.DataFrame, *, x: str, y: str) -> str | None:
+    """One point per setting: ``y`` against ``x``, with mean ± std error bars over seeds when there are seeds."""
+    if not grouped.empty and f"{x} mean" in grouped and f"{y} mean" in grouped:
+        points = grouped.dropna(subset=[f"{x} mean", f"{y} mean"])
+        xs, ys = points[f"{x} mean"], points[f"{y} mean"]
+        xerr, yerr = points[f"{x} std"].fillna(0), points[f"{y} std"].fillna(0)
+    elif x in table and y in table:
+        points = table.dropna(subset=[x, y])
+        xs, ys, xerr, yerr = points[x], points[y], None, None
+    else:
+        return None
+    if len(points) < 2:
+        return None
+    figure, axis = plt.subplots(figsize=(5, 4))
+    for index, (at, row) in enumerate(points.iterrows()):
+        axis.errorbar(
+            xs.loc[at],
+            ys.loc[at],
+            xerr=None if xerr is None else xerr.loc[at],
+            yerr=None if yerr is None else yerr.loc[at],
+            marker=MARKERS[index % len(MARKERS)],
+            capsize=3,
+            label=setting_label(row),
+        )
+    axis.set_xlabel(x)
+    axis.set_ylabel(y)
+    axis.legend(fontsize=6)
+    return png(figure)
+
+
+def cone_images(table: pd.DataFrame) -> dict[str, str]:
+    out = {}
+    for _, row in table.iterrows():
+        path = Path(row["path"]) / "analysis" / "cone.png"
+        if path.exists():
+            out[setting_label(row) + f" ({row['run']})"] = base64.b64encode(path.read_bytes()).decode()
+    return out

@@ -1,0 +1,154 @@
+"""One row per run from its files; headline columns first; mean and std over seeds in their own columns."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from degen_train.sweep import FAILED
+
+SEED_KEYS = ("seed",)
+SWEPT = "swept:"  # column prefix of a swept override
+# Headline metrics, in the order a reader looks for them, and which way is better.
+HEADLINE = {
+    "val_loss": "min",
+    "val_perplexity": "min",
+    "isotropy/embedding/mean_cosine": "min",
+    "isotropy/embedding/isoscore": "max",
+    "wic/accuracy": "max",
+    "tokens_per_s": "max",
+    "mfu": "max",
+}
+SUMMARY_KEYS = ("final_step", "val_loss", "val_perplexity", "train_loss", "tokens_per_s", "mfu", "mfu_total")
+
+
+def find_runs(paths: Sequence[str | Path]) -> list[Path]:
+    """Run directories (with summary.json, failed.json or config.yaml) at or below the given paths."""
+    runs: list[Path] = []
+    for path in map(Path, paths):
+        if not path.exists():
+            raise FileNotFoundError(f"{path} does not exist")
+        candidates = [path] if _is_run(path) else sorted(p.parent for p in path.rglob("config.yaml"))
+        candidates += sorted(p.parent for p in path.rglob(FAILED) if p.parent not in candidates)
+        runs.extend(c for c in candidates if c not in runs)
+    if not runs:
+        raise ValueError(f"no runs found in {', '.join(map(str, paths))} (a run has config.yaml or summary.json)")
+    return runs
+
+
+def _is_run(path: Path) -> bool:
+    return any((path / name).exists() for name in ("summary.json", FAILED, "config.yaml"))
+
+
+def swept_values(run: Path) -> dict[str, str]:
+    """The overrides that define the run (RUN/overrides.json, or failed.json's record)."""
+    path = run / "overrides.json"
+    if path.exists():
+        overrides = json.loads(path.read_text())
+    elif (run / FAILED).exists():
+        overrides = json.loads((run / FAILED).read_text()).get("overrides", [])
+    else:
+        overrides = []
+    pairs = [o.lstrip("+~").split("=", 1) for o in overrides if "=" in o]
+    return dict(pairs)
+
+
+def _wandb_summary(run: Path) -> dict[str, Any]:
+    """Summary metrics of an offline wandb run in RUN/wandb (when the run wrote no summary.json)."""
+    for path in sorted(run.glob("wandb/*run-*/files/wandb-summary.json")):
+        return {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith("_")}
+    return {}
+
+
+def run_row(run: Path) -> dict[str, Any]:
+    row: dict[str, Any] = {"run": run.name, "status": "incomplete", "path": str(run)}
+    row |= {SWEPT + k: v for k, v in swept_values(run).items()}
+    if (run / FAILED).exists():
+        return row | {"status": "failed", "error": json.loads((run / FAILED).read_text())["error"]}
+    if not (run / "summary.json").exists():
+        wandb = _wandb_summary(run)
+        return row | {"status": "finished (wandb)", **wandb} if wandb else row
+    summary = json.loads((run / "summary.json").read_text())
+    row["status"] = "finished"
+    row |= {k: summary.get(k) for k in SUMMARY_KEYS}
+    # Every term's own value, weighted or not: a weight-0 baseline still reports its regularizer.
+    row |= {f"val/{k}/loss": v for k, v in (summary.get("val_terms") or {}).items()}
+    row |= {f"train/{k}/loss": v for k, v in (summary.get("train_terms") or {}).items()}
+    row |= summary.get("isotropy", {})
+    evaluation = summary.get("eval", {})
+    for name, scores in evaluation.get("sts", {}).items():
+        row[f"sts/{name}"] = scores.get("raw")
+    if "wic" in evaluation:
+        wic = evaluation["wic"]["raw"]
+        row["wic/accuracy"] = wic.get("accuracy", wic.get("accuracy_threshold_fitted_on_scored_items"))
+    return row
+
+
+def collect(runs: Sequence[Path]) -> tuple[pd.DataFrame, dict[str, str]]:
+    """The runs table, headline columns first, and the overrides every run shares (taken out of it)."""
+    table = pd.DataFrame([run_row(run) for run in runs])
+    swept = [c for c in table.columns if c.startswith(SWEPT)]
+    common: dict[str, str] = {}
+    if len(table) > 1:
+        for column in swept:
+            values = table[column].astype(str).unique()
+            if len(values) == 1:
+                common[column.removeprefix(SWEPT)] = values[0]
+        table = table.drop(columns=[SWEPT + k for k in common])
+    for column in table.columns:  # swept values as numbers where they are numbers, for plots and sorting
+        if column.startswith(SWEPT):
+            numeric = pd.to_numeric(table[column], errors="coerce")
+            if numeric.notna().all():
+                table[column] = numeric
+    return table[headline_order(table.columns)], common
+
+
+def headline_order(columns: Sequence[str]) -> list[str]:
+    """run, status, swept values, val loss and perplexity, each term's value, geometry, probes, speed, the rest."""
+    columns = list(columns)
+    swept = sorted(c for c in columns if c.startswith(SWEPT))
+    terms = sorted(c for c in columns if c.startswith(("val/", "train/")) and c.endswith("/loss"))
+    probes = sorted(c for c in columns if c.startswith(("sts/", "wic/")))
+    first = ["run", "status", *swept, "val_loss", "val_perplexity", *terms]
+    first += ["isotropy/embedding/mean_cosine", "isotropy/embedding/isoscore", *probes, "tokens_per_s", "mfu"]
+    first = [c for c in dict.fromkeys(first) if c in columns]
+    return first + [c for c in columns if c not in first]
+
+
+def seed_groups(table: pd.DataFrame) -> pd.DataFrame:
+    """Mean and std over seeds of every numeric column, per setting (the swept keys other than the seed)."""
+    swept = [c for c in table.columns if c.startswith(SWEPT)]
+    grouping = [c for c in swept if c.removeprefix(SWEPT) not in SEED_KEYS]
+    if len(grouping) == len(swept):
+        return pd.DataFrame()
+    finished = table[table["status"].str.startswith("finished")]
+    numeric = [c for c in finished.select_dtypes("number").columns if c not in swept]
+    if finished.empty or not numeric:
+        return pd.DataFrame()
+    groups = finished.groupby(grouping, dropna=False, sort=True) if grouping else finished.groupby(lambda _: "all")
+    stats = groups[numeric].agg(["mean", "std"])
+    stats.columns = [f"{metric} {stat}" for metric, stat in stats.columns]
+    stats.insert(0, "seeds", groups.size())
+    ordered = [f"{c} {s}" for c in headline_order(numeric) for s in ("mean", "std")]
+    return stats[["seeds", *ordered]].reset_index()
+
+
+def best_settings(grouped: pd.DataFrame, table: pd.DataFrame) -> list[str]:
+    """One line per headline metric: the setting with the best mean (or the best run when there are no seeds)."""
+    source, suffix = (grouped, " mean") if not grouped.empty else (table, "")
+    swept = [c for c in source.columns if str(c).startswith(SWEPT)]
+    lines = []
+    for metric, direction in HEADLINE.items():
+        column = metric + suffix
+        if column not in source.columns or source[column].isna().all() or len(source) < 2:
+            continue
+        best = source.loc[source[column].idxmin() if direction == "min" else source[column].idxmax()]
+        setting = ", ".join(f"{c.removeprefix(SWEPT)}={best[c]}" for c in swept) or str(best.get("run"))
+        spread = f" ± {best[metric + ' std']:.3g}" if suffix and pd.notna(best.get(metric + " std")) else ""
+        better = "lower" if direction == "min" else "higher"
+        lines.append(f"{metric} ({better} is better): {setting} — {best[column]:.4g}{spread}")
+    return lines

@@ -1,0 +1,68 @@
+"""What a finished run prints: where everything is, the numbers that matter, and what to type next."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+
+def parameter_counts(model: nn.Module) -> dict[str, int]:
+    """Total, embedding (lookup tables: tokens, positions, segments) and non-embedding parameter counts."""
+    unique = {id(p): p for p in model.parameters()}
+    lookups = {id(m.weight): m.weight for m in model.modules() if isinstance(m, nn.Embedding)}
+    total = sum(p.numel() for p in unique.values())
+    embeddings = sum(p.numel() for p in lookups.values())
+    return {"total": total, "embeddings": embeddings, "non_embedding": total - embeddings}
+
+
+def human(count: float) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(count) >= size:
+            return f"{count / size:.2f}{unit}"
+    return f"{count:.0f}"
+
+
+def _number(value: Any, spec: str = ".4g") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def end_of_run_table(summary: dict[str, Any], run_dir: Path, overrides: list[str]) -> str:
+    """A short two-column table; the commands are copy-pasteable (shell-quoted)."""
+    run = run_dir.resolve()
+    iso = summary.get("isotropy") or {}
+    params = summary.get("parameters") or {}
+    steps = int(summary.get("final_step") or 0)
+    kept = [o for o in overrides if not o.startswith(("ckpt_path=", "trainer.max_steps="))]
+    resume = ["degen-train", *kept, f"hydra.run.dir={run}", "ckpt_path=last", f"trainer.max_steps={2 * steps}"]
+    mfu = summary.get("mfu")
+    speed = f"{_number(summary.get('tokens_per_s'), ',.0f')} tokens/s"
+    if mfu is not None:
+        speed += f", MFU {mfu:.1%} (total {summary.get('mfu_total', 0):.1%}; peak: {summary.get('peak_flops_source')})"
+    rows = [
+        ("run", str(run)),
+        ("steps", str(steps)),
+        ("train loss", _number(summary.get("train_loss"))),
+        ("val loss", f"{_number(summary.get('val_loss'))} (= {summary.get('val_loss_is') or 'n/a'})"),
+        ("perplexity", f"{_number(summary.get('val_perplexity'))} (exp of {summary.get('val_perplexity_of')})"),
+        ("speed", speed),
+        (
+            "geometry",
+            f"embedding mean cosine {_number(iso.get('isotropy/embedding/mean_cosine'))}, "
+            f"IsoScore {_number(iso.get('isotropy/embedding/isoscore'))}",
+        ),
+        (
+            "parameters",
+            f"{human(params.get('total', 0))} ({human(params.get('embeddings', 0))} embedding, "
+            f"{human(params.get('non_embedding', 0))} other)",
+        ),
+        ("export", str(run / "hf") if (run / "hf").exists() else "none (export_hf=false)"),
+        ("logs", f"{run / 'logs' / 'metrics.csv'}, {run / 'train.log'}"),
+        ("checkpoints", str(run / "checkpoints")),
+        ("resume", shlex.join(resume)),
+        ("analyse", shlex.join(["degen-analyze", str(run)])),
+    ]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"  {name:<{width}}  {value}" for name, value in rows)
