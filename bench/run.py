@@ -12,13 +12,13 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import datasets  # noqa: E402
 
-from bench import losses, metrics, reliability, spine  # noqa: E402
+from bench import analysis, losses, metrics, reliability, spine  # noqa: E402
 
 datasets.disable_progress_bars()
 
 
 def main() -> None:
-    wanted = set(sys.argv[1:]) or {"spine", "losses", "metrics", "reliability"}
+    wanted = set(sys.argv[1:]) or {"spine", "losses", "metrics", "reliability", "analysis"}
     if "spine" in wanted:
         spine.main()
     if "losses" in wanted:
@@ -27,6 +27,8 @@ def main() -> None:
         metrics.main()
     if "reliability" in wanted:
         reliability.main()
+    if "analysis" in wanted:
+        analysis.main()
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from hydra.errors import InstantiationException
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
+from degen_train.callbacks.plain_progress import PlainProgress
 from degen_train.checkpoints import AtomicCheckpointIO, CheckpointError, load_checkpoint_file, newest_checkpoint
 from degen_train.terms import LossTerm, TermContext
 
@@ -144,10 +146,21 @@ def build_strategy(cfg: DictConfig) -> Any:
     return cfg.name
 
 
-def build_trainer(cfg: DictConfig) -> pl.Trainer:
+def build_trainer(cfg: DictConfig, *, interactive: bool | None = None) -> pl.Trainer:
+    """The Trainer with our callbacks, loggers and checkpoint IO.
+
+    ``interactive``: is the output a terminal (default: ask stderr)? If not, the progress bar becomes plain
+    log lines every ``trainer.log_every_n_steps`` steps (a bar in a file is carriage returns and escapes).
+    """
     callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]
-    if not cfg.trainer.get("enable_progress_bar", True):
+    bar_wanted = cfg.trainer.get("enable_progress_bar", True) and any(isinstance(c, ProgressBar) for c in callbacks)
+    interactive = sys.stderr.isatty() if interactive is None else interactive
+    overrides: dict[str, Any] = {}
+    if not cfg.trainer.get("enable_progress_bar", True) or not interactive:
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+        overrides["enable_progress_bar"] = False
+    if bar_wanted and not interactive:
+        callbacks.append(PlainProgress(every_n_steps=int(cfg.trainer.get("log_every_n_steps", 10))))
     loggers = [instantiate(c) for c in (cfg.logger or {}).values() if c is not None]
     if not loggers:  # logger=none: nothing for a learning-rate monitor to write to
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
@@ -157,6 +170,7 @@ def build_trainer(cfg: DictConfig) -> pl.Trainer:
         logger=loggers or False,
         strategy=build_strategy(cfg.strategy),
         plugins=[AtomicCheckpointIO()],  # same-folder staged writes, sidecars, weights-only loads
+        **overrides,
     )
 
 

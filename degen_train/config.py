@@ -10,12 +10,13 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
 from degen_train.cli.paths import config_dir
+from degen_train.overrides import open_trainer_keys
 
 
 def load_config(overrides: Sequence[str] = (), *, run_dir: str | Path | None = None) -> DictConfig:
     """The resolved-on-access config for ``overrides`` (CLI syntax), with ``run_dir`` set."""
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
+        cfg = compose(config_name="train", overrides=open_trainer_keys(overrides), return_hydra_config=True)
     # Register the hydra node (group choices, ${hydra:...}) as the CLI would, then drop it from cfg.
     HydraConfig.instance().set_config(cfg)
     with open_dict(cfg):

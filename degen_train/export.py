@@ -21,6 +21,9 @@ def export_pretrained(model: Any, tokenizer: Any, target: Path, *, record: dict[
     broken = [name for name, t in model.state_dict().items() if t.is_floating_point() and not t.isfinite().all()]
     if broken:
         raise ValueError(f"refusing to export non-finite weights to {target}: {', '.join(broken[:5])}")
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # a one-shard "Writing model shards" bar says nothing
     with atomic_directory(target, replace=True) as staging:
         model.save_pretrained(str(staging))
         tokenizer.save_pretrained(str(staging))

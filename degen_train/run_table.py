@@ -35,7 +35,8 @@ def end_of_run_table(summary: dict[str, Any], run_dir: Path, overrides: list[str
     iso = summary.get("isotropy") or {}
     params = summary.get("parameters") or {}
     steps = int(summary.get("final_step") or 0)
-    kept = [o for o in overrides if not o.startswith(("ckpt_path=", "trainer.max_steps="))]
+    plain = [o[2:] if o.startswith("++trainer.") else o for o in overrides]  # as typed (overrides.py adds ++)
+    kept = [o for o in plain if not o.startswith(("ckpt_path=", "trainer.max_steps="))]
     resume = ["degen-train", *kept, f"hydra.run.dir={run}", "ckpt_path=last", f"trainer.max_steps={2 * steps}"]
     mfu = summary.get("mfu")
     speed = f"{_number(summary.get('tokens_per_s'), ',.0f')} tokens/s"

@@ -111,7 +111,10 @@ def test_analyze_minilm_writes_metrics_and_pictures(minilm: Path, tmp_path: Path
     assert 0 < result["embedding"]["isoscore"] < 1
     for name in ("cone", "spectrum", "layer_cosine", "cosine_histogram", "dimension_means"):
         assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
-    assert json.loads((tmp_path / "metrics.json").read_text())["sentences"] == 40
+    recorded = json.loads((tmp_path / "metrics.json").read_text())
+    assert recorded["sentences"] == 40
+    phases = {"load", "encode", "embedding_metrics", "layer_metrics", "negative_direction_lp", "plots"}
+    assert set(recorded["timings_s"]) == phases  # where the time goes (make bench reports it)
 
 
 def test_analyze_a_run_of_ours_and_the_training_monitor(tiny_run: Path) -> None:

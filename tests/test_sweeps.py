@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -132,3 +133,25 @@ def test_swept_keys_are_read_by_hydras_own_parser() -> None:
 
     argv = ["-m", "regularizer=[cosreg,tacl]", "seed=1,2", "+x=range(3)", "optimizer.lr=choice(1e-3,2e-3)", "y=z"]
     assert swept_keys(argv=argv) == {"seed", "x", "optimizer.lr"}  # a list value is one value, not a sweep
+
+
+def test_the_report_renders_in_a_real_browser(grid: Path, tmp_path: Path) -> None:
+    """Headless Chromium loads report.html: every image decodes, the tables are there, the screenshot is not blank."""
+    import shutil
+
+    import matplotlib.image
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if chromium is None:
+        pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium)")
+    report([grid], out=tmp_path / "report")
+    page = (tmp_path / "report" / "report.html").as_uri()
+    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000"]
+    dom = subprocess.run([*flags, "--dump-dom", page], capture_output=True, text=True, timeout=180).stdout
+    images = re.search(r'data-images="(\d+)/(\d+)"', dom)
+    assert images and int(images[2]) >= 3 and images[1] == images[2], dom[:2000]  # all decoded
+    assert 'data-tables="2"' in dom  # the runs, and the mean ± std over seeds
+    shot = tmp_path / "report.png"
+    subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1400,2400", page], capture_output=True, timeout=180)
+    pixels = matplotlib.image.imread(shot)
+    assert pixels.shape[0] > 1000 and pixels[..., :3].std() > 0.05  # text, tables and plots, not a blank page

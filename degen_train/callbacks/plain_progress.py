@@ -60,4 +60,5 @@ class PlainProgress(Callback):
         values = {k: float(v) for k, v in metrics.items() if k.startswith("val/") and k.count("/") == 1}
         if values:
             shown = ", ".join(f"{k} {v:.4f}" for k, v in sorted(values.items()))
-            log.info("validation at step %d: %s", trainer.global_step, shown)
+            when = "final validation" if trainer.state.fn == "validate" else "validation"
+            log.info("%s at step %d: %s", when, trainer.global_step, shown)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import OmegaConf
+from tqdm.auto import tqdm
 
 from degen_train.io import atomic_write_json
 from degen_train.metrics import plots
@@ -100,13 +103,50 @@ def analyze(
     batch_size: int = 32,
 ) -> dict[str, Any]:
     path = Path(path)
-    encoder = load_encoder(path, batch_size=batch_size, max_length=128)
-    out_dir = Path(out) if out else path / "analysis"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    sentences = corpus_sentences(path, corpus, max_sentences)
-    per_layer, ids = token_vectors_by_layer(encoder, sentences)
+    timings: dict[str, float] = {}  # seconds per phase, in metrics.json (make bench reads them)
+    with timed(timings, "load"):
+        encoder = load_encoder(path, batch_size=batch_size, max_length=128)
+        out_dir = Path(out) if out else path / "analysis"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        sentences = corpus_sentences(path, corpus, max_sentences)
+    with timed(timings, "encode"):
+        per_layer, ids = token_vectors_by_layer(encoder, sentences)
+    with timed(timings, "embedding_metrics"):
+        result = embedding_analysis(encoder, sentences, ids)
+    with timed(timings, "layer_metrics"):
+        layers, curves = layer_analysis(per_layer)
+    result["layers"] = layers
+    last = torch.cat(per_layer[-1])
+    with timed(timings, "negative_direction_lp"):
+        sample = last[torch.randperm(len(last), generator=torch.Generator().manual_seed(0))[:2000]]
+        result["last_layer_uniformly_negative_direction"] = uniformly_negative_direction(sample)
+    result["truncated_sequences"] = encoder.truncated
+    if encoder.truncated:
+        log.info("%d of %d sentences were longer than %d tokens: truncated", encoder.truncated, len(sentences),
+                 encoder.max_length)  # fmt: skip
+    with timed(timings, "plots"):
+        result["pictures"] = pictures(result, encoder, ids, per_layer, curves, out_dir, title=model_name(path))
+    result["timings_s"] = timings
+    atomic_write_json(out_dir / "metrics.json", result)
+    return result
+
+
+@contextmanager
+def timed(timings: dict[str, float], phase: str) -> Iterator[None]:
+    start = time.perf_counter()
+    yield
+    timings[phase] = time.perf_counter() - start
+
+
+def vocab_and_counts(encoder: Any, ids: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(V, H) input embedding rows and (V,) how often each token occurs in the analysed sentences."""
     vocab = encoder.model.get_input_embeddings().weight.detach()
-    counts = torch.bincount(torch.cat(ids), minlength=vocab.shape[0])[: vocab.shape[0]]
+    return vocab, torch.bincount(torch.cat(ids), minlength=vocab.shape[0])[: vocab.shape[0]]
+
+
+def embedding_analysis(encoder: Any, sentences: list[str], ids: list[torch.Tensor]) -> dict[str, Any]:
+    """The embedding matrix's numbers: isotropy, frequency views and its singular values."""
+    vocab, counts = vocab_and_counts(encoder, ids)
 
     result: dict[str, Any] = {"model": str(encoder.source), "sentences": len(sentences)}
     result["embedding"] = matrix_metrics(vocab)
@@ -118,9 +158,14 @@ def analyze(
     }
     result["embedding"]["singular_values"] = spectra["raw"].tolist()
     result["embedding"]["singular_values_centred"] = spectra["centred"].tolist()
+    return result
+
+
+def layer_analysis(per_layer: list[list[torch.Tensor]]) -> tuple[list[dict[str, Any]], dict[str, list[float]]]:
+    """Per layer: isotropy, self-similarity, and the mean cosine raw, whitened and clipped."""
     layers: list[dict[str, Any]] = []
     curves: dict[str, list[float]] = {"raw": [], "whitened": [], "clipped": []}
-    for sequences in per_layer:
+    for sequences in tqdm(per_layer, desc="layers", leave=False, disable=None):  # disable=None: off when not a tty
         vectors = torch.cat(sequences)
         groups = torch.cat([torch.full((len(s),), i) for i, s in enumerate(sequences)])
         entry = matrix_metrics(vectors)
@@ -135,14 +180,27 @@ def analyze(
         ):
             curves[mode].append(entry[key])
         layers.append(entry)
-    result["layers"] = layers
-    last = torch.cat(per_layer[-1])
-    sample = last[torch.randperm(len(last), generator=torch.Generator().manual_seed(0))[:2000]]
-    result["last_layer_uniformly_negative_direction"] = uniformly_negative_direction(sample)
-    result["truncated_sequences"] = encoder.truncated
+    return layers, curves
 
-    pictures = {
-        "cone": plots.cone_plot(vocab, counts, out_dir / "cone.png", title=f"embedding rows: {model_name(path)}"),
+
+def pictures(
+    result: dict[str, Any],
+    encoder: Any,
+    ids: list[torch.Tensor],
+    per_layer: list[list[torch.Tensor]],
+    curves: dict[str, list[float]],
+    out_dir: Path,
+    *,
+    title: str,
+) -> dict[str, str]:
+    vocab, counts = vocab_and_counts(encoder, ids)
+    spectra = {
+        "raw": torch.tensor(result["embedding"]["singular_values"]),
+        "centred": torch.tensor(result["embedding"]["singular_values_centred"]),
+    }
+    last, layers = torch.cat(per_layer[-1]), result["layers"]
+    drawn = {
+        "cone": plots.cone_plot(vocab, counts, out_dir / "cone.png", title=f"embedding rows: {title}"),
         "spectrum": plots.spectrum_plot(spectra, out_dir / "spectrum.png"),
         "layer_cosine": plots.layer_cosine_plot(curves, out_dir / "layer_cosine.png"),
         "cosine_histogram": plots.cosine_histogram(
@@ -153,9 +211,7 @@ def analyze(
             outlier_dimensions(last)["means"], layers[-1]["outlier_dims"], out_dir / "dimension_means.png"
         ),
     }
-    result["pictures"] = {name: str(p) for name, p in pictures.items()}
-    atomic_write_json(out_dir / "metrics.json", result)
-    return result
+    return {name: str(p) for name, p in drawn.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> None:

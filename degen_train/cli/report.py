@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Sequence
 from html import escape
 from pathlib import Path
@@ -14,7 +15,14 @@ from degen_train.io import atomic_write_text
 from degen_train.report.figures import cone_images, loss_curves, metric_against_swept, tradeoff
 from degen_train.report.table import SWEPT, best_settings, collect, find_runs, seed_groups
 
+log = logging.getLogger("degen_train.report")
 PLOTTED = ("val_loss", "val_perplexity", "isotropy/embedding/mean_cosine", "isotropy/embedding/isoscore")
+# Marks on <body> how many images decoded and how many tables the page has (read by the browser test).
+RENDER_CHECK = (
+    "<script>addEventListener('load',()=>{const i=[...document.images];"
+    "document.body.dataset.images=i.filter(x=>x.complete&&x.naturalWidth>0).length+'/'+i.length;"
+    "document.body.dataset.tables=document.querySelectorAll('table').length})</script>"
+)
 STYLE = (
     "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}"
     "td,th{border:1px solid #ccc;padding:3px 6px}img{margin:6px}figure{display:inline-block}"
@@ -26,8 +34,26 @@ def shown(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.drop(columns=["path"], errors="ignore").rename(columns=lambda c: str(c).removeprefix(SWEPT))
 
 
-def report(paths: Sequence[str | Path], *, out: str | Path | None = None) -> dict[str, Any]:
-    table, common = collect(find_runs(paths))
+def analyze_missing(runs: Sequence[Path]) -> list[str]:
+    """Run degen-analyze on every finished run with an export and no analysis yet (kept: a rerun is free)."""
+    from degen_train.cli.analyze import analyze
+
+    problems = []
+    todo = [r for r in runs if (r / "hf" / "config.json").exists() and not (r / "analysis" / "metrics.json").exists()]
+    for index, run in enumerate(todo, 1):
+        log.info("analysing %s (%d of %d)", run, index, len(todo))
+        try:
+            analyze(run)
+        except Exception as error:  # noqa: BLE001 - one run's analysis must not stop the report
+            problems.append(f"{run.name}: analysis failed: {type(error).__name__}: {error}")
+            log.warning(problems[-1])
+    return problems
+
+
+def report(paths: Sequence[str | Path], *, out: str | Path | None = None, run_analysis: bool = True) -> dict[str, Any]:
+    runs = find_runs(paths)
+    problems = analyze_missing(runs) if run_analysis else []
+    table, common = collect(runs)
     grouped = seed_groups(table)
     best = best_settings(grouped, table)
     out_dir = Path(out) if out else Path(paths[0]) / "report"
@@ -36,7 +62,7 @@ def report(paths: Sequence[str | Path], *, out: str | Path | None = None) -> dic
     if not grouped.empty:
         atomic_write_text(out_dir / "seeds.csv", shown(grouped).to_csv(index=False))
     settings = ", ".join(f"{k}={v}" for k, v in sorted(common.items())) or "none"
-    text = [f"# Sweep report\n\nCommon overrides: {settings}\n"]
+    text = [f"# Sweep report\n\nCommon overrides: {settings}\n", *(f"- {p}" for p in problems)]
     text += ["## Best setting per metric\n", *(f"- {line}" for line in best), ""] if best else []
     text += ["## Runs\n", shown(table).to_markdown(index=False, floatfmt=".4g"), ""]
     if not grouped.empty:
@@ -59,17 +85,15 @@ def html_page(
 ) -> str:
     html = [
         f"<!doctype html><meta charset='utf-8'><title>degen_train sweep report</title><style>{STYLE}</style>",
+        RENDER_CHECK,
         "<h1>Sweep report</h1>",
         f"<p>Common overrides: {escape(settings)}</p>",
     ]
     if best:
         html += ["<h2>Best setting per metric</h2><ul>", *(f"<li>{escape(line)}</li>" for line in best), "</ul>"]
-    html += ["<h2>Runs</h2>", shown(table).to_html(index=False, na_rep="", float_format="{:.4g}".format)]
+    html += ["<h2>Runs</h2>", html_table(table)]
     if not grouped.empty:
-        html += [
-            "<h2>Mean ± std over seeds</h2>",
-            shown(grouped).to_html(index=False, na_rep="", float_format="{:.4g}".format),
-        ]
+        html += ["<h2>Mean ± std over seeds</h2>", html_table(grouped)]
     html.append("<h2>Plots</h2>")
     html += [
         f"<figure><img src='data:image/png;base64,{data}'><figcaption>{escape(name)}</figcaption></figure>"
@@ -85,15 +109,25 @@ def html_page(
     return "\n".join(html)
 
 
+def html_table(frame: pd.DataFrame) -> str:
+    """A wide table scrolls inside its own box instead of widening the page."""
+    table = shown(frame).to_html(index=False, na_rep="", float_format="{:.4g}".format)
+    return f"<div style='overflow-x:auto'>{table}</div>"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="degen-report", description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     parser.add_argument("paths", nargs="+", help="a sweep directory, or run directories")
     parser.add_argument("--out", help="output directory (default: FIRST_PATH/report)")
+    parser.add_argument(
+        "--no-analyze", action="store_true", help="do not run degen-analyze on exported runs that lack an analysis"
+    )
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
-        result = report(args.paths, out=args.out)
+        result = report(args.paths, out=args.out, run_analysis=not args.no_analyze)
     except (ValueError, FileNotFoundError) as error:
         parser.exit(2, f"degen-report: error: {error}\n")
     failed = sum(r["status"] == "failed" for r in result["rows"])

@@ -33,11 +33,15 @@ from degen_train.cli.evaluate import evaluate  # noqa: E402
 from degen_train.cli.paths import config_dir  # noqa: E402
 from degen_train.data.datamodule import PretrainDataModule, make_collator, prepare_data  # noqa: E402
 from degen_train.export import export_pretrained  # noqa: E402
+from degen_train.hub import check_push, push_export  # noqa: E402
 from degen_train.io import atomic_write_json, atomic_write_text  # noqa: E402
 from degen_train.metrics.probes import read_sts, read_wic  # noqa: E402
 from degen_train.models.backbone import Backbone, build_hf_model, model_family, shape_signature  # noqa: E402
 from degen_train.module import PretrainModule  # noqa: E402
+from degen_train.overrides import open_trainer_keys  # noqa: E402
 from degen_train.provenance import run_provenance  # noqa: E402
+from degen_train.quiet import silence_known_noise  # noqa: E402
+from degen_train.run_table import end_of_run_table, human, parameter_counts  # noqa: E402
 from degen_train.runlock import is_launching_process, run_dir_lock  # noqa: E402
 from degen_train.schema import validate_config  # noqa: E402
 from degen_train.sweep import FAILED_RUNS, finished_summary, run_in_sweep, search_objective, swept_overrides  # noqa: E402
@@ -59,6 +63,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     for wic in (cfg.eval.wic, cfg.eval.get("wic_fit")):
         if wic:
             read_wic(wic)
+    check_push(cfg.get("push_to_hub"), export_hf=bool(cfg.export_hf))
     finished = finished_summary(run_dir, int(cfg.trainer.max_steps)) if cfg.ckpt_path in RESUME_CHOICES else None
     if finished is not None:
         log.info("%s finished at step %d before: nothing to do (summary.json is kept)", run_dir, finished["final_step"])
@@ -122,10 +127,13 @@ def _train_locked(
         trainer.fit_loop.epoch_loop._batches_that_stepped = trainer.global_step
         val_metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
     summary = _summary(cfg, trainer, train_metrics, val_metrics, terms=terms, weights=weights)
+    summary["parameters"] = parameter_counts(module.backbone.model)
     summary["provenance"] = {k: v for k, v in record.items() if k != "config"}  # the config is summary["config"]
     if trainer.is_global_zero:
         if cfg.export_hf:
             export_pretrained(module.backbone.model, data.tokenizer, run_dir / "hf", record=record)
+            if cfg.get("push_to_hub") and cfg.push_to_hub.get("repo_id"):
+                summary["push_to_hub"] = push_export(run_dir / "hf", cfg.push_to_hub)
             if family == "encoder" and (cfg.eval.sts or cfg.eval.wic):
                 summary["eval"] = evaluate(
                     run_dir / "hf",
@@ -139,7 +147,7 @@ def _train_locked(
         for logger in trainer.loggers:  # wandb: the summary, then finish (an offline run is closed and syncable)
             if hasattr(logger, "close_run"):
                 logger.close_run(summary)
-        log.info("run finished: %s", {k: v for k, v in summary.items() if k != "config"})
+        log.info("run finished:\n%s", end_of_run_table(summary, run_dir, swept_overrides()))
     return summary
 
 
@@ -159,6 +167,12 @@ def build_module(
             backbone=backbone,
             block_size=int(cfg.data.block_size),
         ),
+    )
+    counts = parameter_counts(hf_model)
+    log.info(
+        "model: %s, %s parameters (%s embedding, %s non-embedding)",
+        type(hf_model).__name__,
+        *(human(counts[k]) for k in ("total", "embeddings", "non_embedding")),
     )
     identity = {
         "model": OmegaConf.to_container(cfg.model, resolve=True),
@@ -233,6 +247,8 @@ def main() -> None:
         from degen_train.cli.rerun import reproduce_argv
 
         sys.argv = [sys.argv[0], *reproduce_argv(sys.argv[2], sys.argv[3:])]
+    silence_known_noise()
+    sys.argv = [sys.argv[0], *open_trainer_keys(sys.argv[1:])]  # any Trainer argument as trainer.KEY=VALUE
     _hydra_main()
     if FAILED_RUNS:  # the other runs of the sweep ran; the command still says that some failed
         print(f"{len(FAILED_RUNS)} run(s) of this sweep failed (see RUN/failed.json): {', '.join(FAILED_RUNS)}")

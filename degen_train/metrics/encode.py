@@ -42,6 +42,7 @@ def load_encoder(path: str | Path, *, batch_size: int = 32, max_length: int | No
         )
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.set_verbosity_error()  # the export's MLM/NSP heads are expected to go unused here
+    transformers_logging.disable_progress_bar()  # a "Loading weights" bar for a small local model
     try:  # an MLM export has no pooler: do not let AutoModel add a random one (and warn about it)
         model = AutoModel.from_pretrained(model_dir, add_pooling_layer=False).eval()
     except TypeError:
@@ -54,7 +55,8 @@ def load_encoder(path: str | Path, *, batch_size: int = 32, max_length: int | No
 
 
 def _batches(items: Sequence[Any], size: int, description: str) -> Iterator[Sequence[Any]]:
-    for start in tqdm(range(0, len(items), size), desc=description, leave=False, disable=len(items) <= size):
+    quiet = True if len(items) <= size else None  # None: tqdm stays off when the output is not a terminal
+    for start in tqdm(range(0, len(items), size), desc=description, leave=False, disable=quiet):
         yield items[start : start + size]
 
 
@@ -71,7 +73,8 @@ def _tokenize(encoder: Encoder, texts: Sequence[Any], **kwargs: Any) -> dict:
     encoded = encoder.tokenizer(
         list(texts), padding=True, truncation=True, max_length=encoder.max_length, return_tensors="pt", **kwargs
     )
-    full = encoder.tokenizer(list(texts), truncation=False, **kwargs)["input_ids"]
+    # Untruncated lengths, only to count what was cut (verbose=False: no "longer than the maximum" warning).
+    full = encoder.tokenizer(list(texts), truncation=False, verbose=False, **kwargs)["input_ids"]
     encoder.truncated += sum(len(ids) > encoder.max_length for ids in full)
     return encoded
 

@@ -108,5 +108,7 @@ def cone_images(table: pd.DataFrame) -> dict[str, str]:
     for _, row in table.iterrows():
         path = Path(row["path"]) / "analysis" / "cone.png"
         if path.exists():
-            out[setting_label(row) + f" ({row['run']})"] = base64.b64encode(path.read_bytes()).decode()
+            label = setting_label(row)
+            label = label if label.replace(", ", ",") == row["run"] else f"{label} ({row['run']})"
+            out[label] = base64.b64encode(path.read_bytes()).decode()
     return out

@@ -79,6 +79,11 @@ def run_row(run: Path) -> dict[str, Any]:
     row |= {f"val/{k}/loss": v for k, v in (summary.get("val_terms") or {}).items()}
     row |= {f"train/{k}/loss": v for k, v in (summary.get("train_terms") or {}).items()}
     row |= summary.get("isotropy", {})
+    analysis = run / "analysis" / "metrics.json"
+    if analysis.exists():  # degen-analyze's numbers on the export (degen-report runs it when missing)
+        last = json.loads(analysis.read_text())["layers"][-1]
+        row["analysis/last_layer_mean_cosine"] = last.get("mean_cosine")
+        row["analysis/last_layer_self_similarity"] = last.get("self_similarity")
     evaluation = summary.get("eval", {})
     for name, scores in evaluation.get("sts", {}).items():
         row[f"sts/{name}"] = scores.get("raw")
@@ -113,8 +118,10 @@ def headline_order(columns: Sequence[str]) -> list[str]:
     swept = sorted(c for c in columns if c.startswith(SWEPT))
     terms = sorted(c for c in columns if c.startswith(("val/", "train/")) and c.endswith("/loss"))
     probes = sorted(c for c in columns if c.startswith(("sts/", "wic/")))
+    analysis = sorted(c for c in columns if c.startswith("analysis/"))
     first = ["run", "status", *swept, "val_loss", "val_perplexity", *terms]
-    first += ["isotropy/embedding/mean_cosine", "isotropy/embedding/isoscore", *probes, "tokens_per_s", "mfu"]
+    first += ["isotropy/embedding/mean_cosine", "isotropy/embedding/isoscore", *analysis, *probes]
+    first += ["tokens_per_s", "mfu"]
     first = [c for c in dict.fromkeys(first) if c in columns]
     return first + [c for c in columns if c not in first]
 
