@@ -12,13 +12,13 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import datasets  # noqa: E402
 
-from bench import analysis, losses, metrics, reliability, spine  # noqa: E402
+from bench import analysis, chunked_ce, losses, metrics, reliability, spine  # noqa: E402
 
 datasets.disable_progress_bars()
 
 
 def main() -> None:
-    wanted = set(sys.argv[1:]) or {"spine", "losses", "metrics", "reliability", "analysis"}
+    wanted = set(sys.argv[1:]) or {"spine", "losses", "metrics", "reliability", "analysis", "chunked_ce"}
     if "spine" in wanted:
         spine.main()
     if "losses" in wanted:
@@ -29,6 +29,8 @@ def main() -> None:
         reliability.main()
     if "analysis" in wanted:
         analysis.main()
+    if "chunked_ce" in wanted:
+        chunked_ce.main()
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ def our_step(cfg: Any, model: Any, data: list[dict], *, bf16: bool, fused: bool)
     def step(i: int) -> None:
         batch = data[i % len(data)]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            total, _ = loss(backbone(batch))
+            total, _ = loss(backbone(batch, requires=loss.requires))
         total.backward()
         torch.nn.utils.clip_grad_norm_(backbone.parameters(), 1.0)
         optimizer.step()

@@ -19,14 +19,18 @@ class ForwardOutput:
     attention_mask: Tensor  # (B, T) 1 = real token
     hidden_states: Tensor  # (B, T, H) last layer
     labels: Tensor  # (B, T) target id, -100 = no target
-    logits: Tensor | None  # (N, V) at the positions where labels != -100
     target_ids: Tensor  # (N,) labels at those positions
     embedding_weight: Tensor  # (V, H) input embeddings
     output_embedding_weight: Tensor  # (V, H) LM-head decoder (the same tensor when tied)
     original_ids: Tensor | None = None  # (B, T) ids before masking/corruption
     token_type_ids: Tensor | None = None  # (B, T) segment ids (NSP pairs)
     sequence_labels: Tensor | None = None  # (B,) NSP label: 0 = B follows A, 1 = random B
+    # The output layer's input and bias at the N labelled positions: logits = labelled_hidden · Wᵀ + b, with W the
+    # output_embedding_weight (a term may make them chunk by chunk instead of asking for ``logits``).
+    labelled_hidden: Tensor | None = None  # (N, H) after the head's own transform (BERT's dense+LN; GPT-2: none)
+    output_bias: Tensor | None = None  # (V,)
     # Optional: computed only when a term names the field in its ``requires`` (OPTIONAL_FIELDS).
+    logits: Tensor | None = None  # (N, V) at the labelled positions
     pooled: Tensor | None = None  # (B, H) [CLS] after the pooler
     sequence_logits: Tensor | None = None  # (B, 2) NSP head
     all_hidden_states: tuple[Tensor, ...] | None = None  # embeddings + every layer
@@ -35,7 +39,7 @@ class ForwardOutput:
 
 
 # The ForwardOutput fields a term must ask for in ``LossTerm.requires``; every other field is always set.
-OPTIONAL_FIELDS = frozenset({"pooled", "sequence_logits", "all_hidden_states"})
+OPTIONAL_FIELDS = frozenset({"logits", "pooled", "sequence_logits", "all_hidden_states"})
 
 # Every key that may travel in ``ForwardOutput.extras``: who writes it, its shape and meaning. A term that
 # adds a batch entry in ``prepare_batch`` documents it here (tests/unit/test_contract.py checks each recipe).

@@ -6,6 +6,7 @@ vocabulary projection is called by hand: on the N labelled positions rather than
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -143,6 +144,16 @@ class Backbone(nn.Module):
             if id(param) not in shared:
                 param.requires_grad_(False)
 
+    def vocab_parts(self) -> tuple[Callable[[Tensor], Tensor], nn.Linear] | None:
+        """The vocabulary head as (transform, output linear), logits = linear(transform(h)); None if not so."""
+        head = self.vocab_head
+        if isinstance(head, nn.Linear):  # GPT-2's lm_head
+            return (lambda hidden: hidden), head
+        transform, decoder = getattr(head, "transform", None), getattr(head, "decoder", None)
+        if transform is not None and isinstance(decoder, nn.Linear):  # BERT's transform (dense, GELU, LN) + decoder
+            return transform, decoder
+        return None
+
     @property
     def nsp_head(self) -> nn.Module | None:
         return getattr(getattr(self.model, "cls", None), "seq_relationship", None)
@@ -162,7 +173,15 @@ class Backbone(nn.Module):
         hidden = encoded.last_hidden_state  # (B, T, H)
         labels = batch["labels"]
         selected = labels != -100  # (B, T)
-        logits = self.vocab_head(hidden[selected])  # (N, V)
+        parts = self.vocab_parts()
+        labelled, bias, logits = None, None, None
+        if parts is None:  # a head we cannot split: its logits always
+            logits = self.vocab_head(hidden[selected])  # (N, V)
+        else:
+            transform, decoder = parts
+            labelled, bias = transform(hidden[selected]), decoder.bias  # (N, H), (V,)
+            if "logits" in requires:
+                logits = decoder(labelled)  # (N, V)
         pooled = getattr(encoded, "pooler_output", None)  # (B, H), None when the model has no pooler
         sequence_logits = None
         if "sequence_logits" in requires:
@@ -175,6 +194,8 @@ class Backbone(nn.Module):
             hidden_states=hidden,
             labels=labels,
             logits=logits,
+            labelled_hidden=labelled,
+            output_bias=bias,
             target_ids=labels[selected],
             embedding_weight=self.model.get_input_embeddings().weight,
             output_embedding_weight=self.model.get_output_embeddings().weight,

@@ -52,6 +52,7 @@ class CorrectiveLMTerm(GeneratorCorruption):
         if copy_weight < 0:
             raise ValueError(f"objective.coco_clm.copy_weight must be >= 0, got {copy_weight}")
         self.copy_weight, self.lm_form, self.clm_head = copy_weight, lm_form, clm_head
+        self.requires = frozenset({"logits"}) if clm_head == "mlm_head" else frozenset()  # the main MLM head's
         self.copy_head: nn.Module | None = None
         self.clm_bias: nn.Parameter | None = None
 

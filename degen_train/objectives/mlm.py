@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from degen_train.objectives.chunked_ce import chunked_linear_cross_entropy
 from degen_train.terms import LossTerm, distributed_mean, register_term
 from degen_train.types import ForwardOutput, TermOutput
 
@@ -24,15 +25,38 @@ def token_accuracy(logits: Tensor, targets: Tensor) -> Tensor:
 
 
 class TokenPredictionTerm(LossTerm):
-    """−(1/N) Σ log p(target) over the N labelled positions of every process: the MLM and MLE loss alike."""
+    """−(1/N) Σ log p(target) over the N labelled positions of every process: the MLM and MLE loss alike.
+
+    ``chunk_size``: make the output layer's logits that many positions at a time, never all N at once
+    (objectives/chunked_ce.py; equal loss and gradient); null: the (N, V) logits in one piece.
+    """
 
     perplexity_metric = "loss"
 
+    def __init__(self, *, chunk_size: int | None = None) -> None:
+        super().__init__()
+        if chunk_size is not None and chunk_size < 1:
+            raise ValueError(f"{self.name}.chunk_size must be >= 1 or null, got {chunk_size}")
+        self.chunk_size = chunk_size
+        self.requires = frozenset() if chunk_size else frozenset({"logits"})
+
     def forward(self, output: ForwardOutput) -> TermOutput:
-        assert output.logits is not None
-        total, count = token_cross_entropy_sum(output.logits, output.target_ids)
-        loss = distributed_mean(total, count)
-        return TermOutput(loss, {"accuracy": token_accuracy(output.logits.detach(), output.target_ids)})
+        targets = output.target_ids
+        count = torch.tensor(float(targets.numel()), device=targets.device)
+        if output.logits is not None:
+            total, _ = token_cross_entropy_sum(output.logits, targets)
+            accuracy = token_accuracy(output.logits.detach(), targets)
+        else:
+            assert output.labelled_hidden is not None and self.chunk_size
+            total, correct = chunked_linear_cross_entropy(
+                output.labelled_hidden,
+                output.output_embedding_weight,
+                output.output_bias,
+                targets,
+                chunk_size=self.chunk_size,
+            )
+            accuracy = correct / count.clamp_min(1)
+        return TermOutput(distributed_mean(total, count), {"accuracy": accuracy})
 
 
 @register_term("mlm")

@@ -47,7 +47,8 @@ def test_a_term_from_an_installed_package_is_found_without_editing_degen_train(
         terms, weights = build_terms({"objective": {"mlm": {}}, "regularizer": {"squared_norm": {"weight": 0.5}}})
         assert type(terms["squared_norm"]).__name__ == "SquaredNorm" and weights["squared_norm"] == 0.5
         backbone = tiny_backbone()
-        total, logged = WeightedSum(terms, weights)(backbone(masked_batch()))
+        loss = WeightedSum(terms, weights)
+        total, logged = loss(backbone(masked_batch(), requires=loss.requires))
         assert logged["squared_norm/loss"] > 0
         assert torch.isclose(total, logged["mlm/loss"] + 0.5 * logged["squared_norm/loss"])
     finally:
@@ -84,6 +85,7 @@ def test_optional_fields_are_computed_only_when_a_term_asks() -> None:
     batch = masked_batch()
     plain = backbone(batch)
     assert plain.sequence_logits is None and plain.pooled is None and plain.all_hidden_states is None
+    assert plain.logits is None and plain.labelled_hidden.shape == (3, 16)  # 3 labelled positions
     asked = backbone(batch, requires=frozenset(OPTIONAL_FIELDS))
     assert asked.sequence_logits.shape == (2, 2) and asked.pooled.shape == (2, 16)
     assert len(asked.all_hidden_states) == 2  # embeddings + 1 layer
@@ -109,7 +111,7 @@ def test_every_extras_key_a_recipe_writes_is_documented() -> None:
             term.setup(TermContext(hidden_size=16, vocab_size=30, batch_size=2, backbone=backbone))
         loss = WeightedSum(terms, weights)
         batch = {**masked_batch(), "sample_seed": torch.tensor([1, 2])}
-        output = backbone(loss.prepare_batch(batch))
+        output = backbone(loss.prepare_batch(batch), requires=loss.requires)
         assert set(output.extras) <= set(EXTRAS), (name, set(output.extras) - set(EXTRAS))
 
 

@@ -111,7 +111,7 @@ def test_main_loss_does_not_reach_the_generator_through_the_samples() -> None:
     term = CorrectiveLMTerm(generator_layers=1, generator_weight=0.0)
     term.setup(TermContext(hidden_size=16, vocab_size=30, batch_size=2, backbone=backbone))
     loss = WeightedSum({"coco_clm": term}, {"coco_clm": 1.0})
-    total, logged = loss(backbone(loss.prepare_batch(masked_batch())))
+    total, logged = loss(backbone(loss.prepare_batch(masked_batch()), requires=loss.requires))
     total.backward()
     generator_layers = list(term.generator.encoder.encoder.parameters()) + list(term.generator.transform.parameters())
     assert all(p.grad is None or not p.grad.any() for p in generator_layers)
@@ -121,7 +121,7 @@ def test_main_loss_does_not_reach_the_generator_through_the_samples() -> None:
     # With its own loss on, the generator does train.
     term.generator_weight = 1.0
     backbone.zero_grad()
-    loss(backbone(loss.prepare_batch(masked_batch())))[0].backward()
+    loss(backbone(loss.prepare_batch(masked_batch()), requires=loss.requires))[0].backward()
     assert term.generator.encoder.encoder.layer[0].output.dense.weight.grad.abs().sum() > 0
 
 
@@ -145,7 +145,7 @@ def test_weight_zero_leaves_the_objective_and_its_gradients_unchanged(regularize
         for t in terms.values():
             t.setup(TermContext(hidden_size=16, vocab_size=30, batch_size=2, backbone=backbone))
         loss = WeightedSum(terms, weights)
-        total, _ = loss(backbone(loss.prepare_batch(masked_batch())))
+        total, _ = loss(backbone(loss.prepare_batch(masked_batch()), requires=loss.requires))
         total.backward()
         return total.item(), {n: p.grad.clone() for n, p in backbone.named_parameters() if p.grad is not None}
 

@@ -128,7 +128,7 @@ def test_coco_clm_head_is_a_bare_linear_over_the_tied_embeddings() -> None:
     with torch.no_grad():
         term.clm_bias.normal_()
     loss = WeightedSum({"coco_clm": term}, {"coco_clm": 1.0})
-    output = backbone(loss.prepare_batch(masked_batch()))
+    output = backbone(loss.prepare_batch(masked_batch()), requires=loss.requires)
     assert output.logits is None or output.logits.shape[0] == 0  # the backbone's MLM head was not run
     logits, targets, selected = term.clm_logits(output)
     expected = F.linear(output.hidden_states[selected], backbone.model.get_input_embeddings().weight, term.clm_bias)

@@ -1,0 +1,136 @@
+"""A decoder's output layer: the chunked cross-entropy against the plain GPT-2 loop, at V = 50,257.
+
+gpt2_mini shapes (4 layers, width 256) with GPT-2's vocabulary, batch 32 × 128 of random ids (the cost
+does not depend on the text), fp32 and bf16 autocast, the configurations taking turns step by step.
+Peak memory: each configuration's two steps in a fresh process, peak RSS above the process after the model
+and optimizer are built.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import resource
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from bench.common import interleaved, save
+from degen_train.catalog import build_terms
+from degen_train.models.backbone import Backbone
+from degen_train.optim import build_optimizer
+from degen_train.terms import WeightedSum
+
+VOCAB, BATCH, LENGTH = 50257, 32, 128
+
+
+def model() -> GPT2LMHeadModel:
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=VOCAB, n_embd=256, n_layer=4, n_head=4, n_inner=1024, n_positions=LENGTH)
+    return GPT2LMHeadModel(config).train()
+
+
+def batches(count: int = 4) -> list[dict[str, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(count):
+        ids = torch.randint(0, VOCAB, (BATCH, LENGTH), generator=generator)
+        shifted = torch.full_like(ids, -100)
+        shifted[:, :-1] = ids[:, 1:]  # ours: position t predicts t + 1 (the collator's layout)
+        out.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": shifted, "hf_labels": ids})
+    return out
+
+
+def plain_step(bf16: bool) -> Callable[[int], None]:
+    """The HF way: GPT2LMHeadModel(labels=...) makes all (B, T, V) logits and its own loss."""
+    net, data = model(), batches()
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
+
+    def step(i: int) -> None:
+        batch = data[i % len(data)]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = net(input_ids=batch["input_ids"], labels=batch["hf_labels"]).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def our_step(bf16: bool, chunk_size: int | None) -> Callable[[int], None]:
+    """degen-train's step: Backbone -> the mle term (chunked or not) -> AdamW."""
+    backbone, data = Backbone(model()), batches()
+    terms, weights = build_terms({"objective": {"mle": {"chunk_size": chunk_size}}})
+    loss = WeightedSum(terms, weights)
+    optimizer = build_optimizer([backbone], lr=1e-4, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, fused=False)
+
+    def step(i: int) -> None:
+        batch = data[i % len(data)]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            total, _ = loss(backbone(batch, requires=loss.requires))
+        total.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+CONFIGS: dict[str, Callable[[], Callable[[int], None]]] = {
+    "plain_hf_fp32": lambda: plain_step(False),
+    "ours_full_logits_fp32": lambda: our_step(False, None),
+    "ours_chunked_fp32": lambda: our_step(False, 1024),
+    "plain_hf_bf16": lambda: plain_step(True),
+    "ours_chunked_bf16": lambda: our_step(True, 1024),
+}
+
+
+def peak_rss_kb() -> int:
+    """This process's peak RSS. VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a spawned child
+    would report its (large) parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _peak(name: str, queue: Any) -> None:
+    step = CONFIGS[name]()
+    before = peak_rss_kb()
+    step(0)
+    step(1)
+    queue.put((peak_rss_kb() - before) / 2**20)
+
+
+def peak_growth_gb(name: str) -> float:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_peak, args=(name, queue))
+    process.start()
+    value = queue.get()
+    process.join()
+    return value
+
+
+def main(rounds: int = 5) -> dict[str, Any]:
+    seconds = interleaved({name: make() for name, make in CONFIGS.items()}, rounds=rounds)
+    tokens = BATCH * LENGTH
+    rates = {name: tokens / s for name, s in seconds.items()}
+    payload = {
+        "vocab": VOCAB,
+        "batch": [BATCH, LENGTH],
+        "tokens_per_s": rates,
+        "ratio_fp32_vs_plain": {k: v / rates["plain_hf_fp32"] for k, v in rates.items() if k.endswith("fp32")},
+        "ratio_bf16_vs_plain_bf16": {k: v / rates["plain_hf_bf16"] for k, v in rates.items() if k.endswith("bf16")},
+        "peak_rss_growth_gb": {name: peak_growth_gb(name) for name in CONFIGS},
+        "rounds": rounds,
+    }
+    save("chunked_ce", payload)
+    print({k: f"{v:,.0f} tok/s" for k, v in rates.items()}, payload["ratio_fp32_vs_plain"])
+    print(payload["ratio_bf16_vs_plain_bf16"], payload["peak_rss_growth_gb"])
+    return payload
+
+
+if __name__ == "__main__":
+    main()
