@@ -11,21 +11,25 @@ from degen_train.io import atomic_directory
 PROVENANCE_FILE = "degen_train.json"  # in the export folder: how the weights were made
 
 
-def export_pretrained(model: Any, tokenizer: Any, target: Path, *, record: dict[str, Any] | None = None) -> Path:
+def export_pretrained(
+    model: Any, tokenizer: Any, target: Path, *, record: dict[str, Any] | None = None, state_dict: dict | None = None
+) -> Path:
     """Write ``target`` so that AutoModel / AutoModelFor{MaskedLM,CausalLM} / AutoTokenizer load it offline.
 
-    ``record`` (the run's provenance) is written beside the weights as ``degen_train.json``.
+    ``record`` (the run's provenance) is written beside the weights as ``degen_train.json``; ``state_dict``: the
+    weights to write when the model's own are sharded (FSDP2, gathered by parallel.full_state_dict).
 
     Non-finite weights are refused: an export is what others load, and NaN weights load without a word.
     """
-    broken = [name for name, t in model.state_dict().items() if t.is_floating_point() and not t.isfinite().all()]
+    weights = state_dict if state_dict is not None else model.state_dict()
+    broken = [name for name, t in weights.items() if t.is_floating_point() and not t.isfinite().all()]
     if broken:
         raise ValueError(f"refusing to export non-finite weights to {target}: {', '.join(broken[:5])}")
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # a one-shard "Writing model shards" bar says nothing
     with atomic_directory(target, replace=True) as staging:
-        model.save_pretrained(str(staging))
+        model.save_pretrained(str(staging), state_dict=state_dict)
         tokenizer.save_pretrained(str(staging))
         if record is not None:
             (staging / PROVENANCE_FILE).write_text(json.dumps(record, indent=2, default=str))

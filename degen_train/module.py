@@ -11,9 +11,9 @@ import torch
 from torch import Tensor
 
 from degen_train.models.backbone import Backbone
+from degen_train.parallel import apply_fsdp2
 from degen_train.rng import DROPOUT_SALT, mix_seed
 from degen_train.terms import WeightedSum
-from degen_train.types import ForwardOutput
 
 log = logging.getLogger("degen_train")
 
@@ -43,18 +43,29 @@ class PretrainModule(pl.LightningModule):
         self.step_grad_norm: Tensor | None = None  # set by the divergence guard, used by clipping
         self.provenance: dict[str, Any] = {}  # degen_train.provenance.run_provenance, kept in every checkpoint
 
-    def forward(self, batch: dict[str, Tensor]) -> ForwardOutput:
+    def forward(self, batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        """The whole step, (loss, logged): under FSDP2 this is the root's forward, so every parameter a term
+        reads (embeddings, heads) is gathered while the terms run."""
         batch = self.loss.prepare_batch(batch)
-        return self.backbone(batch, requires=self.loss.requires)
+        return self.loss(self.backbone(batch, requires=self.loss.requires))
+
+    def configure_model(self) -> None:
+        """Parallelism in one place: FSDP2 when the strategy asks for it (degen_train.parallel); else nothing."""
+        options = getattr(self.trainer.strategy, "fsdp_options", None)
+        if options is None or hasattr(self, "unshard"):  # not FSDP2, or sharded already (fit, then validate)
+            return
+        units = set(getattr(self.backbone.model, "_no_split_modules", None) or ())
+        sharded = apply_fsdp2(self, units, self.device_mesh["data_parallel"], options)
+        log.info("FSDP2: %d units sharded (%s ...) and the root", len(sharded), ", ".join(sharded[:3]))
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         self._seed_step_randomness(batch_idx)
-        total, logged = self.loss(self(batch))
+        total, logged = self(batch)
         self._log("train", logged, batch)
         return total
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        _, logged = self.loss(self(batch))
+        _, logged = self(batch)
         self._log("val", logged, batch)
 
     def configure_optimizers(self) -> dict[str, Any]:
@@ -74,8 +85,11 @@ class PretrainModule(pl.LightningModule):
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         no_scaler = getattr(self.trainer.precision_plugin, "scaler", None) is None
         if gradient_clip_algorithm != "value" and norm is not None and no_scaler:
-            # The divergence guard already took this step's norm: clip with it instead of a second pass.
-            torch.nn.utils.clip_grads_with_norm_(params, gradient_clip_val, norm)
+            # The divergence guard already took this step's norm: clip with it instead of a second pass
+            # (as a Python number: FSDP2's gradients are DTensors, which a plain-tensor factor cannot scale).
+            factor = min(1.0, gradient_clip_val / (float(norm) + 1e-6))
+            if factor < 1.0:
+                torch._foreach_mul_([p.grad for p in params], factor)
             return
         fused = any(group.get("fused") for group in optimizer.param_groups)
         if fused and no_scaler:

@@ -28,25 +28,30 @@ def cli(run_dir: Path, *overrides: str) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+def single(run_dir: Path, *overrides: str) -> None:
+    """The one-process reference, in this process (the same config as ``cli``, without a process start)."""
+    run(run_dir, *COMMON[len(FAST) :], *overrides)
+
+
 def test_ddp_two_processes_match_one_process(tmp_path: Path) -> None:
     cli(tmp_path / "ddp", "strategy=ddp", "trainer.devices=2", "data.batch_size=4")
-    cli(tmp_path / "single", "data.batch_size=8")
+    single(tmp_path / "single", "data.batch_size=8")
     for key in ("train/loss", "val/loss"):
-        ddp, single = logged(tmp_path / "ddp", key), logged(tmp_path / "single", key)
-        assert ddp.keys() == single.keys()
-        assert all(abs(ddp[s] - single[s]) < 1e-5 for s in ddp), (ddp, single)
+        ddp, one = logged(tmp_path / "ddp", key), logged(tmp_path / "single", key)
+        assert ddp.keys() == one.keys()
+        assert all(abs(ddp[s] - one[s]) < 1e-5 for s in ddp), (ddp, one)
     a = checkpoint_weights(tmp_path / "ddp" / "checkpoints" / "last.ckpt")
     b = checkpoint_weights(tmp_path / "single" / "checkpoints" / "last.ckpt")
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
     assert torch.load(tmp_path / "ddp" / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 6
 
 
-def assert_same_run(ddp: Path, single: Path, keys: tuple[str, ...]) -> None:
+def assert_same_run(ddp: Path, one: Path, keys: tuple[str, ...]) -> None:
     for key in keys:
-        a, b = logged(ddp, key), logged(single, key)
+        a, b = logged(ddp, key), logged(one, key)
         assert a.keys() == b.keys() and all(abs(a[s] - b[s]) < 1e-4 for s in a), (key, a, b)
     a = checkpoint_weights(ddp / "checkpoints" / "last.ckpt")
-    b = checkpoint_weights(single / "checkpoints" / "last.ckpt")
+    b = checkpoint_weights(one / "checkpoints" / "last.ckpt")
     assert max((a[k].float() - b[k].float()).abs().max().item() for k in a) <= 1e-5
 
 
@@ -91,5 +96,5 @@ def test_terms_that_mix_samples_match_one_process_in_weights(tmp_path: Path, cas
     if case == "tacl":
         common.append(f"teacher={request.getfixturevalue('teacher')}")
     cli(tmp_path / "ddp", *common, "strategy=ddp", "trainer.devices=2", "data.batch_size=4")
-    cli(tmp_path / "single", *common, "data.batch_size=8")
+    single(tmp_path / "single", *common, "data.batch_size=8")
     assert_same_run(tmp_path / "ddp", tmp_path / "single", keys)

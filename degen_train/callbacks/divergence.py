@@ -48,6 +48,8 @@ class DivergenceGuard(Callback):
         names, values = module.take_step_losses()  # (micro-batches, losses), already averaged over ranks
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         grad_norm = torch.nn.utils.get_total_norm(grads) if grads else values.new_zeros(())
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2: sharded gradients give a DTensor norm; make it whole
+            grad_norm = grad_norm.full_tensor()
         checks = torch.stack(
             [torch.isfinite(grad_norm).float(), torch.isfinite(values).all().float(), values[:, 0].mean().float()]
         )

@@ -10,6 +10,7 @@ from lightning.pytorch.callbacks import Callback
 
 from degen_train.metrics.isotropy import VectorMoments, isoscore, mean_pairwise_cosine, outlier_dimensions
 from degen_train.metrics.isotropy import self_similarity as sequence_self_similarity
+from degen_train.parallel import gathered
 
 
 def embedding_metrics(weights: torch.Tensor) -> dict[str, float]:
@@ -67,6 +68,10 @@ class IsotropyMonitor(Callback):
 
     @torch.no_grad()
     def measure(self, trainer: pl.Trainer, module: pl.LightningModule) -> dict[str, float]:
+        with gathered(module):  # FSDP2: the embedding rows whole, on every process
+            return self._measure(trainer, module)
+
+    def _measure(self, trainer: pl.Trainer, module: pl.LightningModule) -> dict[str, float]:
         self._last_step = trainer.global_step
         backbone = module.backbone
         metrics = {

@@ -39,6 +39,7 @@ from degen_train.metrics.probes import read_sts, read_wic  # noqa: E402
 from degen_train.models.backbone import Backbone, build_hf_model, model_family, shape_signature  # noqa: E402
 from degen_train.module import PretrainModule  # noqa: E402
 from degen_train.overrides import open_trainer_keys  # noqa: E402
+from degen_train.parallel import full_state_dict  # noqa: E402
 from degen_train.provenance import run_provenance  # noqa: E402
 from degen_train.quiet import silence_known_noise  # noqa: E402
 from degen_train.run_table import end_of_run_table, human, parameter_counts  # noqa: E402
@@ -129,9 +130,11 @@ def _train_locked(
     summary = _summary(cfg, trainer, train_metrics, val_metrics, terms=terms, weights=weights)
     summary["parameters"] = parameter_counts(module.backbone.model)
     summary["provenance"] = {k: v for k, v in record.items() if k != "config"}  # the config is summary["config"]
+    gathered_weights = full_state_dict(module.backbone.model) if cfg.export_hf else None  # FSDP2: every process
     if trainer.is_global_zero:
         if cfg.export_hf:
-            export_pretrained(module.backbone.model, data.tokenizer, run_dir / "hf", record=record)
+            hf_model = module.backbone.model
+            export_pretrained(hf_model, data.tokenizer, run_dir / "hf", record=record, state_dict=gathered_weights)
             if cfg.get("push_to_hub") and cfg.push_to_hub.get("repo_id"):
                 summary["push_to_hub"] = push_export(run_dir / "hf", cfg.push_to_hub)
             if family == "encoder" and (cfg.eval.sts or cfg.eval.wic):

@@ -1,0 +1,102 @@
+"""FSDP2 on two CPU processes (gloo) gives the losses and the weights of one process holding the global batch."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers import logged, run
+from tests.test_ddp import assert_same_run, cli, single
+
+pytestmark = pytest.mark.slow  # several processes per test: make test-slow (make test runs them too)
+
+CASES = {
+    "bert_mlm": (["recipe=bert_mlm", "model=tiny"], ("train/mlm/loss", "val/loss")),
+    "bert_mlm_nsp": (["recipe=bert_mlm_nsp", "model=tiny"], ("train/mlm/loss", "train/nsp/loss")),
+    # The chunked output layer on a tied decoder, and CosReg on the tied (sharded) embedding matrix.
+    "gpt2_mle": (["recipe=gpt2_mle", "model=gpt2_tiny"], ("train/mle/loss", "val/loss")),
+    "gao_cosreg": (["recipe=gao_cosreg", "model=gpt2_tiny"], ("train/cosreg/loss", "train/mle/loss")),
+    "coco_lm": (
+        ["recipe=coco_lm", "model=tiny", "regularizer.coco_scl.gather_negatives=true"],
+        ("train/coco_scl/loss", "train/loss"),
+    ),
+    "electra": (["recipe=electra", "model=tiny"], ("train/electra/loss", "train/electra/detection")),
+}
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("fsdp_teacher")
+    run(run_dir, "recipe=bert_mlm_nsp", "model=tiny", "data.tokenizer.vocab_size=1000", "trainer.max_steps=2",
+        "model.dropout=0", "model.attention_dropout=0")  # fmt: skip
+    return run_dir
+
+
+@pytest.mark.parametrize("case", [*CASES, "tacl"])
+def test_fsdp2_two_processes_match_one_process_in_losses_and_weights(
+    tmp_path: Path, case: str, request: pytest.FixtureRequest
+) -> None:
+    """2 processes × 4 sequences with FSDP2 = 1 process × 8, in losses and in weights after 6 updates."""
+    if case == "tacl":
+        overrides = ["recipe=tacl", "model=tiny", "regularizer.tacl.teacher_dropout=false",
+                     f"teacher={request.getfixturevalue('teacher')}"]  # fmt: skip
+        keys: tuple[str, ...] = ("train/tacl/loss", "train/mlm/loss")
+    else:
+        overrides, keys = CASES[case]
+    common = [*overrides, "data.tokenizer.vocab_size=1000"]
+    cli(tmp_path / "fsdp", *common, "strategy=fsdp", "trainer.devices=2", "data.batch_size=4")
+    single(tmp_path / "single", *common, "data.batch_size=8")
+    assert_same_run(tmp_path / "fsdp", tmp_path / "single", keys)
+
+
+RESUMABLE = ["model=tiny", "data.tokenizer.vocab_size=1000", "callbacks.checkpoint.every_n_train_steps=3",
+             "scheduler.total_steps=6"]  # fmt: skip
+ON_TWO = ["strategy=fsdp", "trainer.devices=2", "data.batch_size=4"]
+ON_ONE = ["data.batch_size=8"]
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """6 steps on one process, straight: what every split run below must equal."""
+    run_dir = tmp_path_factory.mktemp("straight")
+    single(run_dir, *RESUMABLE, *ON_ONE)
+    return run_dir
+
+
+@pytest.mark.parametrize(
+    ("first", "second"), [(ON_TWO, ON_TWO), (ON_TWO, ON_ONE), (ON_ONE, ON_TWO)], ids=["2-2", "2-then-1", "1-then-2"]
+)
+def test_fsdp2_resume_is_exact_on_any_process_count(
+    tmp_path: Path, straight: Path, first: list[str], second: list[str]
+) -> None:
+    """3 steps, a checkpoint, then a resumed run to 6 (on 2 FSDP2 processes, or moved between 2 and 1):
+    the same losses and weights as 6 steps straight."""
+    cli(tmp_path, *RESUMABLE, *first, "trainer.max_steps=3")
+    cli(tmp_path, *RESUMABLE, *second, "ckpt_path=last")
+    assert_same_run(tmp_path, straight, ("train/loss",))
+
+
+def test_fsdp2_with_bf16_mixed_precision_trains(tmp_path: Path) -> None:
+    cli(tmp_path, "model=tiny", "data.tokenizer.vocab_size=1000", *ON_TWO, "strategy.mixed_precision=bf16")
+    losses = logged(tmp_path, "train/loss")
+    assert len(losses) == 6 and all(math.isfinite(v) for v in losses.values())
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"mixed_precision": "fp8"}, r"strategy.mixed_precision='fp8' is not one of null, bf16, fp32"),
+        ({"sharded_checkpoint": True}, r"strategy.sharded_checkpoint=true is not built yet"),
+        ({"cpu_offload": True}, r"strategy.cpu_offload=true keeps shards on the CPU between uses on a GPU"),
+    ],
+)
+def test_fsdp2_options_that_cannot_work_here_are_named(options: dict, message: str) -> None:
+    from degen_train.parallel import FSDP2Strategy
+
+    if options.get("cpu_offload") and torch.cuda.is_available():
+        pytest.skip("CPU offload is valid on a GPU machine")
+    with pytest.raises(ValueError, match=message):
+        FSDP2Strategy(**options)
