@@ -18,10 +18,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from bench.common import interleaved, save
-from degen_train.catalog import build_terms
-from degen_train.models.backbone import Backbone
-from degen_train.optim import build_optimizer
-from degen_train.terms import WeightedSum
+from bench.spine import our_step, plain_step
 
 VOCAB, BATCH, LENGTH = 50257, 32, 128
 
@@ -43,46 +40,22 @@ def batches(count: int = 4) -> list[dict[str, torch.Tensor]]:
     return out
 
 
-def plain_step(bf16: bool) -> Callable[[int], None]:
-    """The HF way: GPT2LMHeadModel(labels=...) makes all (B, T, V) logits and its own loss."""
-    net, data = model(), batches()
-    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
-
-    def step(i: int) -> None:
-        batch = data[i % len(data)]
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = net(input_ids=batch["input_ids"], labels=batch["hf_labels"]).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
+def hf_batches() -> list[dict[str, torch.Tensor]]:
+    """The same batches for GPT2LMHeadModel, which shifts the labels itself."""
+    return [{**b, "labels": b["hf_labels"]} for b in batches()]
 
 
-def our_step(bf16: bool, chunk_size: int | None) -> Callable[[int], None]:
-    """degen-train's step: Backbone -> the mle term (chunked or not) -> AdamW."""
-    backbone, data = Backbone(model()), batches()
-    terms, weights = build_terms({"objective": {"mle": {"chunk_size": chunk_size}}})
-    loss = WeightedSum(terms, weights)
-    optimizer = build_optimizer([backbone], lr=1e-4, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, fused=False)
-
-    def step(i: int) -> None:
-        batch = data[i % len(data)]
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            total, _ = loss(backbone(batch, requires=loss.requires))
-        total.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
+def ours(bf16: bool, chunk_size: int | None) -> Callable[[int], None]:
+    return our_step({"mle": {"chunk_size": chunk_size}}, model(), batches(), bf16=bf16, fused=False)
 
 
+# The same steps as the spine benchmark (AdamW, gradient clipping at 1), on these shapes.
 CONFIGS: dict[str, Callable[[], Callable[[int], None]]] = {
-    "plain_hf_fp32": lambda: plain_step(False),
-    "ours_full_logits_fp32": lambda: our_step(False, None),
-    "ours_chunked_fp32": lambda: our_step(False, 1024),
-    "plain_hf_bf16": lambda: plain_step(True),
-    "ours_chunked_bf16": lambda: our_step(True, 1024),
+    "plain_hf_fp32": lambda: plain_step(model(), hf_batches()),
+    "ours_full_logits_fp32": lambda: ours(False, None),
+    "ours_chunked_fp32": lambda: ours(False, 1024),
+    "plain_hf_bf16": lambda: plain_step(model(), hf_batches(), bf16=True),
+    "ours_chunked_bf16": lambda: ours(True, 1024),
 }
 
 

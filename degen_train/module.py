@@ -88,7 +88,7 @@ class PretrainModule(pl.LightningModule):
             # The divergence guard already took this step's norm: clip with it instead of a second pass
             # (as a Python number: FSDP2's gradients are DTensors, which a plain-tensor factor cannot scale).
             factor = min(1.0, gradient_clip_val / (float(norm) + 1e-6))
-            if factor < 1.0:
+            if factor < 1.0 and params:  # a skipped step has no gradients left to clip
                 torch._foreach_mul_([p.grad for p in params], factor)
             return
         fused = any(group.get("fused") for group in optimizer.param_groups)

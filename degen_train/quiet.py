@@ -20,7 +20,15 @@ class _DropMessages(logging.Filter):
         return not str(record.getMessage()).startswith(self.prefix)
 
 
+_silenced = False
+
+
 def silence_known_noise() -> None:
+    """Install the filters once per process (every train() call asks)."""
+    global _silenced
+    if _silenced:
+        return
+    _silenced = True
     for name, prefix in DROPPED_RECORDS:
         logging.getLogger(name).addFilter(_DropMessages(prefix))
     for pattern in IGNORED_WARNINGS:

@@ -42,3 +42,15 @@ def shared_data(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"{path} is absent: the shared data folder only exists on the project's machines")
     return path
+
+
+@pytest.fixture(scope="session")
+def dropout_free_teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A TaCL teacher for the multi-process tests: a short MLM+NSP run without dropout (its student inherits
+    the config, and dropout draws differ with the process count)."""
+    from tests.helpers import run
+
+    run_dir = tmp_path_factory.mktemp("dropout_free_teacher")
+    run(run_dir, "recipe=bert_mlm_nsp", "model=tiny", "data.tokenizer.vocab_size=1000", "trainer.max_steps=2",
+        "model.dropout=0", "model.attention_dropout=0")  # fmt: skip
+    return run_dir

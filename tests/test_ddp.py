@@ -78,15 +78,6 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("ddp_teacher")
-    # No dropout in the saved config: the student inherits it, and dropout draws differ by process count.
-    run(run_dir, "recipe=bert_mlm_nsp", "model=tiny", "data.tokenizer.vocab_size=1000", "trainer.max_steps=2",
-        "model.dropout=0", "model.attention_dropout=0")  # fmt: skip
-    return run_dir
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_terms_that_mix_samples_match_one_process_in_weights(tmp_path: Path, case: str, request) -> None:  # noqa: ANN001
     """2 processes x 4 sequences = 1 process x 8, in losses and in weights after 6 updates."""
@@ -94,7 +85,7 @@ def test_terms_that_mix_samples_match_one_process_in_weights(tmp_path: Path, cas
     model = "model=gpt2_tiny" if "recipe=gao_cosreg" in overrides else "model=tiny"
     common = [*overrides, model, "data.tokenizer.vocab_size=1000"]
     if case == "tacl":
-        common.append(f"teacher={request.getfixturevalue('teacher')}")
+        common.append(f"teacher={request.getfixturevalue('dropout_free_teacher')}")
     cli(tmp_path / "ddp", *common, "strategy=ddp", "trainer.devices=2", "data.batch_size=4")
     single(tmp_path / "single", *common, "data.batch_size=8")
     assert_same_run(tmp_path / "ddp", tmp_path / "single", keys)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import logged, run
+from tests.helpers import logged
 from tests.test_ddp import assert_same_run, cli, single
 
 pytestmark = pytest.mark.slow  # several processes per test: make test-slow (make test runs them too)
@@ -27,14 +27,6 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("fsdp_teacher")
-    run(run_dir, "recipe=bert_mlm_nsp", "model=tiny", "data.tokenizer.vocab_size=1000", "trainer.max_steps=2",
-        "model.dropout=0", "model.attention_dropout=0")  # fmt: skip
-    return run_dir
-
-
 @pytest.mark.parametrize("case", [*CASES, "tacl"])
 def test_fsdp2_two_processes_match_one_process_in_losses_and_weights(
     tmp_path: Path, case: str, request: pytest.FixtureRequest
@@ -42,7 +34,7 @@ def test_fsdp2_two_processes_match_one_process_in_losses_and_weights(
     """2 processes × 4 sequences with FSDP2 = 1 process × 8, in losses and in weights after 6 updates."""
     if case == "tacl":
         overrides = ["recipe=tacl", "model=tiny", "regularizer.tacl.teacher_dropout=false",
-                     f"teacher={request.getfixturevalue('teacher')}"]  # fmt: skip
+                     f"teacher={request.getfixturevalue('dropout_free_teacher')}"]  # fmt: skip
         keys: tuple[str, ...] = ("train/tacl/loss", "train/mlm/loss")
     else:
         overrides, keys = CASES[case]

@@ -54,6 +54,7 @@ log = logging.getLogger("degen_train")
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Run one pretraining job; returns the summary written to RUN/summary.json."""
     run_dir = Path(cfg.run_dir)
+    silence_known_noise()  # also when train() is called from Python (tests, notebooks, benchmarks)
     # 1. Everything that can be checked from the config alone, before data or weights; nothing is written.
     validate_config(cfg)
     terms, weights = build_terms({"objective": cfg.objective, "regularizer": cfg.regularizer})
