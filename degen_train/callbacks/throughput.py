@@ -53,11 +53,12 @@ class Throughput(Callback):
         assert self._shape is not None
         body, head, layers, hidden = self._shape
         size, length = batch["input_ids"].shape
-        predicted = int((batch["labels"] != -100).sum())
+        # One host transfer for both counts (a training step should not wait on the device twice).
+        tokens, predicted = torch.stack([batch["attention_mask"].sum(), (batch["labels"] != -100).sum()]).tolist()
         flops = model_flops(
             body=body, head=head, layers=layers, hidden=hidden, batch=size, length=length, predicted=predicted
         )
-        return int(batch["attention_mask"].sum()), predicted, flops
+        return int(tokens), int(predicted), flops
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, module: pl.LightningModule, batch: dict, batch_idx: int
