@@ -15,12 +15,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from degen_train.callbacks.plain_progress import PlainProgress
 from degen_train.checkpoints import AtomicCheckpointIO, CheckpointError, load_checkpoint_file, newest_checkpoint
+from degen_train.models.architectures import DEFAULT_ARCH
 from degen_train.terms import LossTerm, TermContext
 
 log = logging.getLogger("degen_train")
 
 CHECKPOINT_MODEL_KEYS = (
     "family",
+    "arch",
     "hidden_size",
     "num_layers",
     "num_heads",
@@ -35,7 +37,8 @@ def data_format_for(terms: dict[str, LossTerm], family: str, model_name: str) ->
     """Check every term fits the model family and return the example layout the terms need."""
     for key, term in terms.items():
         if term.family is not None and term.family != family:
-            hint = "model=gpt2_tiny (or another gpt2_*)" if term.family == "decoder" else "model=tiny, mini, small, ..."
+            decoders, encoders = "model=gpt2_tiny, llama_tiny, qwen2_tiny, ...", "model=tiny, roberta_tiny, ..."
+            hint = decoders if term.family == "decoder" else encoders
             raise ValueError(
                 f"loss term {key!r} needs the {term.family} family but model={model_name} is {family}: use {hint}"
             )
@@ -101,6 +104,8 @@ def check_checkpoint_matches(path: Path, cfg: DictConfig, term_names: list[str])
         raise CheckpointError(f"{path} is not a degen_train checkpoint (no 'degen_train' entry)")
     for key in CHECKPOINT_MODEL_KEYS:
         before, now = saved["model"].get(key), cfg.model.get(key)
+        if key == "arch" and before is None:  # written before model.arch existed: the family's architecture
+            before = DEFAULT_ARCH.get(saved["model"].get("family"))
         if before != now:
             raise ValueError(
                 f"checkpoint {path} was written with model.{key}={before}, this run has model.{key}={now}: "

@@ -9,15 +9,18 @@ parameter a term reads is gathered for it. Pure data parallelism: one mesh dimen
 
 from __future__ import annotations
 
+import math
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
-from torch import nn
+from torch import Tensor, nn
 
 PRECISIONS = {None: None, "bf16": torch.bfloat16, "fp32": torch.float32}
+_ROOTS: weakref.WeakSet[nn.Module] = weakref.WeakSet()  # every module apply_fsdp2 made a root, for local_shard
 
 
 class FSDP2Strategy(ModelParallelStrategy):
@@ -170,4 +173,31 @@ def apply_fsdp2(root: nn.Module, unit_names: set[str], mesh: Any, options: dict[
         fully_shard(module, **kwargs)
         sharded.append(name)
     fully_shard(root, **kwargs)
+    _ROOTS.add(root)
     return sharded
+
+
+def local_shard(param: Tensor) -> tuple[Tensor, int] | None:
+    """For a parameter FSDP2 gathered for the running forward: (this process's rows of it, whose gradient lands
+    on this process's shard directly, and the index of the first of them); None when nothing shards it.
+
+    Reads FSDP2's private per-parameter records (``_fsdp_param_groups``, ``_unsharded_param``): torch has no
+    public map from a gathered parameter to its shard. tests/test_fsdp.py fails by name if they move.
+    """
+    from torch.distributed.tensor import Shard
+
+    for root in list(_ROOTS):
+        for module in root.modules():
+            if not hasattr(module, "_get_fsdp_state"):
+                continue
+            for group in module._get_fsdp_state()._fsdp_param_groups:
+                for fsdp_param in group.fsdp_params:
+                    if getattr(fsdp_param, "_unsharded_param", None) is not param:
+                        continue
+                    shard = fsdp_param.sharded_param  # DTensor, rows split over the mesh as torch.chunk does
+                    if tuple(shard.placements) != (Shard(0),):
+                        return None
+                    chunk = math.ceil(shard.shape[0] / shard.device_mesh.size())
+                    offset = min(shard.shape[0], shard.device_mesh.get_local_rank() * chunk)
+                    return shard.to_local(), offset
+    return None

@@ -55,9 +55,11 @@ class DataConfig(BaseModel):
 class ModelConfig(BaseModel):
     model_config = Open
     family: Literal["encoder", "decoder"]
+    arch: str | None = None  # checked against models.architectures where the model is built
     hidden_size: int = Field(ge=1)
     num_layers: int = Field(ge=1)
     num_heads: int = Field(ge=1)
+    num_kv_heads: int | None = Field(default=None, ge=1)
     max_position: int = Field(ge=8)
     dropout: float = Field(ge=0, lt=1)
     init_from: str | None = None
@@ -66,6 +68,11 @@ class ModelConfig(BaseModel):
     def heads_divide_width(self) -> ModelConfig:
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size={self.hidden_size} is not a multiple of num_heads={self.num_heads}")
+        if self.num_kv_heads and self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}: each key/value "
+                f"head serves a whole number of query heads"
+            )
         return self
 
 

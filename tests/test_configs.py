@@ -40,7 +40,7 @@ NEEDS = {
 
 
 def companions(group: str, option: str) -> list[str]:
-    if group == "model" and option.startswith("gpt2"):
+    if group == "model" and option.startswith(("gpt2", "llama", "qwen2")):
         return ["objective=mle"]
     if group == "objective" and option == "mle":
         return ["model=gpt2_tiny"]

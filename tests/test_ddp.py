@@ -75,6 +75,13 @@ CASES = {
         ("train/coco_scl/loss", "train/loss"),
     ),
     "nsp_weight_0": (["recipe=bert_mlm_nsp", "objective.nsp.weight=0"], ("train/nsp/loss", "train/mlm/loss")),
+    # Architectures beyond BERT and GPT-2: ModernBERT (RoPE, GeGLU, local attention) with CosReg on its tied
+    # embeddings; Llama (grouped-query attention, SwiGLU) with CosReg on its untied output layer.
+    "modernbert_cosreg": (
+        ["recipe=bert_mlm", "regularizer=cosreg", "model=modernbert_tiny"],
+        ("train/cosreg/loss", "train/mlm/loss"),
+    ),
+    "llama_cosreg": (["recipe=gao_cosreg", "model=llama_tiny"], ("train/cosreg/loss", "train/mle/loss")),
 }
 
 
@@ -83,6 +90,8 @@ def test_terms_that_mix_samples_match_one_process_in_weights(tmp_path: Path, cas
     """2 processes x 4 sequences = 1 process x 8, in losses and in weights after 6 updates."""
     overrides, keys = CASES[case]
     model = "model=gpt2_tiny" if "recipe=gao_cosreg" in overrides else "model=tiny"
+    if any(o.startswith("model=") for o in overrides):
+        model = next(o for o in overrides if o.startswith("model="))
     common = [*overrides, model, "data.tokenizer.vocab_size=1000"]
     if case == "tacl":
         common.append(f"teacher={request.getfixturevalue('dropout_free_teacher')}")

@@ -19,11 +19,22 @@ CASES = {
     # The chunked output layer on a tied decoder, and CosReg on the tied (sharded) embedding matrix.
     "gpt2_mle": (["recipe=gpt2_mle", "model=gpt2_tiny"], ("train/mle/loss", "val/loss")),
     "gao_cosreg": (["recipe=gao_cosreg", "model=gpt2_tiny"], ("train/cosreg/loss", "train/mle/loss")),
+    # CosReg shard-wise on the rows any process has seen so far: each shard picks its rows of the global mask.
+    "cosreg_seen": (
+        ["recipe=gao_cosreg", "model=gpt2_tiny", "regularizer.cosreg.rows=seen"],
+        ("train/cosreg/loss", "train/cosreg/rows"),
+    ),
     "coco_lm": (
         ["recipe=coco_lm", "model=tiny", "regularizer.coco_scl.gather_negatives=true"],
         ("train/coco_scl/loss", "train/loss"),
     ),
     "electra": (["recipe=electra", "model=tiny"], ("train/electra/loss", "train/electra/detection")),
+    # Beyond BERT and GPT-2: units ModernBertEncoderLayer / LlamaDecoderLayer from the classes themselves.
+    "modernbert_cosreg": (
+        ["recipe=bert_mlm", "regularizer=cosreg", "model=modernbert_tiny"],
+        ("train/cosreg/loss", "train/mlm/loss"),
+    ),
+    "llama_cosreg": (["recipe=gao_cosreg", "model=llama_tiny"], ("train/cosreg/loss", "train/mle/loss")),
 }
 
 
@@ -42,6 +53,8 @@ def test_fsdp2_two_processes_match_one_process_in_losses_and_weights(
     cli(tmp_path / "fsdp", *common, "strategy=fsdp", "trainer.devices=2", "data.batch_size=4")
     single(tmp_path / "single", *common, "data.batch_size=8")
     assert_same_run(tmp_path / "fsdp", tmp_path / "single", keys)
+    if "cosreg" in case:  # shard-wise, not silently whole (parallel.local_shard reads FSDP2's private records)
+        assert "(FSDP2 shards), one all-reduce" in (tmp_path / "fsdp" / "train.log").read_text()
 
 
 RESUMABLE = ["model=tiny", "data.tokenizer.vocab_size=1000", "callbacks.checkpoint.every_n_train_steps=3",

@@ -42,7 +42,9 @@ def listing() -> str:
     lines.append("model presets (model=NAME):")
     for path in sorted((conf / "model").glob("*.yaml")):
         sizes = OmegaConf.load(path)
-        shape = f"L={sizes.num_layers} H={sizes.hidden_size} heads={sizes.num_heads} ffn={sizes.intermediate_size}"
+        arch = sizes.get("arch") or ("gpt2" if path.stem.startswith("gpt2") else "bert")
+        widths = f"H={sizes.hidden_size} heads={sizes.num_heads} ffn={sizes.intermediate_size}"
+        shape = f"{arch:<10} L={sizes.num_layers} {widths}"
         lines.append(f"  {path.stem:<18} {shape}")
     lines.append("loss terms (objective.NAME.KEY=VALUE or regularizer.NAME.KEY=VALUE; every term takes weight=):")
     for name, cls in sorted(discover_terms().items()):

@@ -1,4 +1,4 @@
-"""Build an HF model (BERT-style encoder or GPT-2-style decoder) and run it into a ForwardOutput.
+"""Build an HF model (any architecture of ``models.architectures``) and run it into a ForwardOutput.
 
 The model is a stock ``transformers`` class, so ``save_pretrained`` exports it as is. Only the
 vocabulary projection is called by hand: on the N labelled positions rather than all B·T.
@@ -16,47 +16,66 @@ from transformers import (
     AutoModelForCausalLM,
     AutoModelForMaskedLM,
     AutoModelForPreTraining,
-    BertConfig,
-    BertForMaskedLM,
-    BertForPreTraining,
-    GPT2Config,
-    GPT2LMHeadModel,
     PreTrainedModel,
 )
 
 from degen_train.io import resolve_pretrained
+from degen_train.models.architectures import ARCHITECTURES, Architecture, architecture, architecture_of
 from degen_train.types import ForwardOutput
 
 FAMILIES = ("encoder", "decoder")
-FAMILY_OF_MODEL_TYPE = {"bert": "encoder", "roberta": "encoder", "gpt2": "decoder"}
 # Batch entries with a ForwardOutput field of their own; any other entry lands in ``extras``.
 BATCH_KEYS = frozenset(
     {"input_ids", "attention_mask", "labels", "original_ids", "token_type_ids", "next_sentence_label", "views"}
 )
 
 
-def model_family(cfg: Any) -> str:
-    """The family of the configured model: from ``init_from``'s config when set, else ``cfg.family``."""
+def model_architecture(cfg: Any) -> Architecture:
+    """The configured architecture: ``init_from``'s config when set, else ``cfg.arch`` (default: the family's),
+    refused when it does not fit ``cfg.family``."""
     if cfg.get("init_from"):
         model_type = AutoConfig.from_pretrained(resolve_pretrained(cfg.init_from)).model_type
-        if model_type not in FAMILY_OF_MODEL_TYPE:
+        arch = architecture_of(model_type)
+        if arch is None:
             raise ValueError(
-                f"model.init_from={cfg.init_from} is a {model_type!r} model; supported: "
-                f"{', '.join(sorted(FAMILY_OF_MODEL_TYPE))}"
+                f"model.init_from={cfg.init_from} is a {model_type!r} model; supported: {', '.join(ARCHITECTURES)}"
             )
-        return FAMILY_OF_MODEL_TYPE[model_type]
+        return arch
     if cfg.family not in FAMILIES:
         raise ValueError(f"model.family={cfg.family!r} is not one of {', '.join(FAMILIES)}")
-    return cfg.family
+    arch = architecture(cfg.get("arch"), family=cfg.family)
+    if arch.family != cfg.family:
+        presets = "llama_tiny, qwen2_tiny, gpt2_tiny, ..." if arch.family == "decoder" else "tiny, roberta_tiny, ..."
+        raise ValueError(
+            f"model.arch={arch.name} is a {arch.family} but model.family={cfg.family}: pick a {arch.family} preset "
+            f"(model={presets}) or set model.family={arch.family}"
+        )
+    if not arch.hidden_dropout and cfg.get("dropout"):
+        raise ValueError(
+            f"model.dropout={cfg.dropout}: {arch.name} has no hidden-state dropout (only model.attention_dropout); "
+            f"set model.dropout=0"
+        )
+    return arch
+
+
+def model_family(cfg: Any) -> str:
+    """The family ("encoder" or "decoder") of the configured model."""
+    return model_architecture(cfg).family
 
 
 def build_hf_model(cfg: Any, *, tokenizer: Any, with_nsp_head: bool) -> PreTrainedModel:
     """A fresh model from the size preset, or the weights at ``cfg.init_from`` (path or hub name)."""
-    family = model_family(cfg)
+    arch = model_architecture(cfg)
+    if with_nsp_head and arch.nsp_class is None:
+        with_heads = [a.name for a in ARCHITECTURES.values() if a.nsp_class is not None]
+        raise ValueError(
+            f"next-sentence prediction (objective=mlm_nsp) needs a next-sentence head, which model.arch={arch.name} "
+            f"does not have; architectures with one: {', '.join(with_heads)}"
+        )
     if cfg.get("init_from"):
         loader = (
             AutoModelForCausalLM
-            if family == "decoder"
+            if arch.family == "decoder"
             else AutoModelForPreTraining
             if with_nsp_head
             else AutoModelForMaskedLM
@@ -68,39 +87,8 @@ def build_hf_model(cfg: Any, *, tokenizer: Any, with_nsp_head: bool) -> PreTrain
                 f"but the tokenizer has {len(tokenizer)} tokens: use that model's tokenizer (data.tokenizer.path)"
             )
         return model.train()  # from_pretrained leaves eval mode: continued pretraining would run without dropout
-    common = {
-        "vocab_size": len(tokenizer),
-        "tie_word_embeddings": bool(cfg.tie_embeddings),
-        "attn_implementation": cfg.attention,
-    }
-    if family == "encoder":
-        config = BertConfig(
-            hidden_size=cfg.hidden_size,
-            num_hidden_layers=cfg.num_layers,
-            num_attention_heads=cfg.num_heads,
-            intermediate_size=cfg.intermediate_size,
-            max_position_embeddings=cfg.max_position,
-            hidden_dropout_prob=cfg.dropout,
-            attention_probs_dropout_prob=cfg.attention_dropout,
-            pad_token_id=tokenizer.pad_token_id,
-            **common,
-        )
-        return (BertForPreTraining if with_nsp_head else BertForMaskedLM)(config)
-    config = GPT2Config(
-        n_embd=cfg.hidden_size,
-        n_layer=cfg.num_layers,
-        n_head=cfg.num_heads,
-        n_inner=cfg.intermediate_size,
-        n_positions=cfg.max_position,
-        resid_pdrop=cfg.dropout,
-        embd_pdrop=cfg.dropout,
-        attn_pdrop=cfg.attention_dropout,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        **common,
-    )
-    return GPT2LMHeadModel(config)
+    model_class = arch.nsp_class if with_nsp_head else arch.model_class
+    return model_class(arch.make_config(cfg, tokenizer))
 
 
 def shape_signature(model: PreTrainedModel) -> dict[str, Any]:
@@ -128,13 +116,20 @@ class Backbone(nn.Module):
     def __init__(self, model: PreTrainedModel) -> None:
         super().__init__()
         self.model = model
-        self.family = FAMILY_OF_MODEL_TYPE.get(model.config.model_type, "encoder")
+        arch = architecture_of(model.config.model_type)
+        self.family = arch.family if arch is not None else "encoder"
+        self.token_types = arch.token_types if arch is not None else True
 
     @property
     def vocab_head(self) -> nn.Module:
-        """The HF model's own MLM / LM head (tied to the input embeddings by default)."""
+        """The HF model's own MLM / LM head (BERT's cls.predictions, RoBERTa's lm_head, ModernBERT's head +
+        decoder, a decoder's lm_head), as one module from the last hidden states to the logits."""
         cls = getattr(self.model, "cls", None)
-        return cls.predictions if cls is not None else self.model.lm_head
+        if cls is not None:
+            return cls.predictions
+        if isinstance(getattr(self.model, "head", None), nn.Module):  # ModernBERT: prediction head, then decoder
+            return nn.Sequential(self.model.head, self.model.get_output_embeddings())
+        return self.model.lm_head
 
     def freeze_vocab_head(self) -> None:
         """Freeze the vocabulary head's own parameters (not the tied word matrix): for terms that never use it
@@ -147,11 +142,16 @@ class Backbone(nn.Module):
     def vocab_parts(self) -> tuple[Callable[[Tensor], Tensor], nn.Linear] | None:
         """The vocabulary head as (transform, output linear), logits = linear(transform(h)); None if not so."""
         head = self.vocab_head
-        if isinstance(head, nn.Linear):  # GPT-2's lm_head
+        if isinstance(head, nn.Linear):  # GPT-2, Llama, Qwen2: lm_head on the final (normed) states
             return (lambda hidden: hidden), head
         transform, decoder = getattr(head, "transform", None), getattr(head, "decoder", None)
-        if transform is not None and isinstance(decoder, nn.Linear):  # BERT's transform (dense, GELU, LN) + decoder
+        if transform is not None and isinstance(decoder, nn.Linear):  # BERT: transform (dense, GELU, LN) + decoder
             return transform, decoder
+        if isinstance(head, nn.Sequential) and isinstance(head[-1], nn.Linear):  # ModernBERT
+            return head[0], head[-1]
+        dense, norm = getattr(head, "dense", None), getattr(head, "layer_norm", None)
+        if dense is not None and norm is not None and isinstance(decoder, nn.Linear):  # RoBERTa: dense, GELU, LN
+            return (lambda hidden: norm(nn.functional.gelu(dense(hidden)))), decoder
         return None
 
     @property
@@ -160,7 +160,7 @@ class Backbone(nn.Module):
 
     def encode(self, batch: dict[str, Tensor], *, all_layers: bool = False) -> Any:
         kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-        if self.family == "encoder" and "token_type_ids" in batch:
+        if self.token_types and "token_type_ids" in batch:
             kwargs["token_type_ids"] = batch["token_type_ids"]
         return self.model.base_model(**kwargs, output_hidden_states=all_layers, return_dict=True)
 
@@ -186,7 +186,9 @@ class Backbone(nn.Module):
         sequence_logits = None
         if "sequence_logits" in requires:
             if self.nsp_head is None or pooled is None:
-                raise ValueError(f"{type(self.model).__name__} has no next-sentence head: use recipe=bert_mlm_nsp")
+                raise ValueError(
+                    f"{type(self.model).__name__} has no next-sentence head: use recipe=bert_mlm_nsp (model.arch=bert)"
+                )
             sequence_logits = self.nsp_head(pooled)  # (B, 2)
         return ForwardOutput(
             input_ids=batch["input_ids"],

@@ -69,7 +69,11 @@ class GeneratorCorruption(LossTerm):
 
     def setup(self, context: TermContext) -> None:
         if context.backbone is None or context.backbone.model.config.model_type != "bert":
-            raise ValueError(f"loss term {self.name!r} needs a BERT-style main model")
+            model_type = context.backbone.model.config.model_type if context.backbone is not None else None
+            raise ValueError(
+                f"loss term {self.name!r} builds its generator from the main model's BERT embeddings and layers: "
+                f"it needs model.arch=bert, this model is {model_type!r}"
+            )
         main = context.backbone.model.config
         auto_layers, auto_fraction = self.released_generator_shape(main.num_hidden_layers, main.hidden_size)
         options = self.generator_options

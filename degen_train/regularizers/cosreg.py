@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import Tensor
 
+from degen_train.parallel import local_shard
 from degen_train.terms import LossTerm, TermContext, register_term
 from degen_train.types import ForwardOutput, TermOutput
+
+log = logging.getLogger("degen_train")
 
 MATRICES = ("input", "output", "both")
 ROWS = ("all", "seen")
@@ -35,6 +40,56 @@ class _UnitSumSquare(torch.autograd.Function):
         projection = (weights @ total) * inverse  # (N,) ŵ_i·s
         scale = (2 * grad) * inverse  # (N,)
         return scale[:, None] * (total[None, :] - weights * (projection * inverse)[:, None])
+
+
+class _UnitSum(torch.autograd.Function):
+    """(Σ_i ŵ_i, number of non-zero rows) for the rows w_i of W; backward ∂/∂w_i = (g − ŵ_i (ŵ_i·g)) / ‖w_i‖."""
+
+    @staticmethod
+    def forward(ctx, weights: Tensor) -> tuple[Tensor, Tensor]:  # noqa: ANN001
+        norms = weights.norm(dim=1)  # (N,)
+        inverse = torch.where(norms > 0, 1 / norms.clamp_min(1e-30), torch.zeros_like(norms))
+        ctx.save_for_backward(weights, inverse)
+        nonzero = (inverse > 0).sum().to(weights.dtype)
+        ctx.mark_non_differentiable(nonzero)
+        return weights.T @ inverse, nonzero  # (d,), ()
+
+    @staticmethod
+    def backward(ctx, grad: Tensor, _: Tensor) -> Tensor:  # noqa: ANN001
+        weights, inverse = ctx.saved_tensors
+        projection = (weights @ grad) * inverse**3  # (N,) (ŵ_i·g) / ‖w_i‖²
+        return inverse[:, None] * grad[None, :] - weights * projection[:, None]
+
+
+class _SumOfEqualLosses(torch.autograd.Function):
+    """All-reduce (sum) whose backward passes the gradient through unsummed: every process computes the same loss
+    of the sum, so ∂L/∂(its own part) is ∂L/∂(sum), already whole on each process."""
+
+    @staticmethod
+    def forward(ctx, part: Tensor) -> Tensor:  # noqa: ANN001
+        total = part.clone()
+        torch.distributed.all_reduce(total)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:  # noqa: ANN001
+        return grad
+
+
+def sharded_cosine_regularizer(local_rows: Tensor, count: int | Tensor, *, normalization: str = "n_squared") -> Tensor:
+    """R_cos of a row-sharded matrix from this process's rows: (‖Σ_ranks Σ_local ŵ_i‖² − N) / N²; Gao et al. 2019.
+
+    One all-reduce of a d-vector; time and memory O(V·d/world). The gradient reaches only this process's rows,
+    whole (not to be averaged): under FSDP2 it lands on the shard itself.
+    """
+    with torch.autocast(device_type=local_rows.device.type, enabled=False):
+        part, nonzero = _UnitSum.apply(local_rows.float())
+        total = _SumOfEqualLosses.apply(part)  # (d,) Σ over every process's rows
+        torch.distributed.all_reduce(nonzero)
+        count = float(count)
+        if count < 2:
+            return total.new_zeros(())
+        return (total @ total - nonzero) / (count * count if normalization == "n_squared" else count * (count - 1))
 
 
 def cosine_regularizer(vectors: Tensor, *, normalization: str = "n_squared") -> Tensor:
@@ -102,14 +157,31 @@ class CosineRegularizer(LossTerm):
             # The loss under n_squared is (N−1)/N times the mean over distinct pairs; log the mean itself.
             scale = count / (count - 1).clamp_min(1) if self.normalization == "n_squared" else 1.0
             return TermOutput(loss, {"mean_pair_cosine": loss.detach() * scale})
-        matrices = self._matrices(output)
         if self.rows == "seen":
             self._mark_seen(output)
-            matrices = [m[self.seen[: m.shape[0]]] for m in matrices]
-        losses = [cosine_regularizer(m, normalization=self.normalization) for m in matrices]
-        loss = torch.stack(losses).mean()
-        metrics = {"rows": torch.tensor(float(matrices[0].shape[0]))}
-        return TermOutput(loss, metrics)
+        losses, counts = zip(*(self._regularize(m) for m in self._matrices(output)), strict=True)
+        return TermOutput(torch.stack(losses).mean(), {"rows": torch.tensor(float(counts[0]))})
+
+    def _regularize(self, matrix: Tensor) -> tuple[Tensor, int]:
+        """(R_cos, rows counted) of one matrix: shard-wise when FSDP2 shards it, else whole."""
+        shard = local_shard(matrix)
+        if shard is None:
+            if self.rows == "seen":
+                matrix = matrix[self.seen[: matrix.shape[0]]]
+            return cosine_regularizer(matrix, normalization=self.normalization), matrix.shape[0]
+        local, offset = shard
+        count = matrix.shape[0]
+        if self.rows == "seen":
+            seen = self.seen[: matrix.shape[0]]
+            local, count = local[seen[offset : offset + local.shape[0]]], int(seen.sum())
+        if not getattr(self, "_said_sharded", False):
+            log.info(
+                "cosreg: computed on each process's %d of %d rows (FSDP2 shards), one all-reduce",
+                *local.shape[:1],
+                count,
+            )
+            self._said_sharded = True
+        return sharded_cosine_regularizer(local, count, normalization=self.normalization), count
 
     def _matrices(self, output: ForwardOutput) -> list[Tensor]:
         tied = output.embedding_weight is output.output_embedding_weight

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from transformers import AutoModel
+from transformers import AutoConfig, AutoModel
 
 from degen_train.io import resolve_pretrained
 from degen_train.terms import LossTerm, TermContext, distributed_mean, register_term
@@ -75,7 +75,9 @@ class TokenContrastiveTerm(LossTerm):
         return self._teacher[0] if self._teacher else None
 
     def setup(self, context: TermContext) -> None:
-        teacher = AutoModel.from_pretrained(self.teacher_path, add_pooling_layer=False)
+        model_type = AutoConfig.from_pretrained(self.teacher_path).model_type
+        pooler = {"add_pooling_layer": False} if model_type in ("bert", "roberta") else {}  # no pooler to skip
+        teacher = AutoModel.from_pretrained(self.teacher_path, **pooler)
         config = teacher.config
         if config.hidden_size != context.hidden_size:
             raise ValueError(

@@ -80,3 +80,48 @@ def test_untied_models_regularise_the_output_matrix_by_default() -> None:
     out = type(out)(**{**out.__dict__, "embedding_weight": inputs, "output_embedding_weight": outputs})
     assert CosineRegularizer()(out).loss.item() == pytest.approx(0.5)
     assert CosineRegularizer(matrix="input")(out).loss.item() == pytest.approx(0.0)
+
+
+def _shard_wise_on_one_rank(rank: int, port: int, results: dict) -> None:  # noqa: ANN001
+    import os
+
+    import torch.distributed as dist
+
+    from degen_train.regularizers.cosreg import sharded_cosine_regularizer
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    weights = torch.randn(1001, 16, generator=torch.Generator().manual_seed(0))
+    weights[7] = 0  # a zero row counts in N but has no direction (and gets no gradient)
+    chunk = 501  # torch.chunk's split of 1001 rows over 2 ranks: 501 + 500, as FSDP2 shards dim 0
+    local = weights[rank * chunk : (rank + 1) * chunk].clone().requires_grad_()
+    for normalization in ("n_squared", "pairs"):
+        local.grad = None
+        loss = sharded_cosine_regularizer(local, 1001, normalization=normalization)
+        loss.backward()
+        results[(rank, normalization)] = (loss.detach(), local.grad.clone())
+    dist.destroy_process_group()
+
+
+def test_shard_wise_value_and_gradient_equal_the_whole_matrix() -> None:
+    """Two gloo processes, each holding half of an odd number of rows (as FSDP2 shards it): the one all-reduce of
+    Σŵ gives R_cos and each process's rows' gradient of the unsharded computation (Gao et al. 2019, eq. 4)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    results = mp.Manager().dict()
+    mp.spawn(_shard_wise_on_one_rank, args=(port, results), nprocs=2)
+    weights = torch.randn(1001, 16, generator=torch.Generator().manual_seed(0))
+    weights[7] = 0
+    for normalization in ("n_squared", "pairs"):
+        whole = weights.clone().requires_grad_()
+        expected = cosine_regularizer(whole, normalization=normalization)
+        expected.backward()
+        for rank in (0, 1):
+            loss, grad = results[(rank, normalization)]
+            torch.testing.assert_close(loss, expected.detach(), rtol=1e-6, atol=0)
+            torch.testing.assert_close(grad, whole.grad[rank * 501 : (rank + 1) * 501], rtol=1e-5, atol=1e-10)  # grads ~4e-6

@@ -1,0 +1,160 @@
+"""The transformers architectures a run can build (``model.arch``), each from its own config class.
+
+One entry per architecture: its family, its transformers classes, and how our shape keys (hidden_size,
+num_layers, ...) become its config. Everything else (heads, embeddings, hidden states) is read through
+``Backbone``, so a term never names ``model.bert`` or ``model.cls``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from transformers import (
+    BertConfig,
+    BertForMaskedLM,
+    BertForPreTraining,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    ModernBertConfig,
+    ModernBertForMaskedLM,
+    PretrainedConfig,
+    PreTrainedModel,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    RobertaConfig,
+    RobertaForMaskedLM,
+)
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """How to build one transformers architecture from a ``model`` config section."""
+
+    name: str
+    family: str  # "encoder" (masked LM) or "decoder" (causal LM)
+    model_class: type[PreTrainedModel]  # the class trained and exported
+    make_config: Callable[[Any, Any], PretrainedConfig]  # (model cfg, tokenizer) -> transformers config
+    nsp_class: type[PreTrainedModel] | None = None  # with a next-sentence head, when the architecture has one
+    token_types: bool = False  # whether the model reads token_type_ids (segments A/B)
+    hidden_dropout: bool = True  # whether model.dropout means anything (Llama/Qwen2 have attention dropout only)
+
+
+def _common(cfg: Any, tokenizer: Any) -> dict[str, Any]:
+    return {
+        "vocab_size": len(tokenizer),
+        "hidden_size": cfg.hidden_size,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "intermediate_size": cfg.intermediate_size,
+        "tie_word_embeddings": bool(cfg.tie_embeddings),
+        "attn_implementation": cfg.attention,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+
+
+def _bert(cfg: Any, tokenizer: Any) -> PretrainedConfig:
+    return BertConfig(
+        **_common(cfg, tokenizer),
+        max_position_embeddings=cfg.max_position,
+        hidden_dropout_prob=cfg.dropout,
+        attention_probs_dropout_prob=cfg.attention_dropout,
+    )
+
+
+def _roberta(cfg: Any, tokenizer: Any) -> PretrainedConfig:
+    # RoBERTa numbers positions from pad_token_id + 1 (HF's roberta-base: 512 + 2 = 514 positions).
+    return RobertaConfig(
+        **_common(cfg, tokenizer),
+        max_position_embeddings=cfg.max_position + tokenizer.pad_token_id + 1,
+        hidden_dropout_prob=cfg.dropout,
+        attention_probs_dropout_prob=cfg.attention_dropout,
+        type_vocab_size=1,
+        bos_token_id=tokenizer.cls_token_id,
+        eos_token_id=tokenizer.sep_token_id,
+    )
+
+
+def _modernbert(cfg: Any, tokenizer: Any) -> PretrainedConfig:
+    # RoPE, GeGLU, pre-norm without biases, local (sliding) attention with a global layer every third.
+    return ModernBertConfig(
+        **_common(cfg, tokenizer),
+        max_position_embeddings=cfg.max_position,
+        embedding_dropout=cfg.dropout,
+        mlp_dropout=cfg.dropout,
+        attention_dropout=cfg.attention_dropout,
+        local_attention=int(cfg.get("local_attention", 128)),
+        bos_token_id=tokenizer.cls_token_id,
+        eos_token_id=tokenizer.sep_token_id,
+        cls_token_id=tokenizer.cls_token_id,
+        sep_token_id=tokenizer.sep_token_id,
+    )
+
+
+def _gpt2(cfg: Any, tokenizer: Any) -> PretrainedConfig:
+    common = _common(cfg, tokenizer)
+    return GPT2Config(
+        vocab_size=common["vocab_size"],
+        tie_word_embeddings=common["tie_word_embeddings"],
+        attn_implementation=common["attn_implementation"],
+        pad_token_id=common["pad_token_id"],
+        n_embd=cfg.hidden_size,
+        n_layer=cfg.num_layers,
+        n_head=cfg.num_heads,
+        n_inner=cfg.intermediate_size,
+        n_positions=cfg.max_position,
+        resid_pdrop=cfg.dropout,
+        embd_pdrop=cfg.dropout,
+        attn_pdrop=cfg.attention_dropout,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+
+
+def _llama_like(config_class: type[PretrainedConfig]) -> Callable[[Any, Any], PretrainedConfig]:
+    """Llama and Qwen2: RoPE, RMSNorm, SwiGLU, grouped-query attention, no hidden-state dropout."""
+
+    def make(cfg: Any, tokenizer: Any) -> PretrainedConfig:
+        return config_class(
+            **_common(cfg, tokenizer),
+            num_key_value_heads=int(cfg.get("num_kv_heads") or cfg.num_heads),
+            max_position_embeddings=cfg.max_position,
+            attention_dropout=cfg.attention_dropout,
+            rope_theta=float(cfg.get("rope_theta", 10000.0)),
+            rms_norm_eps=float(cfg.get("norm_eps", 1e-6)),
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+
+    return make
+
+
+ARCHITECTURES: dict[str, Architecture] = {
+    arch.name: arch
+    for arch in (
+        Architecture("bert", "encoder", BertForMaskedLM, _bert, nsp_class=BertForPreTraining, token_types=True),
+        Architecture("roberta", "encoder", RobertaForMaskedLM, _roberta),
+        Architecture("modernbert", "encoder", ModernBertForMaskedLM, _modernbert),
+        Architecture("gpt2", "decoder", GPT2LMHeadModel, _gpt2),
+        Architecture("llama", "decoder", LlamaForCausalLM, _llama_like(LlamaConfig), hidden_dropout=False),
+        Architecture("qwen2", "decoder", Qwen2ForCausalLM, _llama_like(Qwen2Config), hidden_dropout=False),
+    )
+}
+# A family's architecture when a config names none (configs and checkpoints from before model.arch).
+DEFAULT_ARCH = {"encoder": "bert", "decoder": "gpt2"}
+
+
+def architecture(name: str | None, *, family: str | None = None) -> Architecture:
+    """The architecture called ``name`` (default: the family's), refused with the known ones if unknown."""
+    name = name or DEFAULT_ARCH.get(family or "", "")
+    if name not in ARCHITECTURES:
+        raise ValueError(f"model.arch={name!r} is not one of {', '.join(ARCHITECTURES)}")
+    return ARCHITECTURES[name]
+
+
+def architecture_of(model_type: str) -> Architecture | None:
+    """The architecture of a loaded model's ``config.model_type`` (None if we do not build that type)."""
+    return ARCHITECTURES.get(model_type)

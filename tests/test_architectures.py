@@ -1,0 +1,36 @@
+"""Beyond BERT and GPT-2: each architecture's tiny preset trains, exports, and its export loads with AutoModel*."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+
+from tests.helpers import logged, run
+
+CASES = {
+    "roberta_tiny": ["recipe=bert_mlm", "regularizer=cosreg"],
+    "modernbert_tiny": ["recipe=bert_mlm"],
+    "llama_tiny": ["recipe=gao_cosreg"],
+    "qwen2_tiny": ["recipe=gpt2_mle"],
+}
+
+
+@pytest.mark.parametrize("preset", list(CASES))
+def test_preset_trains_and_its_export_loads(tmp_path: Path, preset: str) -> None:
+    summary = run(tmp_path, *CASES[preset], f"model={preset}", "trainer.max_steps=4", "data.tokenizer.vocab_size=500",
+                  "eval.sts=[]", "eval.wic=null")  # fmt: skip
+    losses = logged(tmp_path, "train/loss")
+    assert len(losses) == 4 and all(torch.isfinite(torch.tensor(v)) for v in losses.values())
+    decoder = preset.startswith(("llama", "qwen2"))
+    loaded = (AutoModelForCausalLM if decoder else AutoModelForMaskedLM).from_pretrained(tmp_path / "hf")
+    assert loaded.config.model_type == preset.removesuffix("_tiny")
+    assert summary["config"]["model"]["arch"] == preset.removesuffix("_tiny")
+    weights = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    exported = loaded.state_dict()
+    for name, value in weights.items():
+        key = name.removeprefix("backbone.model.")
+        if key in exported:
+            torch.testing.assert_close(exported[key], value, rtol=0, atol=0)

@@ -1,0 +1,91 @@
+"""model.arch: every architecture builds from its config class, and the backbone reads its head as HF does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from degen_train.catalog import build_terms
+from degen_train.config import load_config
+from degen_train.data.tokenizer import train_byte_bpe, train_wordpiece
+from degen_train.models.architectures import ARCHITECTURES
+from degen_train.models.backbone import Backbone, build_hf_model
+from degen_train.terms import TermContext
+
+TINY = {"bert": "tiny", "roberta": "roberta_tiny", "modernbert": "modernbert_tiny", "gpt2": "gpt2_tiny",
+        "llama": "llama_tiny", "qwen2": "qwen2_tiny"}  # fmt: skip
+CORPUS = ["the cat sat on the mat and the dog sat on the log"] * 20
+
+
+def tiny(arch: str, *extra: str):  # noqa: ANN201
+    decoder = ARCHITECTURES[arch].family == "decoder"
+    cfg = load_config([f"model={TINY[arch]}", *(["objective=mle"] if decoder else []), *extra])
+    tokenizer = (train_byte_bpe if decoder else train_wordpiece)(iter(CORPUS), cfg.data.tokenizer)
+    return cfg, tokenizer
+
+
+def test_every_architecture_has_a_tiny_and_a_base_preset() -> None:
+    for arch, preset in TINY.items():
+        for size in (preset, "base" if arch == "bert" else f"{arch}_small" if arch == "gpt2" else f"{arch}_base"):
+            assert (
+                load_config([f"model={size}", "objective=mle" if "gpt2" in size else "objective=mlm"]).model.get("arch")
+                == arch
+            ), size
+
+
+@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+def test_the_split_head_gives_the_models_own_logits(arch: str) -> None:
+    """logits = linear(transform(h)) at labelled positions equals the HF class's own forward (its head as written
+    in transformers), so the masked-positions head computes what the exported model computes."""
+    cfg, tokenizer = tiny(arch)
+    model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False).eval()
+    assert type(model) is ARCHITECTURES[arch].model_class
+    backbone = Backbone(model)
+    ids = torch.randint(0, len(tokenizer), (2, 12))
+    mask = torch.ones_like(ids)
+    mask[1, 8:] = 0
+    expected = model(input_ids=ids, attention_mask=mask).logits  # (B, T, V)
+    transform, linear = backbone.vocab_parts()
+    hidden = backbone.encode({"input_ids": ids, "attention_mask": mask}).last_hidden_state
+    torch.testing.assert_close(linear(transform(hidden)), expected, rtol=0, atol=1e-6)
+    assert linear.weight is model.get_output_embeddings().weight
+    assert (linear.weight is model.get_input_embeddings().weight) == bool(cfg.model.tie_embeddings)
+
+
+def test_llama_preset_is_untied_with_grouped_query_attention() -> None:
+    cfg, tokenizer = tiny("llama")
+    model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False)
+    assert model.config.num_key_value_heads == 2 and model.config.num_attention_heads == 4
+    assert model.get_output_embeddings().weight is not model.get_input_embeddings().weight
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model.arch=gpt3"], "model.arch='gpt3' is not one of bert, roberta, modernbert, gpt2, llama, qwen2"),
+        (["model.arch=llama"], "model.arch=llama is a decoder but model.family=encoder"),
+        (["model=llama_tiny", "objective=mle", "model.dropout=0.1"], "llama has no hidden-state dropout"),
+    ],
+)
+def test_bad_architecture_settings_are_named(overrides: list[str], message: str) -> None:
+    cfg = load_config(overrides)
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        build_hf_model(cfg.model, tokenizer=range(30), with_nsp_head=False)
+
+
+def test_next_sentence_prediction_needs_an_architecture_with_that_head() -> None:
+    cfg, tokenizer = tiny("roberta")
+    with pytest.raises(ValueError, match="model.arch=roberta does not have; architectures with one: bert"):
+        build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=True)
+
+
+@pytest.mark.parametrize("recipe", ["electra", "coco_lm"])
+def test_generator_terms_name_the_architecture_they_need(recipe: str) -> None:
+    cfg, tokenizer = tiny("modernbert", f"recipe={recipe}")
+    assert cfg.model.arch == "modernbert"
+    model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False)
+    terms, _ = build_terms({"objective": cfg.objective, "regularizer": cfg.regularizer})
+    context = TermContext(hidden_size=128, vocab_size=len(tokenizer), batch_size=2, backbone=Backbone(model))
+    with pytest.raises(ValueError, match="it needs model.arch=bert, this model is 'modernbert'"):
+        for term in terms.values():
+            term.setup(context)
