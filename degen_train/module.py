@@ -55,7 +55,16 @@ class PretrainModule(pl.LightningModule):
         if options is None or hasattr(self, "unshard"):  # not FSDP2, or sharded already (fit, then validate)
             return
         units = set(getattr(self.backbone.model, "_no_split_modules", None) or ())
-        sharded = apply_fsdp2(self, units, self.device_mesh["data_parallel"], options)
+        mesh = self.device_mesh["data_parallel"]
+        # Frozen models outside the tree (a TaCL teacher) first: they must not join the root's group.
+        for term in self.loss.terms.values():
+            for frozen in term.frozen_modules():
+                frozen.to(self.device)
+                kind = type(frozen).__name__  # before fully_shard renames the class (FSDPBertModel)
+                frozen_units = set(getattr(frozen, "_no_split_modules", None) or ())
+                done = apply_fsdp2(frozen, frozen_units, mesh, options, frozen=True)
+                log.info("FSDP2: %s's frozen %s sharded (%d units and its root)", term.name, kind, len(done))
+        sharded = apply_fsdp2(self, units, mesh, options)
         log.info("FSDP2: %d units sharded (%s ...) and the root", len(sharded), ", ".join(sharded[:3]))
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:

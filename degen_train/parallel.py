@@ -150,8 +150,13 @@ def shared_parameters(root: nn.Module) -> set[int]:
     return {key for key, count in seen.items() if count > 1}
 
 
-def apply_fsdp2(root: nn.Module, unit_names: set[str], mesh: Any, options: dict[str, Any]) -> list[str]:
-    """Shard every unit (a module whose class is in ``unit_names``), then the root; returns the units' names."""
+def apply_fsdp2(
+    root: nn.Module, unit_names: set[str], mesh: Any, options: dict[str, Any], *, frozen: bool = False
+) -> list[str]:
+    """Shard every unit (a module whose class is in ``unit_names``), then the root; returns the units' names.
+
+    ``frozen``: the root is a frozen model run under no_grad (a teacher): shard its frozen units too.
+    """
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
     dtype = PRECISIONS[options.get("mixed_precision")]
@@ -168,7 +173,7 @@ def apply_fsdp2(root: nn.Module, unit_names: set[str], mesh: Any, options: dict[
             continue
         if any(id(p) in tied for p in module.parameters()):
             continue  # its tied parameter also lives outside it: leave both in the root's group
-        if not any(p.requires_grad for p in module.parameters()):
+        if not frozen and not any(p.requires_grad for p in module.parameters()):
             continue  # frozen (a weight-0 term's): replicated, never in a gradient reduction
         fully_shard(module, **kwargs)
         sharded.append(name)

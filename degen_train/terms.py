@@ -57,6 +57,10 @@ class LossTerm(nn.Module):
         """The backbone's parameters that only this term's loss reaches (e.g. the NSP head); default: none."""
         return []
 
+    def frozen_modules(self) -> list[nn.Module]:
+        """Frozen models it runs outside the module tree (a teacher) that FSDP2 may shard; default: none."""
+        return []
+
     def prepare_batch(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """Change the model's input before the forward pass (e.g. corrupt it, add views); default: none."""
         return batch

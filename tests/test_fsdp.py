@@ -53,8 +53,11 @@ def test_fsdp2_two_processes_match_one_process_in_losses_and_weights(
     cli(tmp_path / "fsdp", *common, "strategy=fsdp", "trainer.devices=2", "data.batch_size=4")
     single(tmp_path / "single", *common, "data.batch_size=8")
     assert_same_run(tmp_path / "fsdp", tmp_path / "single", keys)
+    log = (tmp_path / "fsdp" / "train.log").read_text()
     if "cosreg" in case:  # shard-wise, not silently whole (parallel.local_shard reads FSDP2's private records)
-        assert "(FSDP2 shards), one all-reduce" in (tmp_path / "fsdp" / "train.log").read_text()
+        assert "(FSDP2 shards), one all-reduce" in log
+    if case == "tacl":  # the frozen teacher sharded too (regularizer.tacl.teacher_sharding=shard, the default)
+        assert "FSDP2: tacl's frozen BertModel sharded (3 units and its root)" in log
 
 
 RESUMABLE = ["model=tiny", "data.tokenizer.vocab_size=1000", "callbacks.checkpoint.every_n_train_steps=3",

@@ -45,6 +45,9 @@ def resolve_teacher_path(teacher: str | None) -> str:
     return resolved
 
 
+TEACHER_SHARDING = ("shard", "replicate")
+
+
 @register_term("tacl")
 class TokenContrastiveTerm(LossTerm):
     """InfoNCE between student tokens at masked positions and the frozen teacher's tokens of the same sequence."""
@@ -57,8 +60,14 @@ class TokenContrastiveTerm(LossTerm):
         pad_in_denominator: bool = True,
         teacher_dropout: bool = True,
         exclude_same_token: bool = False,
+        teacher_sharding: str = "shard",
     ) -> None:
         super().__init__()
+        if teacher_sharding not in TEACHER_SHARDING:
+            raise ValueError(
+                f"regularizer.tacl.teacher_sharding={teacher_sharding!r} is not one of {', '.join(TEACHER_SHARDING)}"
+            )
+        self.teacher_sharding = teacher_sharding
         if temperature <= 0:
             raise ValueError(f"regularizer.tacl.temperature must be > 0, got {temperature}")
         self.teacher_path = resolve_teacher_path(teacher)
@@ -96,6 +105,11 @@ class TokenContrastiveTerm(LossTerm):
         self.train(self.training)
         log.info("TaCL teacher: %s (frozen, dropout %s)", self.teacher_path, "on" if self.teacher_dropout else "off")
 
+    def frozen_modules(self) -> list[nn.Module]:
+        """Under FSDP2 the teacher is sharded like the student (teacher_sharding=shard) or kept whole on every
+        process (replicate: no all-gather per step, the memory of a full copy)."""
+        return [self.teacher] if self.teacher is not None and self.teacher_sharding == "shard" else []
+
     def train(self, mode: bool = True) -> TokenContrastiveTerm:
         super().train(mode)
         if self.teacher is not None:  # the teacher's mode is a setting, not the trainer's stage
@@ -113,6 +127,8 @@ class TokenContrastiveTerm(LossTerm):
             teacher_input = self.pad_to_block(teacher_input)
         with torch.no_grad():
             teacher_hidden = self.teacher(**teacher_input).last_hidden_state  # (B, T', H), T' >= T
+        if hasattr(self.teacher, "reshard"):  # FSDP2 keeps a root gathered for a backward the teacher never has
+            self.teacher.reshard()
         anchors = output.labels != -100  # the MLM-selected positions
         candidates = self.candidates(output.original_ids, output.attention_mask, width=teacher_hidden.shape[1])
         total, count = tacl_loss(

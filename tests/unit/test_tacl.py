@@ -52,6 +52,9 @@ def test_teacher_is_frozen_outside_the_module_tree_and_mode_follows_the_switch(t
     tacl.train()
     assert not tacl.teacher.training
     assert term(tmp_path, teacher_dropout=True).train().teacher.training
+    # Under FSDP2 the teacher is offered for sharding unless it is to stay whole on every process.
+    assert tacl.frozen_modules() == [tacl.teacher]
+    assert term(tmp_path, teacher_sharding="replicate").frozen_modules() == []
 
 
 def test_bad_teacher_settings(tmp_path: Path) -> None:
@@ -59,6 +62,8 @@ def test_bad_teacher_settings(tmp_path: Path) -> None:
         TokenContrastiveTerm(teacher=None)
     with pytest.raises(ValueError, match=r"regularizer.tacl.temperature must be > 0, got -0.1"):
         TokenContrastiveTerm(teacher="x", temperature=-0.1)
+    with pytest.raises(ValueError, match=r"teacher_sharding='gather' is not one of shard, replicate"):
+        TokenContrastiveTerm(teacher="x", teacher_sharding="gather")
     tacl = term(tmp_path)
     with pytest.raises(ValueError, match=r"TaCL teacher .* has hidden size 8, the student has 16"):
         tacl.setup(TermContext(hidden_size=16, vocab_size=20, batch_size=2))
