@@ -12,13 +12,13 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import datasets  # noqa: E402
 
-from bench import analysis, chunked_ce, losses, metrics, reliability, spine  # noqa: E402
+from bench import analysis, chunked_ce, losses, metrics, parallel, reliability, spine  # noqa: E402
 
 datasets.disable_progress_bars()
 
 
 def main() -> None:
-    wanted = set(sys.argv[1:]) or {"spine", "losses", "metrics", "reliability", "analysis", "chunked_ce"}
+    wanted = set(sys.argv[1:]) or {"spine", "losses", "metrics", "reliability", "analysis", "chunked_ce", "parallel"}
     if "spine" in wanted:
         spine.main()
     if "losses" in wanted:
@@ -31,6 +31,8 @@ def main() -> None:
         analysis.main()
     if "chunked_ce" in wanted:
         chunked_ce.main()
+    if "parallel" in wanted:
+        parallel.main()
 
 
 if __name__ == "__main__":

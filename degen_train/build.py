@@ -14,7 +14,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from degen_train.callbacks.plain_progress import PlainProgress
-from degen_train.checkpoints import AtomicCheckpointIO, CheckpointError, load_checkpoint_file, newest_checkpoint
+from degen_train.checkpoints import AtomicCheckpointIO, CheckpointError, checkpoint_header, newest_checkpoint
 from degen_train.models.architectures import DEFAULT_ARCH
 from degen_train.terms import LossTerm, TermContext
 
@@ -98,7 +98,7 @@ def resolve_checkpoint(ckpt_path: str | None, run_dir: Path) -> Path | None:
 
 def check_checkpoint_matches(path: Path, cfg: DictConfig, term_names: list[str]) -> dict[str, Any]:
     """Refuse a checkpoint written by another model shape or another set of loss terms; returns it (weights only)."""
-    loaded = load_checkpoint_file(path)
+    loaded = checkpoint_header(path)
     saved = loaded.get("degen_train")
     if saved is None:
         raise CheckpointError(f"{path} is not a degen_train checkpoint (no 'degen_train' entry)")

@@ -1,10 +1,15 @@
-"""Checkpoint files that are written whole or not at all, verified before use, and never run code.
+"""Checkpoints that are written whole or not at all, verified before use, and never run code.
 
 Every checkpoint ``NAME.ckpt`` is staged in its own folder, fsynced and renamed into place; then a
 sidecar ``NAME.ckpt.meta.json`` records its size, sha256 and step. A file whose sidecar agrees is
 *verified*: ``ckpt_path=last`` takes the newest verified checkpoint of a run, so a kill at any moment
 leaves a run that resumes. Loads are weights-only: a pickle that asks for any Python object other
 than tensors and plain containers is refused before it can run.
+
+A *sharded* checkpoint (FSDP2, strategy.sharded_checkpoint=true) is a folder ``NAME.ckpt/``: the
+tensors as torch.distributed.checkpoint shards, the rest in ``meta.pt``. It is staged as a whole folder
+and renamed the same way; its sidecar records every file's size and sha256. Any run can resume from it:
+FSDP2 reads its shards in place, any other strategy gets it gathered into the one-file layout.
 """
 
 from __future__ import annotations
@@ -12,8 +17,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import pickle
 import re
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +32,7 @@ from degen_train.io import file_sha256, fsync_directory, staged_file
 
 log = logging.getLogger("degen_train")
 SIDECAR_SUFFIX = ".meta.json"
+SHARDED_META = "meta.pt"  # Lightning's name for the non-tensor part of a distributed checkpoint
 
 
 class CheckpointError(ValueError):
@@ -58,12 +67,18 @@ def save_checkpoint_file(checkpoint: dict[str, Any], path: Path) -> None:
     """Write ``checkpoint`` to ``path`` atomically (same-folder staging, fsync, rename), then its sidecar."""
     path = Path(path)
     sidecar_of(path).unlink(missing_ok=True)  # an old sidecar must never vouch for a new file
+    retired = path.with_name(f".{path.name}.old")
+    if path.is_dir():  # a sharded checkpoint of that name (a run resumed without FSDP2): set aside, not lost
+        shutil.rmtree(retired, ignore_errors=True)
+        path.rename(retired)
     writer: _HashingWriter | None = None
     try:
         with staged_file(path, "wb") as stream:
             writer = _HashingWriter(stream)
             torch.save(checkpoint, writer)
     except (OSError, RuntimeError) as error:
+        if retired.is_dir() and not path.exists():
+            retired.rename(path)
         cause = writer.error if writer is not None and writer.error is not None else error
         if not isinstance(cause, OSError):
             raise
@@ -72,6 +87,7 @@ def save_checkpoint_file(checkpoint: dict[str, Any], path: Path) -> None:
             f"could not write checkpoint {path}: {cause.strerror or cause}; nothing was written "
             f"under that name and earlier checkpoints are untouched",
         ) from error
+    shutil.rmtree(retired, ignore_errors=True)
     meta = {"size": writer.size, "sha256": writer.digest.hexdigest(), "global_step": checkpoint.get("global_step")}
     with staged_file(sidecar_of(path), "w") as stream:
         json.dump(meta, stream)
@@ -86,19 +102,86 @@ def recorded_step(path: Path) -> int | None:
 
 
 def verified_step(path: Path) -> int | None:
-    """The step recorded in ``path``'s sidecar if the file's size and hash agree with it, else None."""
+    """The step recorded in ``path``'s sidecar if the file's (or every shard's) size and hash agree, else None."""
     try:
         meta = json.loads(sidecar_of(path).read_text())
-        if path.stat().st_size != meta["size"] or file_sha256(path) != meta["sha256"]:
+        if path.is_dir():
+            files = {f.name for f in path.iterdir()}
+            if files != set(meta["files"]):
+                return None
+            for name, (size, digest) in meta["files"].items():
+                if (path / name).stat().st_size != size or file_sha256(path / name) != digest:
+                    return None
+        elif path.stat().st_size != meta["size"] or file_sha256(path) != meta["sha256"]:
             return None
         return int(meta["global_step"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def load_checkpoint_file(path: Path, map_location: Any = "cpu") -> dict[str, Any]:
-    """torch.load, weights only, with a message that says what is wrong with a bad file."""
+def sharded_staging(path: Path) -> Path:
+    """Where every process writes its shards of ``path`` before rank 0 renames the folder into place."""
+    return path.with_name(f".{path.name}.staging")
+
+
+def finish_sharded_checkpoint(staging: Path, path: Path, rest: dict[str, Any]) -> None:
+    """Rank 0, after every process wrote its shards into ``staging``: add ``meta.pt`` (the non-tensor state),
+    fsync, swap the folder in for ``path`` (the old one removed only after), then write the sidecar."""
+    sidecar_of(path).unlink(missing_ok=True)  # an old sidecar must never vouch for a new folder
+    with staged_file(staging / SHARDED_META, "wb") as stream:
+        torch.save(rest, stream)
+    files = {}
+    for shard in sorted(staging.iterdir()):
+        with open(shard, "rb") as stream:
+            os.fsync(stream.fileno())
+        files[shard.name] = [shard.stat().st_size, file_sha256(shard)]
+    fsync_directory(staging)
+    retired = path.with_name(f".{path.name}.old")
+    shutil.rmtree(retired, ignore_errors=True)
+    if path.is_dir():
+        path.rename(retired)
+    elif path.exists():
+        path.unlink()
+    staging.rename(path)
+    fsync_directory(path.parent)
+    shutil.rmtree(retired, ignore_errors=True)
+    meta = {"files": files, "size": sum(size for size, _ in files.values()), "global_step": rest.get("global_step")}
+    with staged_file(sidecar_of(path), "w") as stream:
+        json.dump(meta, stream)
+
+
+def gather_sharded_checkpoint(path: Path) -> dict[str, Any]:
+    """A sharded checkpoint folder as one in-memory checkpoint in the one-file layout (whole tensors, optimizer
+    state keyed by position), for a run that does not shard, or for degen-convert. One process, no group."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    from degen_train.parallel import by_position
+
+    rest = checkpoint_header(path)  # refuses a folder without its index, meta.pt or a shard
+    with tempfile.TemporaryDirectory(prefix="degen-gather-") as scratch:
+        whole = Path(scratch) / "whole.pt"
+        try:
+            dcp_to_torch_save(path, whole)
+        except (OSError, RuntimeError, ValueError) as error:
+            raise CheckpointError(
+                f"checkpoint {path} could not be gathered ({type(error).__name__}: {str(error).splitlines()[0][:200]}):"
+                f" a shard file is missing or torn (files there: {', '.join(sorted(f.name for f in path.iterdir()))})"
+            ) from None
+        tensors = torch.load(whole, map_location="cpu", weights_only=True)
+    optimizers = sorted((k for k in tensors if k.startswith("optimizer_")), key=lambda k: int(k.split("_")[1]))
+    return {
+        **rest,
+        "state_dict": tensors["state_dict"],
+        "optimizer_states": [by_position(tensors[k]) for k in optimizers],
+    }
+
+
+def load_checkpoint_file(path: Path, map_location: Any = "cpu", *, require_state_dict: bool = True) -> dict[str, Any]:
+    """torch.load, weights only, with a message that says what is wrong with a bad file; a sharded checkpoint
+    folder is gathered into the one-file layout."""
     path = Path(path)
+    if path.is_dir() and require_state_dict:
+        return gather_sharded_checkpoint(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist or is not a file")
     if path.stat().st_size == 0:
@@ -122,7 +205,7 @@ def load_checkpoint_file(path: Path, map_location: Any = "cpu") -> dict[str, Any
             f"checkpoint {path} is not a readable PyTorch checkpoint ({type(error).__name__}: "
             f"{str(error).splitlines()[0][:200]}): it is torn or not a checkpoint; use an earlier one"
         ) from None
-    if not isinstance(loaded, dict) or "state_dict" not in loaded:
+    if not isinstance(loaded, dict) or ("state_dict" not in loaded and require_state_dict):
         raise CheckpointError(f"checkpoint {path} is not a Lightning checkpoint (no 'state_dict' entry)")
     return loaded
 
@@ -170,5 +253,37 @@ class AtomicCheckpointIO(CheckpointIO):
 
 def remove_checkpoint_file(path: Path) -> None:
     sidecar_of(path).unlink(missing_ok=True)
-    path.unlink(missing_ok=True)
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
     fsync_directory(path.parent)
+
+
+def checkpoint_header(path: Path) -> dict[str, Any]:
+    """A checkpoint's plain values (its ``degen_train`` entry, loops, step): a sharded folder's ``meta.pt``
+    without its shards, or the one file (memory-mapped: its tensors are not read)."""
+    path = Path(path)
+    if path.is_dir():
+        if not (path / SHARDED_META).is_file():
+            raise CheckpointError(f"checkpoint {path} is a folder without {SHARDED_META}: not a degen_train checkpoint")
+        check_shards_present(path)
+        return load_checkpoint_file(path / SHARDED_META, require_state_dict=False)
+    return load_checkpoint_file(path)
+
+
+def check_shards_present(path: Path) -> None:
+    """Refuse a sharded checkpoint folder missing a shard file its own index names (copied in part, say)."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    try:
+        metadata = FileSystemReader(str(path)).read_metadata()
+    except (OSError, RuntimeError, ValueError, EOFError) as error:
+        raise CheckpointError(f"checkpoint {path} has no readable shard index (.metadata): {error}") from None
+    named = {info.relative_path for info in (metadata.storage_data or {}).values()}
+    missing = sorted(name for name in named if not (path / name).is_file())
+    if missing:
+        raise CheckpointError(
+            f"checkpoint {path} lacks shard files {', '.join(missing)} that its index names: it was copied or "
+            f"written in part; copy the whole folder, or resume from an earlier checkpoint"
+        )

@@ -30,7 +30,8 @@ def export_pretrained(
     transformers_logging.disable_progress_bar()  # a one-shard "Writing model shards" bar says nothing
     with atomic_directory(target, replace=True) as staging:
         model.save_pretrained(str(staging), state_dict=state_dict)
-        tokenizer.save_pretrained(str(staging))
+        if tokenizer is not None:  # degen-convert of a run that kept no tokenizer: the model only
+            tokenizer.save_pretrained(str(staging))
         if record is not None:
             (staging / PROVENANCE_FILE).write_text(json.dumps(record, indent=2, default=str))
     return target

@@ -29,8 +29,9 @@ class FSDP2Strategy(ModelParallelStrategy):
     ``mixed_precision``: bf16 parameters in forward/backward and bf16 gradient reduction (null: fp32);
     ``cpu_offload``: sharded parameters, gradients and optimizer states on the CPU; ``reshard_after_forward``:
     free gathered parameters after each unit's forward (memory) or keep them for the backward (speed).
-    ``sharded_checkpoint``: false writes one full checkpoint file from rank 0 (what resume, export and every
-    tool here read); true writes torch.distributed.checkpoint shards.
+    ``sharded_checkpoint``: true (default) writes a folder of torch.distributed.checkpoint shards, each process
+    its own (no gather onto one process; degen_train.checkpoints stages, renames and verifies it); false
+    gathers everything onto rank 0 and writes one file. Either resumes on any process count and strategy.
     """
 
     def __init__(
@@ -39,7 +40,7 @@ class FSDP2Strategy(ModelParallelStrategy):
         mixed_precision: str | None = None,
         cpu_offload: bool = False,
         reshard_after_forward: bool = True,
-        sharded_checkpoint: bool = False,
+        sharded_checkpoint: bool = True,
         **kwargs: Any,
     ) -> None:
         if mixed_precision not in PRECISIONS:
@@ -49,12 +50,7 @@ class FSDP2Strategy(ModelParallelStrategy):
                 "strategy.cpu_offload=true keeps shards on the CPU between uses on a GPU; this machine has no GPU "
                 "and the run is on the CPU already: set strategy.cpu_offload=false"
             )
-        if sharded_checkpoint:
-            raise ValueError(
-                "strategy.sharded_checkpoint=true is not built yet: resume, export and the checkpoint checks read "
-                "one file; use sharded_checkpoint=false (one full checkpoint written by rank 0)"
-            )
-        super().__init__(save_distributed_checkpoint=False, **kwargs)
+        super().__init__(save_distributed_checkpoint=bool(sharded_checkpoint), **kwargs)
         self.fsdp_options = {
             "mixed_precision": mixed_precision,
             "cpu_offload": cpu_offload,
@@ -68,17 +64,52 @@ class FSDP2Strategy(ModelParallelStrategy):
         super().setup_environment()
 
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """The whole optimizer state on rank 0, in torch's own layout (parameters by position), so that a run
-        on any number of processes, sharded or not, resumes from it."""
+        """Sharded: this process's shard, keyed by parameter name (torch.distributed.checkpoint). One file: the
+        whole state on rank 0 in torch's own layout (parameters by position), as a 1-process run writes it."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
         optimizer = getattr(optimizer, "_optimizer", optimizer)  # a LightningOptimizer wraps the real one
+        if self._save_distributed_checkpoint:
+            return get_optimizer_state_dict(self.model, optimizer, options=StateDictOptions(cpu_offload=True))
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         by_name = get_optimizer_state_dict(self.model, optimizer, options=options)
         return by_position(by_name) if self.is_global_zero else {}
 
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
+        """Sharded: every process writes its shards into one staging folder, then rank 0 adds the plain values,
+        renames the folder into place and writes its sidecar (degen_train.checkpoints). A kill at any moment
+        leaves the previous checkpoint of that name, or none, never a torn one under it."""
+        if not self._save_distributed_checkpoint:
+            return super().save_checkpoint(checkpoint, filepath, storage_options)
+        from pathlib import Path
+
+        from torch.distributed.checkpoint import save as dcp_save
+
+        from degen_train.checkpoints import finish_sharded_checkpoint, sharded_staging
+
+        path = Path(self.broadcast(str(filepath)))
+        staging = sharded_staging(path)
+        if self.is_global_zero:
+            import shutil
+
+            shutil.rmtree(staging, ignore_errors=True)  # a kill's leftovers
+            staging.mkdir(parents=True)
+        self.barrier("sharded-checkpoint-staging")
+        tensors = {"state_dict": checkpoint.pop("state_dict")}
+        tensors.update({f"optimizer_{i}": state for i, state in enumerate(checkpoint.pop("optimizer_states", []))})
+        dcp_save(tensors, checkpoint_id=staging)
+        self.barrier("sharded-checkpoint-written")
+        if self.is_global_zero:
+            finish_sharded_checkpoint(staging, path, checkpoint)
+        self.barrier("sharded-checkpoint-renamed")
+
+    def remove_checkpoint(self, filepath: Any) -> None:
+        if self.is_global_zero:
+            self.checkpoint_io.remove_checkpoint(filepath)
+
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
-        """Every process reads the one checkpoint file (weights-only) and keeps its shard of weights and moments."""
+        """A sharded folder: each process reads the parts of the shards it holds now (any process count).
+        One file: every process reads it (weights-only) and keeps its shard of weights and moments."""
         from pathlib import Path
 
         from torch.distributed.checkpoint.state_dict import (
@@ -87,7 +118,9 @@ class FSDP2Strategy(ModelParallelStrategy):
             set_optimizer_state_dict,
         )
 
-        path = Path(self.broadcast(checkpoint_path))
+        path = Path(self.broadcast(str(checkpoint_path)))
+        if path.is_dir():
+            return self._load_sharded(path)
         checkpoint = self.checkpoint_io.load_checkpoint(path)
         options = StateDictOptions(full_state_dict=True)
         set_model_state_dict(self.model, checkpoint.pop("state_dict"), options=options)
@@ -96,6 +129,27 @@ class FSDP2Strategy(ModelParallelStrategy):
             order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
             set_optimizer_state_dict(self.model, optimizer, by_name(state, order), options=options)
         return checkpoint
+
+    def _load_sharded(self, path: Any) -> dict[str, Any]:
+        from torch.distributed.checkpoint import load as dcp_load
+        from torch.distributed.checkpoint.state_dict import (
+            get_model_state_dict,
+            get_optimizer_state_dict,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        from degen_train.checkpoints import checkpoint_header
+
+        tensors = {"state_dict": get_model_state_dict(self.model)}
+        optimizers = [getattr(o, "_optimizer", o) for o in self.optimizers]
+        for i, optimizer in enumerate(optimizers):
+            tensors[f"optimizer_{i}"] = get_optimizer_state_dict(self.model, optimizer)
+        dcp_load(tensors, checkpoint_id=path)  # fills each process's current shards from whatever wrote them
+        set_model_state_dict(self.model, tensors.pop("state_dict"))
+        for i, optimizer in enumerate(optimizers):
+            set_optimizer_state_dict(self.model, optimizer, tensors[f"optimizer_{i}"])
+        return checkpoint_header(path)
 
 
 @contextmanager

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from degen_train.checkpoints import load_checkpoint_file
 from degen_train.cli.train import train
 from degen_train.config import load_config
 from tests.conftest import FAST
@@ -28,7 +29,8 @@ def logged(run_dir: Path, key: str) -> dict[int, float]:
 
 
 def checkpoint_weights(path: Path) -> dict[str, torch.Tensor]:
-    return torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+    """The whole weights of a checkpoint file, or of a sharded checkpoint folder (gathered)."""
+    return load_checkpoint_file(path)["state_dict"]
 
 
 def degen_train(*args: str) -> subprocess.CompletedProcess:

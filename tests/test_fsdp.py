@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.helpers import logged
+from tests.helpers import checkpoint_weights, logged
 from tests.test_ddp import assert_same_run, cli, single
 
 pytestmark = pytest.mark.slow  # several processes per test: make test-slow (make test runs them too)
 
 CASES = {
-    "bert_mlm": (["recipe=bert_mlm", "model=tiny"], ("train/mlm/loss", "val/loss")),
+    # bert_mlm: the resume tests below compare 2-process runs with one process straight.
     "bert_mlm_nsp": (["recipe=bert_mlm_nsp", "model=tiny"], ("train/mlm/loss", "train/nsp/loss")),
     # The chunked output layer on a tied decoder, and CosReg on the tied (sharded) embedding matrix.
     "gpt2_mle": (["recipe=gpt2_mle", "model=gpt2_tiny"], ("train/mle/loss", "val/loss")),
-    "gao_cosreg": (["recipe=gao_cosreg", "model=gpt2_tiny"], ("train/cosreg/loss", "train/mle/loss")),
-    # CosReg shard-wise on the rows any process has seen so far: each shard picks its rows of the global mask.
-    "cosreg_seen": (
+    # CosReg shard-wise, here on the rows any process has seen so far: each shard picks its rows of the mask.
+    "gao_cosreg": (
         ["recipe=gao_cosreg", "model=gpt2_tiny", "regularizer.cosreg.rows=seen"],
-        ("train/cosreg/loss", "train/cosreg/rows"),
+        ("train/cosreg/loss", "train/mle/loss", "train/cosreg/rows"),
     ),
     "coco_lm": (
         ["recipe=coco_lm", "model=tiny", "regularizer.coco_scl.gather_negatives=true"],
@@ -35,6 +35,8 @@ CASES = {
         ("train/cosreg/loss", "train/mlm/loss"),
     ),
     "llama_cosreg": (["recipe=gao_cosreg", "model=llama_tiny"], ("train/cosreg/loss", "train/mle/loss")),
+    # torch.compile of every block (model.compile=true), with the process group's hooks around them.
+    "compiled": (["recipe=bert_mlm", "model=tiny", "model.compile=true"], ("train/mlm/loss", "val/loss")),
 }
 
 
@@ -74,17 +76,28 @@ def straight(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
+ONE_FILE = ["strategy.sharded_checkpoint=false"]
+
+
 @pytest.mark.parametrize(
-    ("first", "second"), [(ON_TWO, ON_TWO), (ON_TWO, ON_ONE), (ON_ONE, ON_TWO)], ids=["2-2", "2-then-1", "1-then-2"]
+    ("first", "second"),
+    [(ON_TWO, ON_TWO), (ON_TWO, ON_ONE), (ON_ONE, [*ON_TWO, *ONE_FILE])],
+    ids=["2-2", "2-then-1", "1-then-2-one-file"],
 )
 def test_fsdp2_resume_is_exact_on_any_process_count(
-    tmp_path: Path, straight: Path, first: list[str], second: list[str]
+    tmp_path: Path, straight: Path, first: list[str], second: list[str], request: pytest.FixtureRequest
 ) -> None:
     """3 steps, a checkpoint, then a resumed run to 6 (on 2 FSDP2 processes, or moved between 2 and 1):
-    the same losses and weights as 6 steps straight."""
-    cli(tmp_path, *RESUMABLE, *first, "trainer.max_steps=3")
+    the same losses and weights as 6 steps straight. FSDP2 writes sharded folders unless told one file;
+    1 process without FSDP2 gathers a folder, FSDP2 reads a one-file checkpoint into its shards and, told
+    so, writes one file (gathered on rank 0) that the comparison reads."""
+    if first == ON_TWO:  # the module's sharded 3-step run is this first leg: copied, not run again
+        shutil.copytree(request.getfixturevalue("sharded_run"), tmp_path, dirs_exist_ok=True)
+    else:
+        cli(tmp_path, *RESUMABLE, *first, "trainer.max_steps=3")
     cli(tmp_path, *RESUMABLE, *second, "ckpt_path=last")
     assert_same_run(tmp_path, straight, ("train/loss",))
+    assert (tmp_path / "checkpoints" / "last.ckpt").is_dir() == (second == ON_TWO)
 
 
 def test_fsdp2_with_bf16_mixed_precision_trains(tmp_path: Path) -> None:
@@ -97,7 +110,6 @@ def test_fsdp2_with_bf16_mixed_precision_trains(tmp_path: Path) -> None:
     ("options", "message"),
     [
         ({"mixed_precision": "fp8"}, r"strategy.mixed_precision='fp8' is not one of null, bf16, fp32"),
-        ({"sharded_checkpoint": True}, r"strategy.sharded_checkpoint=true is not built yet"),
         ({"cpu_offload": True}, r"strategy.cpu_offload=true keeps shards on the CPU between uses on a GPU"),
     ],
 )
@@ -108,3 +120,56 @@ def test_fsdp2_options_that_cannot_work_here_are_named(options: dict, message: s
         pytest.skip("CPU offload is valid on a GPU machine")
     with pytest.raises(ValueError, match=message):
         FSDP2Strategy(**options)
+
+
+@pytest.fixture(scope="module")
+def sharded_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """3 steps on 2 FSDP2 processes: a sharded last.ckpt folder."""
+    run_dir = tmp_path_factory.mktemp("sharded")
+    cli(run_dir, *RESUMABLE, *ON_TWO, "trainer.max_steps=3")
+    return run_dir
+
+
+def test_sharded_checkpoint_is_a_verified_folder_of_every_process_shards(sharded_run: Path) -> None:
+    from degen_train.checkpoints import verified_step
+
+    last = sharded_run / "checkpoints" / "last.ckpt"
+    assert last.is_dir() and {"__0_0.distcp", "__1_0.distcp", ".metadata", "meta.pt"} <= {
+        p.name for p in last.iterdir()
+    }
+    assert verified_step(last) == 3
+    assert not list(last.parent.glob(".*"))  # no staging or retired folder left behind
+
+
+def test_a_sharded_checkpoint_missing_a_shard_is_refused_naming_it(sharded_run: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from degen_train.checkpoints import CheckpointError, verified_step
+
+    partial = tmp_path / "checkpoints" / "last.ckpt"
+    shutil.copytree(sharded_run / "checkpoints" / "last.ckpt", partial)
+    (partial / "__1_0.distcp").unlink()
+    assert verified_step(partial) is None
+    with pytest.raises(CheckpointError, match=r"lacks shard files __1_0.distcp that its index names"):
+        single(tmp_path / "resumed", *RESUMABLE, *ON_ONE, f"ckpt_path={partial}")
+    assert not (tmp_path / "resumed" / "logs").exists()  # refused before training
+
+
+def test_degen_convert_writes_one_file_and_an_hf_folder(sharded_run: Path, tmp_path: Path) -> None:
+    """degen-convert, no process group: the one file holds the gathered weights; the HF folder loads with
+    AutoModelForMaskedLM and AutoTokenizer and computes with those weights."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from degen_train.cli.convert import main
+
+    main([str(sharded_run), "--ckpt", str(tmp_path / "one.ckpt"), "--hf", str(tmp_path / "hf")])
+    gathered = checkpoint_weights(sharded_run / "checkpoints" / "last.ckpt")
+    one = torch.load(tmp_path / "one.ckpt", weights_only=True)
+    assert one["global_step"] == 3 and len(one["optimizer_states"][0]["state"]) > 0
+    assert all(torch.equal(one["state_dict"][k], v) for k, v in gathered.items())
+    model = AutoModelForMaskedLM.from_pretrained(tmp_path / "hf")
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, gathered[f"backbone.model.{name}"], rtol=0, atol=0)
+    assert AutoTokenizer.from_pretrained(tmp_path / "hf").vocab_size == model.config.vocab_size
+    with pytest.raises(SystemExit):  # never overwrites
+        main([str(sharded_run), "--ckpt", str(tmp_path / "one.ckpt")])

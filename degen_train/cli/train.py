@@ -34,9 +34,10 @@ from degen_train.cli.paths import config_dir  # noqa: E402
 from degen_train.data.datamodule import PretrainDataModule, make_collator, prepare_data  # noqa: E402
 from degen_train.export import export_pretrained  # noqa: E402
 from degen_train.hub import check_push, push_export  # noqa: E402
-from degen_train.io import atomic_write_json, atomic_write_text  # noqa: E402
+from degen_train.io import atomic_directory, atomic_write_json, atomic_write_text  # noqa: E402
 from degen_train.metrics.probes import read_sts, read_wic  # noqa: E402
 from degen_train.models.backbone import Backbone, build_hf_model, model_family, shape_signature  # noqa: E402
+from degen_train.models.compile import check_compile_available, compile_blocks  # noqa: E402
 from degen_train.module import PretrainModule  # noqa: E402
 from degen_train.overrides import open_trainer_keys  # noqa: E402
 from degen_train.parallel import full_state_dict  # noqa: E402
@@ -59,6 +60,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     validate_config(cfg)
     terms, weights = build_terms({"objective": cfg.objective, "regularizer": cfg.regularizer})
     family = model_family(cfg.model)
+    if cfg.model.get("compile"):
+        check_compile_available("cuda" if cfg.trainer.get("accelerator") in ("gpu", "cuda") else "cpu")
     data_format = data_format_for(terms, family, _choice("model"))
     for path in cfg.eval.sts:  # probe files are read now so that a typo fails before training, not after
         read_sts(path)
@@ -112,6 +115,8 @@ def _train_locked(
     for logger in trainer.loggers:  # the resolved config and the swept values, e.g. as wandb run config
         logger.log_hyperparams({"config": resolved_config(cfg), "swept": swept_overrides()})
     if trainer.is_global_zero:
+        with atomic_directory(run_dir / "tokenizer", replace=True) as staging:  # degen-convert --hf reads it
+            data.tokenizer.save_pretrained(str(staging))
         atomic_write_json(run_dir / "config.json", resolved_config(cfg))
         atomic_write_json(run_dir / "overrides.json", swept_overrides())
         atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
@@ -161,6 +166,9 @@ def build_module(
     """The HF model (seeded), its terms set up against it, and the LightningModule around both."""
     torch.manual_seed(int(cfg.seed))
     hf_model = build_hf_model(cfg.model, tokenizer=data.tokenizer, with_nsp_head=with_nsp_head)
+    if cfg.model.get("compile"):
+        blocks = compile_blocks(hf_model)
+        log.info("model.compile: %d blocks compiled in place (%s, ...)", len(blocks), blocks[0])
     backbone = Backbone(hf_model)
     setup_terms(
         terms,
@@ -182,6 +190,9 @@ def build_module(
         "model": OmegaConf.to_container(cfg.model, resolve=True),
         "terms": list(terms),
         "signature": shape_signature(hf_model),
+        # What degen-convert needs to rebuild the HF model from the weights alone (plain values, no code).
+        "hf_class": type(hf_model).__name__,
+        "hf_config": hf_model.config.to_diff_dict() | {"model_type": hf_model.config.model_type},
     }
     return PretrainModule(
         backbone,

@@ -1,0 +1,54 @@
+"""model.compile: blocks compiled in place, equal to eager, and no recompilation as the labelled count changes."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from degen_train.catalog import build_terms
+from degen_train.config import load_config
+from degen_train.data.tokenizer import train_wordpiece
+from degen_train.models.backbone import Backbone, build_hf_model
+from degen_train.models.compile import check_compile_available, compile_blocks
+from degen_train.terms import WeightedSum
+
+
+def test_blocks_compile_in_place_equal_to_eager_without_recompiling_per_batch() -> None:
+    from torch._dynamo.utils import counters
+
+    cfg = load_config(["model=tiny", "model.dropout=0", "model.attention_dropout=0"])
+    tokenizer = train_wordpiece(iter(["the cat sat on the mat and the dog sat on the log"] * 20), cfg.data.tokenizer)
+    torch.manual_seed(0)
+    eager = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False)
+    compiled = copy.deepcopy(eager)
+    assert compile_blocks(compiled) == ["bert.embeddings", "bert.encoder.layer.0", "bert.encoder.layer.1"]
+    assert list(compiled.state_dict()) == list(eager.state_dict())  # names as in eager: checkpoints unchanged
+    terms, weights = build_terms({"objective": cfg.objective})
+    loss = WeightedSum(terms, weights)
+    torch._dynamo.reset()
+    counters.clear()
+    generator = torch.Generator().manual_seed(0)
+    for length, labelled in ((32, 5), (32, 9), (48, 3), (40, 11), (48, 7), (24, 2)):  # N (and T) change
+        ids = torch.randint(5, len(tokenizer), (4, length), generator=generator)
+        labels = torch.full_like(ids, -100)
+        labels[:, :labelled] = ids[:, :labelled]
+        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+        results = []
+        for model in (eager, compiled):
+            model.zero_grad()
+            total, _ = loss(Backbone(model)(batch, requires=loss.requires))
+            total.backward()
+            results.append((total.detach(), model.bert.encoder.layer[0].output.dense.weight.grad.clone()))
+        torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(results[1][1], results[0][1], rtol=1e-3, atol=1e-5)
+    # One graph for the first length, one more when T first changes (then T is dynamic); N never reaches it.
+    assert counters["stats"]["unique_graphs"] <= 2 * 2, dict(counters["stats"])  # forward graphs (+ backward)
+    assert sum(counters["recompiles"].values()) <= 1, dict(counters["recompiles"])
+
+
+def test_compile_without_a_cpp_compiler_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    with pytest.raises(ValueError, match=r"model.compile=true on the CPU needs a C\+\+ compiler .* g\+\+"):
+        check_compile_available("cpu")
