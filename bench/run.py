@@ -12,13 +12,22 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import datasets  # noqa: E402
 
-from bench import analysis, chunked_ce, losses, metrics, parallel, reliability, spine  # noqa: E402
+from bench import analysis, chunked_ce, losses, methods, metrics, parallel, reliability, spine  # noqa: E402
 
 datasets.disable_progress_bars()
 
 
 def main() -> None:
-    wanted = set(sys.argv[1:]) or {"spine", "losses", "metrics", "reliability", "analysis", "chunked_ce", "parallel"}
+    wanted = set(sys.argv[1:]) or {
+        "spine",
+        "losses",
+        "metrics",
+        "reliability",
+        "analysis",
+        "chunked_ce",
+        "parallel",
+        "methods",
+    }
     if "spine" in wanted:
         spine.main()
     if "losses" in wanted:
@@ -33,6 +42,8 @@ def main() -> None:
         chunked_ce.main()
     if "parallel" in wanted:
         parallel.main()
+    if "methods" in wanted:
+        methods.main()
 
 
 if __name__ == "__main__":

@@ -69,6 +69,12 @@ CASES = {
         ("train/cosreg/loss", "train/mlm/loss"),
     ),
     "llama_cosreg": (["recipe=gao_cosreg", "model=llama_tiny"], ("train/cosreg/loss", "train/mle/loss")),
+    # SimCTG: its mean is over every pair of the global batch (a global pair count).
+    "simctg": (["recipe=simctg", "model=gpt2_tiny"], ("train/simctg/loss", "train/mle/loss")),
+    # Unlikelihood: a mean over every prediction of the global batch.
+    "unlikelihood": (["recipe=unlikelihood", "model=gpt2_tiny"], ("train/unlikelihood/loss", "train/mle/loss")),
+    # I-STAR: the covariance of the global batch's states (every layer's), C0 from the first global batch.
+    "istar": (["recipe=istar", "model=tiny", "regularizer.istar.layers=all"], ("train/istar/loss", "train/mlm/loss")),
 }
 
 

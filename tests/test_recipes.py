@@ -27,6 +27,7 @@ PERPLEXITY_OF = {  # ELECTRA and COCO-LM: the generator's MLM (the CLM loss read
     "bert_mlm": "mlm/loss",
     "bert_mlm_nsp": "mlm/loss",
     "tacl": "mlm/loss",
+    "istar": "mlm/loss",
     "coco_lm": "coco_clm/generator_mlm",
     "electra": "electra/generator_mlm",
 }

@@ -120,6 +120,9 @@ def analyze(
     with timed(timings, "negative_direction_lp"):
         sample = last[torch.randperm(len(last), generator=torch.Generator().manual_seed(0))[:2000]]
         result["last_layer_uniformly_negative_direction"] = uniformly_negative_direction(sample)
+    if is_decoder(encoder.model):
+        with timed(timings, "generation"):
+            result["generation"] = generation_analysis(encoder, sentences)
     result["truncated_sequences"] = encoder.truncated
     if encoder.truncated:
         log.info("%d of %d sentences were longer than %d tokens: truncated", encoder.truncated, len(sentences),
@@ -129,6 +132,28 @@ def analyze(
     result["timings_s"] = timings
     atomic_write_json(out_dir / "metrics.json", result)
     return result
+
+
+def is_decoder(model: Any) -> bool:
+    from degen_train.models.architectures import architecture_of
+
+    arch = architecture_of(model.config.model_type)
+    return arch is not None and arch.family == "decoder"
+
+
+def generation_analysis(encoder: Any, sentences: list[str]) -> dict[str, Any]:
+    """Repetition of greedy continuations of held-out prefixes (metrics/generation.py, Welleck et al. 2020)."""
+    from transformers import AutoModelForCausalLM
+
+    from degen_train.metrics.generation import repetition_probe
+
+    model = AutoModelForCausalLM.from_pretrained(encoder.source).eval()
+    documents = [encoder.tokenizer(text)["input_ids"] for text in sentences]
+    try:
+        return repetition_probe(model, documents, batch_size=encoder.batch_size)
+    except ValueError as error:  # short sentences only: say so in metrics.json rather than fail the analysis
+        log.warning("generation probe skipped: %s", error)
+        return {"skipped": str(error)}
 
 
 @contextmanager

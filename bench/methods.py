@@ -1,0 +1,96 @@
+"""Methods beyond the seeds: what SimCTG and unlikelihood add to a gpt2_mini MLE step, I-STAR to a mini MLM
+step, side by side.
+
+Each term's overhead is a ratio to the MLE step without it; next to it, the term's inherent extra work
+measured alone: SimCTG's (B, T, T) similarity with its backward, unlikelihood's (N, V) logits and
+log-softmax with their backward (the chunked MLE never builds them).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from bench.common import corpus_overrides, interleaved, save
+from bench.losses import make_loss, training_step
+from bench.spine import batches
+from degen_train.config import load_config
+from degen_train.models.backbone import Backbone, build_hf_model
+from degen_train.regularizers.simctg import simctg_loss_sum
+
+
+def main(rounds: int = 6) -> dict[str, Any]:
+    cfg = load_config([*corpus_overrides(), "model=gpt2_mini", "objective=mle", "data.batch_size=32",
+                       "data.block_size=128"])  # fmt: skip
+    data, tokenizer = batches(cfg, "decoder", "causal", 4)
+    torch.manual_seed(0)
+    model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False)
+    mle = {"mle": dict(cfg.objective.mle)}
+    steps, hidden_size = {}, model.config.hidden_size
+    for name, regularizer in (("mle", {}), ("mle_simctg", {"simctg": {}}), ("mle_unlikelihood", {"unlikelihood": {}})):
+        backbone = Backbone(copy.deepcopy(model))
+        steps[name] = training_step(
+            backbone, make_loss({"objective": mle, "regularizer": regularizer}, backbone, 32), data
+        )
+    head = model.get_output_embeddings()
+
+    def similarity_alone(i: int) -> None:  # SimCTG's inherent extra work
+        batch = data[i % len(data)]
+        hidden = torch.randn(*batch["input_ids"].shape, hidden_size, requires_grad=True)
+        total, count = simctg_loss_sum(hidden, batch["attention_mask"].bool(), margin=0.5)
+        (total / count).backward()
+
+    def full_logits_alone(i: int) -> None:  # unlikelihood's inherent extra work
+        batch = data[i % len(data)]
+        count = int((batch["labels"] != -100).sum())
+        hidden = torch.randn(count, hidden_size, requires_grad=True)
+        F.log_softmax(F.linear(hidden, head.weight.detach()), dim=-1).mean().backward()
+
+    steps["simctg_similarity_alone"] = similarity_alone
+    steps["unlikelihood_logits_alone"] = full_logits_alone
+    seconds = interleaved(steps, rounds=rounds)
+    base = seconds["mle"]
+    result = {
+        "step_seconds": seconds,
+        "simctg_added": seconds["mle_simctg"] / base - 1,
+        "simctg_inherent": seconds["simctg_similarity_alone"] / base,
+        "unlikelihood_added": seconds["mle_unlikelihood"] / base - 1,
+        "unlikelihood_inherent": seconds["unlikelihood_logits_alone"] / base,
+        "vocab": len(tokenizer),
+        "rounds": rounds,
+    }
+    result["istar"] = istar_overhead(rounds)
+    print({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in result.items() if k != "step_seconds"})
+    save("methods", result)
+    return result
+
+
+def istar_overhead(rounds: int) -> dict[str, Any]:
+    """A mini MLM step with and without I-STAR (last layer; all layers), batch 32 × 128."""
+    cfg = load_config([*corpus_overrides(), "model=mini", "data.batch_size=32", "data.block_size=128"])
+    data, tokenizer = batches(cfg, "encoder", "mlm", 4)
+    torch.manual_seed(0)
+    model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False)
+    steps = {}
+    for name, regularizer in (
+        ("mlm", {}),
+        ("mlm_istar", {"istar": {}}),
+        ("mlm_istar_all", {"istar": {"layers": "all"}}),
+    ):
+        backbone = Backbone(copy.deepcopy(model))
+        steps[name] = training_step(
+            backbone, make_loss({"objective": {"mlm": {}}, "regularizer": regularizer}, backbone, 32), data
+        )
+    seconds = interleaved(steps, rounds=rounds)
+    return {
+        "step_seconds": seconds,
+        "added_last_layer": seconds["mlm_istar"] / seconds["mlm"] - 1,
+        "added_all_layers": seconds["mlm_istar_all"] / seconds["mlm"] - 1,
+    }
+
+
+if __name__ == "__main__":
+    main()
