@@ -103,10 +103,6 @@ class FSDP2Strategy(ModelParallelStrategy):
             finish_sharded_checkpoint(staging, path, checkpoint)
         self.barrier("sharded-checkpoint-renamed")
 
-    def remove_checkpoint(self, filepath: Any) -> None:
-        if self.is_global_zero:
-            self.checkpoint_io.remove_checkpoint(filepath)
-
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
         """A sharded folder: each process reads the parts of the shards it holds now (any process count).
         One file: every process reads it (weights-only) and keeps its shard of weights and moments."""

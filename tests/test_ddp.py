@@ -42,6 +42,16 @@ def assert_same_run(ddp: Path, one: Path, keys: tuple[str, ...]) -> None:
     assert max((a[k].float() - b[k].float()).abs().max().item() for k in a) <= 1e-5
 
 
+# Architectures beyond BERT and GPT-2, for the DDP and the FSDP2 tests: ModernBERT (RoPE, GeGLU, local attention)
+# with CosReg on its tied embeddings; Llama (grouped-query attention, SwiGLU) with CosReg on its untied output layer.
+BEYOND_BERT_AND_GPT2 = {
+    "modernbert_cosreg": (
+        ["recipe=bert_mlm", "regularizer=cosreg", "model=modernbert_tiny"],
+        ("train/cosreg/loss", "train/mlm/loss"),
+    ),
+    "llama_cosreg": (["recipe=gao_cosreg", "model=llama_tiny"], ("train/cosreg/loss", "train/mle/loss")),
+}
+
 CASES = {
     # Gathered SCL negatives: a differentiable gather, so every process's anchors push on every key.
     "coco_lm": (
@@ -62,13 +72,7 @@ CASES = {
         ("train/coco_scl/loss", "train/loss"),
     ),
     "nsp_weight_0": (["recipe=bert_mlm_nsp", "objective.nsp.weight=0"], ("train/nsp/loss", "train/mlm/loss")),
-    # Architectures beyond BERT and GPT-2: ModernBERT (RoPE, GeGLU, local attention) with CosReg on its tied
-    # embeddings; Llama (grouped-query attention, SwiGLU) with CosReg on its untied output layer.
-    "modernbert_cosreg": (
-        ["recipe=bert_mlm", "regularizer=cosreg", "model=modernbert_tiny"],
-        ("train/cosreg/loss", "train/mlm/loss"),
-    ),
-    "llama_cosreg": (["recipe=gao_cosreg", "model=llama_tiny"], ("train/cosreg/loss", "train/mle/loss")),
+    **BEYOND_BERT_AND_GPT2,
     # SimCTG: its mean is over every pair of the global batch (a global pair count).
     "simctg": (["recipe=simctg", "model=gpt2_tiny"], ("train/simctg/loss", "train/mle/loss")),
     # Unlikelihood: a mean over every prediction of the global batch.

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.helpers import checkpoint_weights, logged
-from tests.test_ddp import assert_same_run, cli, single
+from tests.test_ddp import BEYOND_BERT_AND_GPT2, assert_same_run, cli, single
 
 pytestmark = pytest.mark.slow  # several processes per test: make test-slow (make test runs them too)
 
@@ -29,12 +29,8 @@ CASES = {
         ("train/coco_scl/loss", "train/loss"),
     ),
     "electra": (["recipe=electra", "model=tiny"], ("train/electra/loss", "train/electra/detection")),
-    # Beyond BERT and GPT-2: units ModernBertEncoderLayer / LlamaDecoderLayer from the classes themselves.
-    "modernbert_cosreg": (
-        ["recipe=bert_mlm", "regularizer=cosreg", "model=modernbert_tiny"],
-        ("train/cosreg/loss", "train/mlm/loss"),
-    ),
-    "llama_cosreg": (["recipe=gao_cosreg", "model=llama_tiny"], ("train/cosreg/loss", "train/mle/loss")),
+    # Units ModernBertEncoderLayer / LlamaDecoderLayer, from the classes themselves.
+    **BEYOND_BERT_AND_GPT2,
     # torch.compile of every block (model.compile=true), with the process group's hooks around them.
     "compiled": (["recipe=bert_mlm", "model=tiny", "model.compile=true"], ("train/mlm/loss", "val/loss")),
 }

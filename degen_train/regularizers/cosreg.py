@@ -19,31 +19,12 @@ TARGETS = ("embedding", "hidden")
 NORMALISATIONS = ("n_squared", "pairs")
 
 
-class _UnitSumSquare(torch.autograd.Function):
-    """‖Σ_i ŵ_i‖² − Σ_i ‖ŵ_i‖² for the rows w_i of W, with ŵ = w/‖w‖, in four passes over W.
-
-    Autograd through F.normalize makes about ten passes over the (V, d) matrix; by hand the
-    gradient is ∂/∂w_i = 2 (s − ŵ_i (ŵ_i·s)) / ‖w_i‖ with s = Σ_j ŵ_j (a zero row gets none).
-    """
-
-    @staticmethod
-    def forward(ctx, weights: Tensor) -> Tensor:  # noqa: ANN001
-        norms = weights.norm(dim=1)  # (N,)
-        inverse = torch.where(norms > 0, 1 / norms.clamp_min(1e-30), torch.zeros_like(norms))
-        total = weights.T @ inverse  # (d,) = Σ ŵ_i, a matrix-vector product instead of a normalised copy
-        ctx.save_for_backward(weights, inverse, total)
-        return total @ total - (inverse > 0).sum().to(total.dtype)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:  # noqa: ANN001
-        weights, inverse, total = ctx.saved_tensors
-        projection = (weights @ total) * inverse  # (N,) ŵ_i·s
-        scale = (2 * grad) * inverse  # (N,)
-        return scale[:, None] * (total[None, :] - weights * (projection * inverse)[:, None])
-
-
 class _UnitSum(torch.autograd.Function):
-    """(Σ_i ŵ_i, number of non-zero rows) for the rows w_i of W; backward ∂/∂w_i = (g − ŵ_i (ŵ_i·g)) / ‖w_i‖."""
+    """(Σ_i ŵ_i, number of non-zero rows) for the rows w_i of W, ŵ = w/‖w‖, in four passes over W.
+
+    Autograd through F.normalize makes about ten passes over the (V, d) matrix; by hand the backward is
+    ∂/∂w_i = (g − ŵ_i (ŵ_i·g)) / ‖w_i‖ for the incoming gradient g of Σŵ (a zero row gets none).
+    """
 
     @staticmethod
     def forward(ctx, weights: Tensor) -> tuple[Tensor, Tensor]:  # noqa: ANN001
@@ -102,7 +83,8 @@ def cosine_regularizer(vectors: Tensor, *, normalization: str = "n_squared") -> 
     if count < 2:
         return vectors.new_zeros((), dtype=torch.float32)
     with torch.autocast(device_type=vectors.device.type, enabled=False):
-        off_diagonal = _UnitSumSquare.apply(vectors.float())
+        total, nonzero = _UnitSum.apply(vectors.float())  # (d,), ()
+        off_diagonal = total @ total - nonzero
     return off_diagonal / (count * count if normalization == "n_squared" else count * (count - 1))
 
 
