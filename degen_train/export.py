@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from degen_train.io import atomic_directory
+from degen_train.regularizers.spectrum import fold_spectral_state
 
 PROVENANCE_FILE = "degen_train.json"  # in the export folder: how the weights were made
 
@@ -21,7 +22,8 @@ def export_pretrained(
 
     Non-finite weights are refused: an export is what others load, and NaN weights load without a word.
     """
-    weights = state_dict if state_dict is not None else model.state_dict()
+    # Spectrum control's factors folded back into the plain embedding matrix (no-op without them)
+    weights = fold_spectral_state(state_dict if state_dict is not None else model.state_dict(), model)
     broken = [name for name, t in weights.items() if t.is_floating_point() and not t.isfinite().all()]
     if broken:
         raise ValueError(f"refusing to export non-finite weights to {target}: {', '.join(broken[:5])}")
@@ -29,7 +31,7 @@ def export_pretrained(
 
     transformers_logging.disable_progress_bar()  # a one-shard "Writing model shards" bar says nothing
     with atomic_directory(target, replace=True) as staging:
-        model.save_pretrained(str(staging), state_dict=state_dict)
+        model.save_pretrained(str(staging), state_dict=weights)
         if tokenizer is not None:  # degen-convert of a run that kept no tokenizer: the model only
             tokenizer.save_pretrained(str(staging))
         if record is not None:

@@ -49,6 +49,7 @@ class DataConfig(BaseModel):
     overfit_batches: int = Field(default=0, ge=0)
     validation_fraction: float = Field(gt=0, lt=1)
     document_unit: Literal["line", "paragraph", "document"]
+    examples: Literal["packed", "sentences"] = "packed"
     tokenizer: TokenizerConfig
 
 
@@ -145,9 +146,12 @@ class TrainConfig(BaseModel):
     optimizer: OptimizerConfig
     scheduler: SchedulerConfig
     callbacks: CallbacksConfig | None = None
+    objective: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def sections_agree(self) -> TrainConfig:
+        if self.data.examples == "sentences" and "nsp" in self.objective:
+            raise ValueError("data.examples=sentences cannot make NSP pairs: use data.examples=packed with NSP")
         if self.model.init_from is None and self.data.block_size > self.model.max_position:
             raise ValueError(
                 f"data.block_size={self.data.block_size} is longer than model.max_position={self.model.max_position}: "

@@ -29,8 +29,13 @@ def logged(run_dir: Path, key: str) -> dict[int, float]:
 
 
 def checkpoint_weights(path: Path) -> dict[str, torch.Tensor]:
-    """The whole weights of a checkpoint file, or of a sharded checkpoint folder (gathered)."""
-    return load_checkpoint_file(path)["state_dict"]
+    """The whole weights of a checkpoint file, or of a sharded checkpoint folder (gathered); a module's extra
+    state (a dict of tensors, AGG's window) flattened into ``KEY.NAME`` entries so it is compared like weights."""
+    flat: dict[str, torch.Tensor] = {}
+    for key, value in load_checkpoint_file(path)["state_dict"].items():
+        items = value.items() if isinstance(value, dict) else [("", value)]
+        flat.update({f"{key}.{name}" if name else key: torch.as_tensor(v) for name, v in items})
+    return flat
 
 
 def degen_train(*args: str) -> subprocess.CompletedProcess:

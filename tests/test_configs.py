@@ -74,7 +74,7 @@ def test_every_group_option_composes_and_builds(group: str, option: str, tmp_pat
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_every_recipe_composes_with_a_model_override(recipe: str, tmp_path: Path) -> None:
-    extra = ["teacher=runs/teacher"] if recipe == "tacl" else []
+    extra = {"tacl": ["teacher=runs/teacher"], "simcse": ["start=runs/teacher"]}.get(recipe, [])
     cfg = load_config([f"recipe={recipe}", *extra], run_dir=tmp_path)
     small = "gpt2_tiny" if cfg.model.family == "decoder" else "tiny"
     resized = load_config([f"recipe={recipe}", f"model={small}", *extra], run_dir=tmp_path)

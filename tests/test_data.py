@@ -11,6 +11,7 @@ from degen_train.data import examples as examples_module
 from degen_train.data import tokenizer as tokenizer_module
 from degen_train.data.corpus import first_bad_utf8_offset, load_corpus
 from degen_train.data.datamodule import prepare_data
+from degen_train.schema import validate_config
 
 
 def data_cfg(*overrides: str):
@@ -49,6 +50,20 @@ def test_mlm_blocks_are_framed_and_causal_blocks_full(tmp_path: Path) -> None:
     lengths = [len(r) for r in causal.train["input_ids"]]
     assert sum(length == 64 for length in lengths) >= len(lengths) - 2
     assert causal.tokenizer.eos_token == "<|endoftext|>"
+
+
+def test_sentence_examples_hold_one_segment_each(tmp_path: Path) -> None:
+    """data.examples=sentences (SimCSE's inputs): [CLS] one segment [SEP], cut to the block, never packed."""
+    cfg = data_cfg(
+        f"data.cache_dir={tmp_path}", "data.tokenizer.vocab_size=2000", "data.block_size=16", "data.examples=sentences"
+    )
+    data = prepare_data(cfg, family="encoder", data_format="mlm", seed=0)
+    tok = data.tokenizer
+    rows = data.train["input_ids"]
+    assert all(r[0] == tok.cls_token_id and r[-1] == tok.sep_token_id and r.count(tok.sep_token_id) == 1 for r in rows)
+    assert max(len(r) for r in rows) == 16 and min(len(r) for r in rows) < 8  # short sentences stay short
+    with pytest.raises(ValueError, match="data.examples=sentences cannot make NSP pairs"):
+        validate_config(load_config(["recipe=bert_mlm_nsp", "data.examples=sentences"]))
 
 
 def test_nsp_pairs_are_balanced_and_well_formed(tmp_path: Path) -> None:

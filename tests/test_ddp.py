@@ -79,6 +79,18 @@ CASES = {
     "unlikelihood": (["recipe=unlikelihood", "model=gpt2_tiny"], ("train/unlikelihood/loss", "train/mle/loss")),
     # I-STAR: the covariance of the global batch's states (every layer's), C0 from the first global batch.
     "istar": (["recipe=istar", "model=tiny", "regularizer.istar.layers=all"], ("train/istar/loss", "train/mlm/loss")),
+    # SimCSE: every process's views are negatives (a differentiable gather); MLM at weight 0 freezes the vocabulary
+    # transform. Dropout is off here (its draws differ per rank), so the two views are equal: the negatives decide.
+    "simcse": (["recipe=simcse"], ("train/simcse/loss", "train/mlm/loss")),
+    # AGG: token counts of the global batch (all-reduced), a window of 3 steps so that it slides within the run,
+    # α high enough that the tiny vocabulary has rare and frequent tokens.
+    "agg": (
+        ["recipe=agg", "model=gpt2_tiny", "objective.agg.window_steps=3", "objective.agg.alpha=0.5"],
+        ("train/agg/loss", "train/agg/rare_share"),
+    ),
+    # Spectrum control: no sample mixing, but its factors replace a tied parameter through a pre-forward hook;
+    # DDP must see them used in the forward and reduce their gradients like any weight.
+    "spectrum_control": (["recipe=spectrum_control", "model=gpt2_tiny"], ("train/spectrum_control/loss",)),
 }
 
 
@@ -90,8 +102,9 @@ def test_terms_that_mix_samples_match_one_process_in_weights(tmp_path: Path, cas
     if any(o.startswith("model=") for o in overrides):
         model = next(o for o in overrides if o.startswith("model="))
     common = [*overrides, model, "data.tokenizer.vocab_size=1000"]
-    if case == "tacl":
-        common.append(f"teacher={request.getfixturevalue('dropout_free_teacher')}")
+    if case in ("tacl", "simcse"):
+        key = "teacher" if case == "tacl" else "start"
+        common.append(f"{key}={request.getfixturevalue('dropout_free_teacher')}")
     cli(tmp_path / "ddp", *common, "strategy=ddp", "trainer.devices=2", "data.batch_size=4")
     single(tmp_path / "single", *common, "data.batch_size=8")
     assert_same_run(tmp_path / "ddp", tmp_path / "single", (*keys, "train/loss", "val/loss"))

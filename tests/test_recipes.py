@@ -28,13 +28,16 @@ PERPLEXITY_OF = {  # ELECTRA and COCO-LM: the generator's MLM (the CLM loss read
     "bert_mlm_nsp": "mlm/loss",
     "tacl": "mlm/loss",
     "istar": "mlm/loss",
+    "simcse": "mlm/loss",
+    "agg": "agg/loss",
     "coco_lm": "coco_clm/generator_mlm",
     "electra": "electra/generator_mlm",
 }
 
 
 def overrides(recipe: str, teacher: Path) -> list[str]:
-    extra = [f"teacher={teacher}"] if recipe == "tacl" else []
+    # TaCL's teacher and SimCSE's starting point: the stage-1 MLM+NSP run
+    extra = {"tacl": [f"teacher={teacher}"], "simcse": [f"start={teacher}", "optimizer.lr=1e-3"]}.get(recipe, [])
     family = load_config([f"recipe={recipe}", *extra]).model.family
     model = "gpt2_tiny" if family == "decoder" else "tiny"
     return [f"recipe={recipe}", f"model={model}", *TINY, *extra]
@@ -45,7 +48,8 @@ def test_recipe_trains_twenty_steps(recipe: str, tmp_path: Path, teacher: Path) 
     summary = run(tmp_path, *overrides(recipe, teacher), "trainer.max_steps=20", "scheduler.warmup_steps=2")
     assert summary["final_step"] == 20
     losses = logged(tmp_path, "train/loss")
-    assert losses[19] < losses[0]
+    # Three-step means: SimCSE's in-batch loss varies ±5% from batch to batch at this size
+    assert sum(losses[i] for i in (17, 18, 19)) < sum(losses[i] for i in (0, 1, 2)), losses
     assert (tmp_path / "hf" / "config.json").exists()
     # Each number named for what it is: perplexity of one term's token loss, and the paper's own metrics.
     source = PERPLEXITY_OF.get(recipe, "mle/loss")
@@ -57,8 +61,8 @@ def test_recipe_trains_twenty_steps(recipe: str, tmp_path: Path, teacher: Path) 
     assert 0 < summary["mfu"] < 1 and summary["predicted_tokens_per_s"] > 0
     extra_work = summary["total_flops_over_model_flops"]
     # TaCL: + a teacher forward (~1/3 of a training step); COCO-LM: + generator, sampling pass and crop view;
-    # ELECTRA: + a quarter-width generator. The rest: the model's own work only.
-    low = {"tacl": 1.15, "coco_lm": 1.5, "electra": 1.05}.get(recipe)
+    # ELECTRA: + a quarter-width generator; SimCSE: + two dropout views. The rest: the model's own work only.
+    low = {"tacl": 1.15, "coco_lm": 1.5, "electra": 1.05, "simcse": 1.5}.get(recipe)
     assert extra_work > low if low else 0.8 < extra_work < 1.25, extra_work
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from degen_train.checkpoints import CheckpointError, load_checkpoint_file, newest_checkpoint, save_checkpoint_file
+from degen_train.regularizers.spectrum import fold_spectral_state
 
 log = logging.getLogger("degen_train.convert")
 MODEL_PREFIX = "backbone.model."  # where the HF model sits in the LightningModule's state dict
@@ -55,6 +56,7 @@ def hf_model_of(checkpoint: dict[str, Any]) -> Any:
     model = classes[name](config)
     state = checkpoint["state_dict"]
     weights = {k.removeprefix(MODEL_PREFIX): v for k, v in state.items() if k.startswith(MODEL_PREFIX)}
+    weights = fold_spectral_state(weights, model)  # spectrum control's U·diag(σ)·Vᵀ as one plain matrix
     missing, unexpected = model.load_state_dict(weights, strict=False)
     tied = {k for k in missing if k.endswith(("decoder.weight", "lm_head.weight", "decoder.bias"))}
     if set(missing) - tied or unexpected:

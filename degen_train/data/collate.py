@@ -67,12 +67,15 @@ class MaskedLMCollator:
         ids = pad_to([r["input_ids"] for r in rows], self.pad_id)  # (B, T)
         attention_mask = pad_to([[1] * len(r["input_ids"]) for r in rows], 0)
         maskable = ~torch.isin(ids, self._special) & attention_mask.bool()
-        inputs, labels = torch.empty_like(ids), torch.empty_like(ids)
+        inputs, labels = ids.clone(), torch.full_like(ids, -100)
         for i, row in enumerate(rows):
+            # Drawn over the row's own length: a row's mask must not depend on how long its batch's longest row
+            # is (1 process holding the global batch pads differently from each of 2 processes).
+            length = len(row["input_ids"])
             generator = torch.Generator().manual_seed(row["sample_seed"])
-            inputs[i], labels[i] = mask_tokens(
-                ids[i],
-                maskable[i],
+            inputs[i, :length], labels[i, :length] = mask_tokens(
+                ids[i, :length],
+                maskable[i, :length],
                 generator=generator,
                 probability=self.probability,
                 mask_id=self.mask_id,

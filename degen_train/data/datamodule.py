@@ -59,7 +59,13 @@ def prepare_data(cfg: Any, *, family: str, data_format: str, seed: int) -> Prepa
         cfg.streaming,
         cfg.validation_documents,
     )
-    common = {"tokenizer": tokenizer, "data_format": data_format, "block_size": int(cfg.block_size), "seed": seed}
+    common = {
+        "tokenizer": tokenizer,
+        "data_format": data_format,
+        "block_size": int(cfg.block_size),
+        "seed": seed,
+        "layout": str(cfg.get("examples", "packed")),
+    }
     train = build_examples(train_docs, cache_root=cache_dir, identity=identity + ":train", **common)
     validation = build_examples(validation_docs, cache_root=cache_dir, identity=identity + ":validation", **common)
     log.info(

@@ -2,6 +2,8 @@
 
 - ``mlm``: documents joined by [SEP] into one stream, cut into blocks of T−2 and framed [CLS] … [SEP].
 - ``causal``: documents joined by <|endoftext|>, cut into blocks of T.
+- ``examples: sentences`` (mlm, causal): one example per sentence-like segment, cut to T (SimCSE's
+  one-sentence inputs), never packed with the next.
 - ``mlm_nsp``: [CLS] A [SEP] B [SEP] pairs, B the true continuation or (p = 0.5) text from another
   document, drawn once per corpus from the seed as in BERT's data preparation.
 
@@ -28,6 +30,7 @@ from degen_train.io import atomic_directory, cache_key
 log = logging.getLogger(__name__)
 
 FORMATS = ("mlm", "mlm_nsp", "causal")
+LAYOUTS = ("packed", "sentences")
 SENTENCE_BOUNDARY = re.compile(r"(?<=[.!?])\s+|\n+")
 READ_BATCH = 512
 NSP_POOL = 10_000  # documents kept for drawing random second segments
@@ -42,19 +45,28 @@ def build_examples(
     seed: int,
     cache_root: Path,
     identity: str,
+    layout: str = "packed",
 ) -> datasets.Dataset:
     """Examples with ``input_ids`` (and ``token_type_ids``, ``next_sentence_label`` for NSP)."""
     if data_format not in FORMATS:
         raise ValueError(f"data format {data_format!r} is not one of {', '.join(FORMATS)}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"data.examples={layout!r} is not one of {', '.join(LAYOUTS)}")
+    if layout == "sentences" and data_format == "mlm_nsp":
+        raise ValueError("data.examples=sentences cannot make NSP pairs: use data.examples=packed with NSP")
     # Only NSP pairs depend on the seed; packed blocks are shared by every seed of a sweep.
     pair_seed = seed if data_format == "mlm_nsp" else None
-    key = cache_key(identity, data_format, block_size, pair_seed)
+    key = cache_key(identity, data_format, block_size, pair_seed, *(() if layout == "packed" else (layout,)))
     target = cache_root / "examples" / key
     if (target / "dataset_info.json").exists():
         log.info("examples cache hit: %s", target)
         return datasets.load_from_disk(str(target))
     if data_format == "mlm_nsp":
         rows = nsp_pairs(_segmented(documents, tokenizer), tokenizer, block_size=block_size, seed=seed)
+    elif layout == "sentences":
+        rows = sentence_examples(
+            _segmented(documents, tokenizer), tokenizer, data_format=data_format, block_size=block_size
+        )
     else:
         rows = packed_blocks(
             _tokenized(documents, tokenizer), tokenizer, data_format=data_format, block_size=block_size
@@ -127,6 +139,20 @@ def packed_blocks(docs: Iterator[list[int]], tokenizer: Any, *, data_format: str
             del stream[:body]
     if len(stream) >= min(8, body):  # a short last block is kept (padded) rather than thrown away
         yield {"input_ids": head + stream + tail}
+
+
+def sentence_examples(
+    docs: Iterator[list[list[int]]], tokenizer: Any, *, data_format: str, block_size: int
+) -> Iterator[dict]:
+    """One example per segment, truncated to the block: [CLS] s [SEP] (mlm) or s <|endoftext|> (causal)."""
+    if data_format == "mlm":
+        head, tail = [tokenizer.cls_token_id], [tokenizer.sep_token_id]
+    else:
+        head, tail = [], [tokenizer.eos_token_id]
+    body = block_size - len(head) - len(tail)
+    for segments in docs:
+        for ids in segments:
+            yield {"input_ids": head + ids[:body] + tail}
 
 
 def split_segments(text: str) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from degen_train.objectives.chunked_ce import chunked_linear_cross_entropy
 from degen_train.terms import LossTerm, distributed_mean, register_term
@@ -39,6 +39,11 @@ class TokenPredictionTerm(LossTerm):
             raise ValueError(f"{self.name}.chunk_size must be >= 1 or null, got {chunk_size}")
         self.chunk_size = chunk_size
         self.requires = frozenset() if chunk_size else frozenset({"logits"})
+
+    def head_parameters(self, backbone: nn.Module) -> list[nn.Parameter]:
+        """The vocabulary head but the input word matrix (tied or not, every term reads that one)."""
+        shared = {id(backbone.model.get_input_embeddings().weight)}
+        return [p for p in backbone.vocab_head.parameters() if id(p) not in shared]
 
     def forward(self, output: ForwardOutput) -> TermOutput:
         targets = output.target_ids

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from degen_train.parallel import local_shard
 from degen_train.terms import LossTerm, TermContext, register_term
@@ -131,6 +131,12 @@ class CosineRegularizer(LossTerm):
 
     def setup(self, context: TermContext) -> None:
         self.seen = torch.zeros(context.vocab_size, dtype=torch.bool)
+
+    def head_parameters(self, backbone: nn.Module) -> list[nn.Parameter]:
+        """An untied output matrix it regularizes: declared so a weight-0 MLE/MLM term leaves it trainable."""
+        output = backbone.model.get_output_embeddings()
+        tied = output is None or output.weight is backbone.model.get_input_embeddings().weight
+        return [output.weight] if self.target == "embedding" and self.matrix != "input" and not tied else []
 
     def forward(self, output: ForwardOutput) -> TermOutput:
         if self.target == "hidden":

@@ -156,3 +156,19 @@ def test_the_lightning_internals_we_use_are_still_there(tmp_path: Path) -> None:
     logger = ResumableCSVLogger(save_dir=str(tmp_path), name="logs", version="")
     assert logger.experiment.metrics_keys == ["step", "train/loss"]
     assert (tmp_path / "logs" / "metrics.csv").read_text().startswith("step,train/loss\n0,1.0")
+
+
+def test_weight_zero_mlm_freezes_the_vocabulary_transform_but_not_the_words() -> None:
+    """SimCSE logs MLM at weight 0: the transform and bias get no gradient, the tied word matrix does."""
+    backbone = tiny_backbone()
+    terms, weights = build_terms({"objective": {"mlm": {"weight": 0}}, "regularizer": {"simcse": {}}})
+    frozen = WeightedSum(terms, weights).freeze_unweighted(backbone)
+    assert not any(p.requires_grad for p in backbone.vocab_head.transform.parameters())
+    assert backbone.model.get_input_embeddings().weight.requires_grad
+    assert any("transform" in name for name in frozen)
+
+
+def test_weight_zero_cosreg_never_freezes_the_tied_word_matrix() -> None:
+    backbone = tiny_backbone()
+    terms, weights = build_terms({"objective": {"mlm": {}}, "regularizer": {"cosreg": {"weight": 0}}})
+    assert WeightedSum(terms, weights).freeze_unweighted(backbone) == []

@@ -1,0 +1,132 @@
+"""Adaptive gradient gating for rare token embeddings (Yu et al., ACL 2022), as the MLE objective of a decoder."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from degen_train.objectives.mlm import TokenPredictionTerm, token_accuracy
+from degen_train.terms import TermContext, distributed_mean, register_term
+from degen_train.types import ForwardOutput, TermOutput
+
+
+class _GatedEmbeddingGradient(torch.autograd.Function):
+    """logits = h Wᵀ; the hidden states get the whole gradient, W only gate ⊙ ∂logits (AGG's gated logits)."""
+
+    @staticmethod
+    def forward(ctx: Any, hidden: Tensor, weight: Tensor, gate: Tensor) -> Tensor:
+        ctx.save_for_backward(hidden, weight, gate)
+        return hidden @ weight.T  # (N, V)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None]:
+        hidden, weight, gate = ctx.saved_tensors
+        return grad @ weight.to(grad.dtype), (grad * gate).T @ hidden.to(grad.dtype), None
+
+
+def agg_gates(counts: Tensor, steps: int, *, alpha: float, special_ids: list[int]) -> tuple[Tensor, Tensor, Tensor]:
+    """(rare, g1, g2) over the vocabulary from the last K steps' target counts, as the released criterion:
+    a_v = counts_v / min(steps, K) (the mean count per step), rare ⇔ a_v < α (special tokens never);
+    g1_v = a_v for rare v, else 1 (the gate when the target is not rare);
+    g2_v = min(1, counts_v / mean_{r rare} counts_r) for rare v, else 1 (the gate when the target is rare)."""
+    appearance = counts.double() / max(steps, 1)  # (V,)
+    appearance[special_ids] = 1.0
+    rare = appearance < alpha  # (V,)
+    g1 = torch.where(rare, appearance, torch.ones_like(appearance))
+    rare_mean = counts[rare].double().mean() if rare.any() else counts.new_zeros((), dtype=torch.float64)
+    g2 = torch.where(rare, (counts.double() / (rare_mean + 1e-7)).clamp(max=1.0), torch.ones_like(appearance))
+    return rare, g1.float(), g2.float()
+
+
+def gated_logits(hidden: Tensor, weight: Tensor, targets: Tensor, rare: Tensor, g1: Tensor, g2: Tensor) -> Tensor:
+    """(N, V) logits whose gradient onto row v of W is scaled by g2_v at rare targets, g1_v at the others, and
+    never at the target's own row (gate 1): the part of a rare row's gradient that pushes it away from the
+    other tokens' contexts is the one AGG gates."""
+    rows = torch.where(rare[targets].unsqueeze(1), g2.unsqueeze(0), g1.unsqueeze(0))  # (N, V)
+    gate = rows.scatter(1, targets.unsqueeze(1), 1.0).to(hidden.dtype)
+    return _GatedEmbeddingGradient.apply(hidden, weight, gate)
+
+
+@register_term("agg")
+class GatedLikelihoodTerm(TokenPredictionTerm):
+    """L = −(1/N) Σ_t log p(x_{t+1} | x_≤t) with ∂L/∂w_v gated: ×g1_v (target frequent), ×g2_v (target rare) for
+    rare v (a_v = mean count per step over the last K steps < α); Yu et al. 2022 (AGG), cross_entropy_agg.py.
+
+    The counts are of the global batch (all-reduced: the released code counts each GPU's own targets), kept
+    in a window of the last ``window_steps`` training batches that resumes exactly. The logged value is the
+    plain cross-entropy: the gates only change where the output embedding's gradient goes.
+    """
+
+    family = "decoder"
+    data_format = "causal"
+    paper_metrics = ("rare_share",)
+
+    def __init__(self, *, alpha: float = 0.03, window_steps: int = 1000) -> None:
+        super().__init__(chunk_size=None)
+        if not 0 < alpha < 1:
+            raise ValueError(f"objective.agg.alpha must be in (0, 1), got {alpha}")
+        if window_steps < 1:
+            raise ValueError(f"objective.agg.window_steps must be >= 1, got {window_steps}")
+        self.alpha, self.window_steps = alpha, window_steps
+        self.requires = frozenset()  # its own logits from the labelled hidden states
+        self.window: deque[tuple[Tensor, Tensor]] = deque()  # per step: (ids, counts) of the targets seen
+        self.steps = 0
+        self.special_ids: list[int] = []
+
+    def setup(self, context: TermContext) -> None:
+        self.register_buffer("counts", torch.zeros(context.vocab_size, dtype=torch.long))
+        config = context.backbone.model.config if context.backbone is not None else None
+        names = ("bos_token_id", "eos_token_id", "pad_token_id")
+        self.special_ids = sorted({i for n in names if isinstance(i := getattr(config, n, None), int)})
+
+    @torch.no_grad()
+    def _count(self, targets: Tensor) -> None:
+        step = torch.bincount(targets, minlength=self.counts.numel())  # (V,)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(step)
+        ids = step.nonzero().squeeze(1)
+        self.window.append((ids, step[ids]))
+        self.counts += step
+        if len(self.window) > self.window_steps:
+            old_ids, old_counts = (t.to(self.counts.device) for t in self.window.popleft())
+            self.counts[old_ids] -= old_counts
+        self.steps += 1
+
+    def forward(self, output: ForwardOutput) -> TermOutput:
+        targets, hidden = output.target_ids, output.labelled_hidden
+        assert hidden is not None, "AGG needs the labelled hidden states (a vocabulary head we can split)"
+        if self.training:
+            self._count(targets)
+        rare, g1, g2 = agg_gates(
+            self.counts, min(self.steps, self.window_steps), alpha=self.alpha, special_ids=self.special_ids
+        )
+        logits = gated_logits(hidden, output.output_embedding_weight, targets, rare, g1, g2)  # (N, V)
+        if output.output_bias is not None:
+            logits = logits + output.output_bias
+        total = F.cross_entropy(logits.float(), targets, reduction="sum")
+        count = torch.tensor(float(targets.numel()), device=targets.device)
+        metrics = {
+            "accuracy": token_accuracy(logits.detach(), targets),
+            "rare_share": rare.float().mean(),  # of the vocabulary
+            "rare_target_share": rare[targets].float().mean() if targets.numel() else torch.zeros(()),
+        }
+        return TermOutput(distributed_mean(total, count), metrics)
+
+    def get_extra_state(self) -> dict[str, Tensor]:
+        """The window as flat tensors (only tensors: checkpoints load with weights_only)."""
+        ids = [i for i, _ in self.window]
+        return {
+            "steps": torch.tensor(self.steps),
+            "lengths": torch.tensor([len(i) for i in ids], dtype=torch.long),
+            "ids": torch.cat(ids) if ids else torch.zeros(0, dtype=torch.long),
+            "counts": torch.cat([c for _, c in self.window]) if ids else torch.zeros(0, dtype=torch.long),
+        }
+
+    def set_extra_state(self, state: dict[str, Tensor]) -> None:
+        self.steps = int(state["steps"])
+        lengths = state["lengths"].tolist()
+        self.window = deque(zip(state["ids"].split(lengths), state["counts"].split(lengths), strict=True))

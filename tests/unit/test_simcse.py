@@ -1,0 +1,58 @@
+"""Unsupervised SimCSE against a hand-computed case and a loop transcription of the released cl_forward loss."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from degen_train.regularizers.simcse import DropoutContrastTerm, simcse_loss_sum
+from degen_train.terms import TermContext
+
+
+def test_hand_case_two_sequences() -> None:
+    """z1 = (e1, e2), z2 = (e1, e2), τ = 1: each anchor's logits (1, 0) -> −log(e / (e + 1)) each."""
+    first = torch.eye(2)
+    total = simcse_loss_sum(first, first.clone(), temperature=1.0)
+    assert total.item() == pytest.approx(2 * -math.log(math.e / (math.e + 1)), rel=1e-6)
+
+
+def released_form(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
+    """SimCSE's cl_forward: cos_sim(z1_i, z2_j) / temp over the batch, cross-entropy with labels = arange,
+    a mean over the batch (here as loops)."""
+    total = torch.zeros(())
+    for i in range(len(z1)):
+        sims = torch.stack([torch.cosine_similarity(z1[i], z2[j], dim=0) / temperature for j in range(len(z2))])
+        total = total - torch.log_softmax(sims, dim=0)[i]
+    return total / len(z1)
+
+
+def test_matches_the_released_form() -> None:
+    torch.manual_seed(0)
+    z1, z2 = torch.randn(5, 8), torch.randn(5, 8)
+    ours = simcse_loss_sum(z1, z2, temperature=0.05) / 5
+    torch.testing.assert_close(ours, released_form(z1, z2, 0.05), rtol=1e-5, atol=1e-5)
+
+
+def test_two_unmasked_views_and_the_mlp_pooler() -> None:
+    term = DropoutContrastTerm()
+    term.setup(TermContext(hidden_size=4, vocab_size=10, batch_size=2))
+    batch = {
+        "input_ids": torch.tensor([[1, 4, 2]]),
+        "original_ids": torch.tensor([[1, 7, 2]]),
+        "attention_mask": torch.ones(1, 3, dtype=torch.long),
+        "labels": torch.tensor([[-100, 7, -100]]),
+    }
+    prepared = term.prepare_batch(batch)
+    (view,) = prepared["views"]  # both views in one pass: the unmasked rows twice
+    assert view["input_ids"].tolist() == [[1, 7, 2], [1, 7, 2]] and (view["labels"] == -100).all()
+    assert view["attention_mask"].shape == (2, 3)
+    assert isinstance(term.mlp[1], torch.nn.Tanh)
+
+
+def test_bad_options_name_the_choices() -> None:
+    with pytest.raises(ValueError, match=r"regularizer.simcse.pooler='avg' is not one of cls_mlp, cls, mean"):
+        DropoutContrastTerm(pooler="avg")
+    with pytest.raises(ValueError, match=r"SimCSE needs data.batch_size >= 2"):
+        DropoutContrastTerm().setup(TermContext(hidden_size=4, vocab_size=10, batch_size=1))
