@@ -1,5 +1,5 @@
-"""Methods beyond the seeds: what SimCTG and unlikelihood add to a gpt2_mini MLE step, I-STAR and SimCSE to
-a mini MLM step, side by side.
+"""Methods beyond the seeds: what SimCTG, unlikelihood, AGG and spectrum control add to a gpt2_mini MLE step,
+I-STAR and SimCSE to a mini MLM step, side by side.
 
 Each term's overhead is a ratio to the MLE step without it; next to it, the term's inherent extra work
 measured alone: SimCTG's (B, T, T) similarity with its backward, unlikelihood's (N, V) logits and
@@ -31,10 +31,19 @@ def main(rounds: int = 6) -> dict[str, Any]:
     model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False)
     mle = {"mle": dict(cfg.objective.mle)}
     steps, hidden_size = {}, model.config.hidden_size
-    for name, regularizer in (("mle", {}), ("mle_simctg", {"simctg": {}}), ("mle_unlikelihood", {"unlikelihood": {}})):
+    plain_mle = {"mle": {**mle["mle"], "chunk_size": None}}  # the (N, V) logits in one piece, as AGG makes them
+    agg = {"agg": {"alpha": 0.03, "window_steps": 1000}}
+    for name, objective, regularizer in (
+        ("mle", mle, {}),
+        ("mle_simctg", mle, {"simctg": {}}),
+        ("mle_unlikelihood", mle, {"unlikelihood": {}}),
+        ("mle_unchunked", plain_mle, {}),
+        ("agg", agg, {}),
+        ("mle_spectrum_control", mle, {"spectrum_control": {}}),
+    ):
         backbone = Backbone(copy.deepcopy(model))
         steps[name] = training_step(
-            backbone, make_loss({"objective": mle, "regularizer": regularizer}, backbone, 32), data
+            backbone, make_loss({"objective": objective, "regularizer": regularizer}, backbone, 32), data
         )
     head = model.get_output_embeddings()
 
@@ -60,6 +69,10 @@ def main(rounds: int = 6) -> dict[str, Any]:
         "simctg_inherent": seconds["simctg_similarity_alone"] / base,
         "unlikelihood_added": seconds["mle_unlikelihood"] / base - 1,
         "unlikelihood_inherent": seconds["unlikelihood_logits_alone"] / base,
+        # AGG makes the (N, V) logits whole (its gates act on them): against the unchunked MLE step, and the chunked
+        "agg_added_vs_unchunked_mle": seconds["agg"] / seconds["mle_unchunked"] - 1,
+        "agg_added_vs_mle": seconds["agg"] / base - 1,
+        "spectrum_control_added": seconds["mle_spectrum_control"] / base - 1,
         "vocab": len(tokenizer),
         "rounds": rounds,
     }

@@ -14,8 +14,10 @@ from degen_train.reproduce.page import verdict
 def test_settings_refuse_unknown_keys_and_parts() -> None:
     with pytest.raises(ValueError, match=r"Key 'sedes' is not in struct.*keys: seeds, decoder"):
         load_settings(["sedes=3"])
-    with pytest.raises(ValueError, match=r"parts must be among gao, tacl, coco, luo .*parts=\['gao', 'simcse'\]"):
-        load_settings(["parts=[gao,simcse]"])
+    with pytest.raises(
+        ValueError, match=r"parts must be among gao, tacl, coco, luo, simctg, .*parts=\['gao', 'simcsx'\]"
+    ):
+        load_settings(["parts=[gao,simcsx]"])
     assert load_settings(["seeds=5", "steps.coco=50000"]).steps.coco == 50000
 
 
@@ -56,3 +58,23 @@ def test_a_miniature_page_end_to_end_and_a_free_rerun(tmp_path: Path) -> None:
     reproduce(load_settings(settings))  # everything is found finished: nothing trains again
     assert checkpoint.stat().st_mtime_ns == written
     assert not (page.parent / "stale.png").exists()  # the page folder is written anew
+
+
+def test_a_method_part_brings_its_baseline_and_writes_its_section(tmp_path: Path) -> None:
+    """parts=[unlikelihood]: part (a)'s MLE runs are trained as its baseline (not CosReg's), one section each."""
+    settings = [
+        "parts=[unlikelihood]",
+        "seeds=2",
+        "data=builtin",
+        "vocab_size=600",
+        "steps.gao=3",
+        "batch_size=4",
+        "block_size=32",
+        "analysis_sentences=20",
+        f"runs={tmp_path / 'runs'}",
+        f"out={tmp_path / 'page'}",
+    ]
+    text = Path(reproduce(load_settings(settings))).read_text()
+    assert "## (g) Welleck et al. 2020" in text and "## (a)" not in text
+    assert "| mle | 2 |" in text and "| unlikelihood | 2 |" in text and "val perplexity: " in text
+    assert not (tmp_path / "runs" / "gao" / "cosreg").exists()

@@ -1,4 +1,4 @@
-"""degen-reproduce [KEY=VALUE ...]: train, analyse and probe the seed methods' runs, then write docs/reproduce/.
+"""degen-reproduce [KEY=VALUE ...]: train, analyse and probe each method's runs, then write docs/reproduce/.
 
 Settings: conf/reproduce.yaml, each changeable as KEY=VALUE (seeds=5 encoder=base steps.coco=50000 ...).
 Rerunning after a kill resumes the unfinished run and redoes nothing finished.
@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from degen_train.cli.paths import config_dir  # noqa: E402
 
 log = logging.getLogger("degen_train.reproduce")
-PARTS = ("gao", "tacl", "coco", "luo")
+PARTS = ("gao", "tacl", "coco", "luo", "simctg", "unlikelihood", "agg", "spectrum_control", "istar", "simcse")
 
 
 def load_settings(overrides: Sequence[str]) -> DictConfig:

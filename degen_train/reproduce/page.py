@@ -42,8 +42,13 @@ def row_of(run: Run, result: dict[str, Any]) -> dict[str, Any]:
         "uniformly negative direction": float(analysis["last_layer_uniformly_negative_direction"]["exists"]),
         "last-layer self-similarity": layers[-1]["self_similarity"],
         "last-layer mean cos": layers[-1]["mean_cosine"],
+        "last-layer IsoScore": layers[-1]["isoscore"],
         "val loss fall over last fifth %": convergence(run.folder),
     }
+    generation = analysis.get("generation") or {}
+    if "seq_rep_4" in generation:
+        row.update({"seq-rep-4": generation["seq_rep_4"], "rep/128": generation["rep_128"],
+                    "distinct-4": generation["distinct_4"]})  # fmt: skip
     for term, value in (summary.get("val_terms") or {}).items():
         row[f"val {term}"] = value
     sts = result.get("eval", {}).get("sts", {}).get("sts-dev")

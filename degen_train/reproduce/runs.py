@@ -17,13 +17,14 @@ from typing import Any
 from omegaconf import DictConfig
 
 from degen_train.io import atomic_write_json
+from degen_train.reproduce.methods import DECODER_METHODS, plan_methods
 
 log = logging.getLogger("degen_train.reproduce")
 
 
 @dataclass(frozen=True)
 class Run:
-    part: str  # gao | tacl | coco | luo
+    part: str  # gao | tacl | coco | luo | a method of reproduce/methods.py
     variant: str  # e.g. mle, cosreg, tacl, mlm_nsp, coco_lm, electra
     seed: int
     overrides: tuple[str, ...]
@@ -63,11 +64,14 @@ def plan(cfg: DictConfig) -> list[Run]:
         return run
 
     parts = set(cfg.parts)
-    for seed in seeds if "gao" in parts else ():  # the same recipe with γ = 0 (logged, not optimised) and γ = 1
-        for variant, gamma in (("mle", 0.0), ("cosreg", 1.0)):
+    # The same recipe with γ = 0 (logged, not optimised) and γ = 1; the γ = 0 runs are the decoder methods' baseline.
+    with_mle = parts & {"gao", *DECODER_METHODS}
+    for seed in seeds if with_mle else ():
+        for variant, gamma in (("mle", 0.0), ("cosreg", 1.0)) if "gao" in parts else (("mle", 0.0),):
             add("gao", variant, seed, cfg.steps.gao, "recipe=gao_cosreg", f"model={cfg.decoder}",
                 f"regularizer.cosreg.weight={gamma}", encoder=False)  # fmt: skip
-    if parts & {"tacl", "luo"}:
+    teacher = None
+    if parts & {"tacl", "luo", "simcse"}:
         teacher = add("tacl", "teacher", 0, cfg.steps.tacl_teacher, "recipe=bert_mlm_nsp", f"model={cfg.encoder}",
                       encoder=True)  # fmt: skip
         for seed in seeds if "tacl" in parts else ():
@@ -80,6 +84,7 @@ def plan(cfg: DictConfig) -> list[Run]:
     for seed in seeds if "coco" in parts else ():
         for recipe in ("coco_lm", "electra"):
             add("coco", recipe, seed, cfg.steps.coco, f"recipe={recipe}", f"model={cfg.encoder}", encoder=True)
+    plan_methods(cfg, add, teacher.folder if teacher is not None else None)
     return runs
 
 
@@ -113,7 +118,9 @@ def execute(run: Run, cfg: DictConfig) -> dict[str, Any]:
     if "train" not in seconds:
         seconds["train"] = time.perf_counter() - started
     analysis_file = run.folder / "analysis" / "metrics.json"
-    if not analysis_file.exists():
+    # A decoder's analysis written before the generation probe existed is redone (part (g) reads it).
+    stale = analysis_file.exists() and not run.encoder and "generation" not in json.loads(analysis_file.read_text())
+    if stale or not analysis_file.exists():
         started = time.perf_counter()
         analyze(run.folder, max_sentences=int(cfg.analysis_sentences))
         seconds["analysis"] = time.perf_counter() - started

@@ -10,6 +10,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from degen_train.io import atomic_directory
+from degen_train.reproduce.methods import METHOD_PARTS, method_section
 from degen_train.reproduce.page import (
     copy_picture,
     layer_figure,
@@ -36,7 +37,7 @@ def write_page(cfg: DictConfig, results: list[tuple[Run, dict]], minilm: dict[st
     with atomic_directory(target, replace=True) as folder:
         sections = [header(cfg, results)]
         by_part = {part: [(r, x) for r, x in results if r.part == part] for part in ("gao", "tacl", "coco")}
-        if by_part["gao"]:
+        if "gao" in cfg.parts and by_part["gao"]:
             sections.append(gao_section(rows[rows.part == "gao"], by_part["gao"], folder))
         if len(by_part["tacl"]) > 1:
             sections.append(tacl_section(rows[rows.part == "tacl"], by_part["tacl"], folder))
@@ -45,6 +46,7 @@ def write_page(cfg: DictConfig, results: list[tuple[Run, dict]], minilm: dict[st
         teacher = next(((r, x) for r, x in results if r.variant == "teacher"), None)
         if "luo" in cfg.parts and teacher is not None:
             sections.append(luo_section(teacher, minilm, folder))
+        sections += [method_section(name, rows) for name in METHOD_PARTS if any(r.part == name for r, _ in results)]
         (folder / "README.md").write_text("\n\n".join(sections) + "\n")
         rows.to_csv(folder / "runs.csv", index=False)
     return target / "README.md"

@@ -1,0 +1,123 @@
+"""The parts of `make reproduce` for the methods beyond the seeds: one run family and one page section each.
+
+Each decoder method is trained exactly as part (a)'s MLE baseline (recipe gao_cosreg with γ = 0, the same steps
+and seeds) with its own term added (or, for AGG, its objective in place of MLE), so the baseline's runs are
+shared. I-STAR has its own MLM baseline (its term logged with weight 0); SimCSE continues from part (c)'s teacher.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+GAO_BASELINE = ("recipe=gao_cosreg", "regularizer.cosreg.weight=0")
+DECODER_METHODS = ("simctg", "unlikelihood", "agg", "spectrum_control")
+
+
+@dataclass(frozen=True)
+class MethodPart:
+    title: str
+    description: str
+    baseline: tuple[str, str]  # (part, variant) whose rows the method is compared with
+    overrides: tuple[str, ...]  # the method's run (the baseline's own, for decoders, come first)
+    expectations: dict[str, str]  # column -> lower | higher | same: the paper's claim, checked
+    columns: list[str] = field(default_factory=list)
+    why: str = ""  # where a verdict may not show at this scale, and why
+
+
+METHOD_PARTS: dict[str, MethodPart] = {
+    "simctg": MethodPart(
+        "(f) Su et al. 2022 (SimCTG): discriminative token representations",
+        "MLE + SimCTG's token contrast (ρ = 0.5) against MLE, otherwise as part (a).",
+        ("gao", "mle"),
+        ("regularizer=[cosreg,simctg]",),
+        {"last-layer mean cos": "lower", "val perplexity": "same"},
+        ["val perplexity", "last-layer mean cos", "last-layer self-similarity", "val simctg"],
+        "SimCTG fine-tunes a pretrained GPT-2; here it trains a tiny decoder from scratch",
+    ),
+    "unlikelihood": MethodPart(
+        "(g) Welleck et al. 2020: unlikelihood training repeats less",
+        "MLE + token-level unlikelihood (α = 1) against MLE; greedy continuations (100 tokens) of 50-token "
+        "held-out prefixes.",
+        ("gao", "mle"),
+        ("regularizer=[cosreg,unlikelihood]",),
+        {"seq-rep-4": "lower", "distinct-4": "higher", "val perplexity": "same"},
+        ["val perplexity", "seq-rep-4", "rep/128", "distinct-4"],
+        "the paper fine-tunes and measures a 16-layer model; a tiny model's continuations repeat heavily either way",
+    ),
+    "agg": MethodPart(
+        "(h) Yu et al. 2022 (AGG): gating rare rows' gradient widens the cone",
+        "The AGG objective (α = 0.03, counts over the last 1000 steps) against MLE.",
+        ("gao", "mle"),
+        ("objective=agg",),
+        {"embedding mean cos": "lower", "IsoScore": "higher", "val perplexity": "same"},
+        ["val perplexity", "embedding mean cos", "IsoScore", "rare-token mean cos"],
+        "the paper trains on WikiText-103 for far longer; rare groups are defined over windows of thousands of steps",
+    ),
+    "spectrum_control": MethodPart(
+        "(i) Wang et al. 2020 (spectrum control): a slow-decaying embedding spectrum",
+        "MLE with the embedding as U·diag(σ)·Vᵀ, a polynomial singular-value profile (γ = 0.5) and orthogonality "
+        "penalties, against MLE.",
+        ("gao", "mle"),
+        ("regularizer=[cosreg,spectrum_control]",),
+        {"top-1 variance share": "lower", "IsoScore": "higher", "val perplexity": "same"},
+        ["val perplexity", "embedding mean cos", "IsoScore", "top-1 variance share"],
+        "the paper's profile decay and weights are unreleased; ours are a first choice, not tuned",
+    ),
+    "istar": MethodPart(
+        "(j) Rudman & Eickhoff 2024 (I-STAR): decreasing isotropy",
+        "MLM − λ·IsoScore* (λ = 1, direction decrease, ζ = 0.2) against MLM with the I-STAR term logged at weight 0.",
+        ("istar", "mlm"),
+        ("recipe=istar",),
+        {"last-layer IsoScore": "lower", "val perplexity": "same"},
+        ["val perplexity", "last-layer IsoScore", "last-layer mean cos", "STS-B raw"],
+        "the paper fine-tunes pretrained encoders on tasks; here I-STAR shapes MLM pretraining",
+    ),
+    "simcse": MethodPart(
+        "(k) Gao, Yao, Chen 2021 (SimCSE): sentence vectors that rank STS pairs",
+        "Unsupervised SimCSE (τ = 0.05, [CLS] + MLP pooler, one sentence per example, lr 3e-5) continued from part "
+        "(c)'s teacher, against the teacher itself.",
+        ("tacl", "teacher"),
+        ("recipe=simcse",),
+        {"STS-B raw": "higher", "sentence mean cos": "lower"},
+        ["STS-B raw", "STS-B whitened", "sentence mean cos", "random-pair cos"],
+        "SimCSE trains BERT-base for 15,625 steps at batch 64; the teacher here is a 2-layer model",
+    ),
+}
+
+
+def plan_methods(cfg, add: Callable, teacher_folder) -> None:  # noqa: ANN001 - DictConfig, plan's add, Path
+    """Add every method part asked for to the plan (``add`` as in runs.plan)."""
+    parts, seeds = set(cfg.parts), range(int(cfg.seeds))
+    for name in DECODER_METHODS:
+        for seed in seeds if name in parts else ():
+            add(name, name, seed, cfg.steps.gao, *GAO_BASELINE, f"model={cfg.decoder}", *METHOD_PARTS[name].overrides,
+                encoder=False)  # fmt: skip
+    for seed in seeds if "istar" in parts else ():
+        add("istar", "mlm", seed, cfg.steps.istar, "recipe=istar", f"model={cfg.encoder}", "regularizer.istar.weight=0",
+            encoder=True)  # fmt: skip
+        add("istar", "istar", seed, cfg.steps.istar, "recipe=istar", f"model={cfg.encoder}", encoder=True)
+    for seed in seeds if "simcse" in parts else ():
+        add("simcse", "simcse", seed, cfg.steps.simcse, "recipe=simcse", f"start={teacher_folder}", encoder=True)
+
+
+def method_section(name: str, rows: pd.DataFrame) -> str:
+    """The part's table (baseline and method, mean ± std over seeds) and its verdicts."""
+    from degen_train.reproduce.page import mean_std_table  # here: page imports runs, which imports this module
+    from degen_train.reproduce.write import claims, scale_note
+
+    part = METHOD_PARTS[name]
+    base_part, base_variant = part.baseline
+    baseline = (rows.part == base_part) & (rows.variant == base_variant)
+    chosen = rows[baseline | ((rows.part == name) & (rows.variant == name))]
+    return "\n\n".join(
+        [
+            f"## {part.title}",
+            part.description,
+            mean_std_table(chosen, part.columns),
+            *claims(chosen, base_variant, name, part.expectations),
+            scale_note(chosen, base_variant, part.why),
+        ]
+    )
