@@ -15,17 +15,31 @@ from degen_train.types import ForwardOutput, TermOutput
 
 
 class _GatedEmbeddingGradient(torch.autograd.Function):
-    """logits = h Wᵀ; the hidden states get the whole gradient, W only gate ⊙ ∂logits (AGG's gated logits)."""
+    """logits = h Wᵀ; the hidden states get the whole gradient, row v of W only Σ_n gate[n, v]·∂logits[n, v],
+    gate[n] = g2 at rare targets, g1 at the others, 1 at the target's own row (AGG's gated logits).
+
+    The (N, V) gate is never built: ∂W = diag(g1)·GᵀH + diag(g2 − g1)·G_rᵀH_r (r: the few rare-target rows),
+    then each target row's own entry restored to gate 1 (one index_add over the N targets).
+    """
 
     @staticmethod
-    def forward(ctx: Any, hidden: Tensor, weight: Tensor, gate: Tensor) -> Tensor:
-        ctx.save_for_backward(hidden, weight, gate)
+    def forward(ctx: Any, hidden: Tensor, weight: Tensor, targets: Tensor, rare_rows: Tensor, g1: Tensor,
+                g2: Tensor) -> Tensor:  # fmt: skip
+        ctx.save_for_backward(hidden, weight, targets, rare_rows, g1, g2)
         return hidden @ weight.T  # (N, V)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None]:
-        hidden, weight, gate = ctx.saved_tensors
-        return grad @ weight.to(grad.dtype), (grad * gate).T @ hidden.to(grad.dtype), None
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        hidden, weight, targets, rare_rows, g1, g2 = ctx.saved_tensors
+        hidden = hidden.to(grad.dtype)
+        grad_hidden = grad @ weight.to(grad.dtype)  # (N, H)
+        grad_weight = g1.unsqueeze(1) * (grad.T @ hidden)  # (V, H)
+        if rare_rows.any():
+            grad_weight += (g2 - g1).unsqueeze(1) * (grad[rare_rows].T @ hidden[rare_rows])
+        at_target = torch.where(rare_rows, g2[targets], g1[targets])  # (N,) the gate the products above applied
+        own = grad.gather(1, targets.unsqueeze(1)).squeeze(1)  # (N,) ∂logits[n, y_n]
+        grad_weight.index_add_(0, targets, ((1 - at_target) * own).unsqueeze(1) * hidden)
+        return grad_hidden, grad_weight.to(weight.dtype), None, None, None, None
 
 
 def agg_gates(counts: Tensor, steps: int, *, alpha: float, special_ids: list[int]) -> tuple[Tensor, Tensor, Tensor]:
@@ -46,9 +60,8 @@ def gated_logits(hidden: Tensor, weight: Tensor, targets: Tensor, rare: Tensor, 
     """(N, V) logits whose gradient onto row v of W is scaled by g2_v at rare targets, g1_v at the others, and
     never at the target's own row (gate 1): the part of a rare row's gradient that pushes it away from the
     other tokens' contexts is the one AGG gates."""
-    rows = torch.where(rare[targets].unsqueeze(1), g2.unsqueeze(0), g1.unsqueeze(0))  # (N, V)
-    gate = rows.scatter(1, targets.unsqueeze(1), 1.0).to(hidden.dtype)
-    return _GatedEmbeddingGradient.apply(hidden, weight, gate)
+    g1, g2 = g1.to(hidden.dtype), g2.to(hidden.dtype)
+    return _GatedEmbeddingGradient.apply(hidden, weight, targets, rare[targets], g1, g2)
 
 
 @register_term("agg")
