@@ -155,3 +155,25 @@ def test_the_report_renders_in_a_real_browser(grid: Path, tmp_path: Path) -> Non
     subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1400,2400", page], capture_output=True, timeout=180)
     pixels = matplotlib.image.imread(shot)
     assert pixels.shape[0] > 1000 and pixels[..., :3].std() > 0.05  # text, tables and plots, not a blank page
+
+
+def test_compare_methods_sweeps_whole_methods_into_one_report(tmp_path: Path) -> None:
+    """recipe=compare_methods: each method (objective + terms) one swept value; the report has mean ± std per
+    method. Two of the seven methods and two seeds here (the recipe's own grid is 7 × 3)."""
+    result = sweep(tmp_path, "recipe=compare_methods", "method=mle,agg", "seed=1,2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    grouped = {g["swept:method"]: g for g in report([tmp_path])["grouped"]}
+    assert set(grouped) == {"mle", "agg"} and all(g["seeds"] == 2 for g in grouped.values())
+    summaries = [json.loads(p.read_text()) for p in tmp_path.glob("*/summary.json")]
+    assert sorted(s["val_perplexity_of"] for s in summaries) == ["agg/loss", "agg/loss", "mle/loss", "mle/loss"]
+
+
+@pytest.mark.parametrize(
+    "method", sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "method").glob("*.yaml"))
+)
+def test_every_method_composes_with_compare_methods(method: str) -> None:
+    from degen_train.config import load_config
+
+    cfg = load_config(["recipe=compare_methods", f"method={method}"])
+    terms = {*cfg.objective, *cfg.regularizer}
+    assert method in terms or (method == "mle" and terms == {"mle"})
