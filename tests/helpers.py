@@ -30,12 +30,20 @@ def logged(run_dir: Path, key: str) -> dict[int, float]:
 
 def checkpoint_weights(path: Path) -> dict[str, torch.Tensor]:
     """The whole weights of a checkpoint file, or of a sharded checkpoint folder (gathered); a module's extra
-    state (a dict of tensors, AGG's window) flattened into ``KEY.NAME`` entries so it is compared like weights."""
+    state (a dict of tensors, numbers or lists: AGG's window) flattened into ``KEY.NAME`` entries, compared like
+    weights."""
     flat: dict[str, torch.Tensor] = {}
     for key, value in load_checkpoint_file(path)["state_dict"].items():
         items = value.items() if isinstance(value, dict) else [("", value)]
-        flat.update({f"{key}.{name}" if name else key: torch.as_tensor(v) for name, v in items})
+        flat.update({f"{key}.{name}" if name else key: _as_tensor(v) for name, v in items})
     return flat
+
+
+def _as_tensor(value: object) -> torch.Tensor:
+    """A tensor, a number or a (ragged) list of lists of numbers as one tensor, lengths first."""
+    if isinstance(value, list) and all(isinstance(row, list) for row in value):
+        return torch.tensor([len(row) for row in value] + [x for row in value for x in row], dtype=torch.float64)
+    return torch.as_tensor(value)
 
 
 def degen_train(*args: str) -> subprocess.CompletedProcess:

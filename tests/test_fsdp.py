@@ -169,3 +169,17 @@ def test_degen_convert_writes_one_file_and_an_hf_folder(sharded_run: Path, tmp_p
     assert AutoTokenizer.from_pretrained(tmp_path / "hf").vocab_size == model.config.vocab_size
     with pytest.raises(SystemExit):  # never overwrites
         main([str(sharded_run), "--ckpt", str(tmp_path / "one.ckpt")])
+
+
+def test_agg_window_resumes_exactly_from_a_sharded_checkpoint(tmp_path: Path) -> None:
+    """AGG's token-count window is extra state whose size changes every step (plain lists in the DCP shards):
+    3 steps on 2 FSDP2 processes, a sharded checkpoint, 3 more = 6 steps on 1 process, the window sliding
+    across the resume (K = 2) and the counts all-reduced over the processes."""
+    common = ["recipe=agg", "model=gpt2_tiny", "objective.agg.window_steps=2", "objective.agg.alpha=0.5",
+              "data.tokenizer.vocab_size=1000", "callbacks.checkpoint.every_n_train_steps=3",
+              "scheduler.total_steps=6"]  # fmt: skip
+    cli(tmp_path / "split", *common, *ON_TWO, "trainer.max_steps=3")
+    assert (tmp_path / "split" / "checkpoints" / "last.ckpt").is_dir()
+    cli(tmp_path / "split", *common, *ON_TWO, "ckpt_path=last")
+    single(tmp_path / "straight", *common, *ON_ONE)
+    assert_same_run(tmp_path / "split", tmp_path / "straight", ("train/loss", "train/agg/rare_share"))

@@ -129,17 +129,18 @@ class GatedLikelihoodTerm(TokenPredictionTerm):
         }
         return TermOutput(distributed_mean(total, count), metrics)
 
-    def get_extra_state(self) -> dict[str, Tensor]:
-        """The window as flat tensors (only tensors: checkpoints load with weights_only)."""
-        ids = [i for i, _ in self.window]
+    def get_extra_state(self) -> dict[str, Any]:
+        """The window as plain lists of ints: its size changes every step, which a sharded (DCP) checkpoint
+        only allows for non-tensor values; lists of ints still load with weights_only."""
         return {
-            "steps": torch.tensor(self.steps),
-            "lengths": torch.tensor([len(i) for i in ids], dtype=torch.long),
-            "ids": torch.cat(ids) if ids else torch.zeros(0, dtype=torch.long),
-            "counts": torch.cat([c for _, c in self.window]) if ids else torch.zeros(0, dtype=torch.long),
+            "steps": self.steps,
+            "ids": [ids.tolist() for ids, _ in self.window],
+            "counts": [counts.tolist() for _, counts in self.window],
         }
 
-    def set_extra_state(self, state: dict[str, Tensor]) -> None:
+    def set_extra_state(self, state: dict[str, Any]) -> None:
         self.steps = int(state["steps"])
-        lengths = state["lengths"].tolist()
-        self.window = deque(zip(state["ids"].split(lengths), state["counts"].split(lengths), strict=True))
+        self.window = deque(
+            (torch.tensor(ids, dtype=torch.long), torch.tensor(counts, dtype=torch.long))
+            for ids, counts in zip(state["ids"], state["counts"], strict=True)
+        )
