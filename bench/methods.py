@@ -83,22 +83,25 @@ def main(rounds: int = 6) -> dict[str, Any]:
     return result
 
 
-def istar_overhead(rounds: int) -> dict[str, Any]:
-    """A mini MLM step with and without I-STAR (last layer; all layers), batch 32 × 128."""
+def mini_mlm_steps(regularizers: dict[str, dict]) -> tuple[dict, list[dict], Any]:
+    """A mini MLM training step per named regularizer mix (same initial weights, batch 32 × 128), the batches,
+    and the initial model."""
     cfg = load_config([*corpus_overrides(), "model=mini", "data.batch_size=32", "data.block_size=128"])
     data, tokenizer = batches(cfg, "encoder", "mlm", 4)
     torch.manual_seed(0)
     model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False)
     steps = {}
-    for name, regularizer in (
-        ("mlm", {}),
-        ("mlm_istar", {"istar": {}}),
-        ("mlm_istar_all", {"istar": {"layers": "all"}}),
-    ):
+    for name, regularizer in regularizers.items():
         backbone = Backbone(copy.deepcopy(model))
         steps[name] = training_step(
             backbone, make_loss({"objective": {"mlm": {}}, "regularizer": regularizer}, backbone, 32), data
         )
+    return steps, data, model
+
+
+def istar_overhead(rounds: int) -> dict[str, Any]:
+    """A mini MLM step with and without I-STAR (last layer; all layers), batch 32 × 128."""
+    steps, _, _ = mini_mlm_steps({"mlm": {}, "mlm_istar": {"istar": {}}, "mlm_istar_all": {"istar": {"layers": "all"}}})
     seconds = interleaved(steps, rounds=rounds)
     return {
         "step_seconds": seconds,
@@ -109,16 +112,7 @@ def istar_overhead(rounds: int) -> dict[str, Any]:
 
 def simcse_overhead(rounds: int) -> dict[str, Any]:
     """A mini MLM step with and without SimCSE, batch 32 × 128; its inherent work: two encoder passes alone."""
-    cfg = load_config([*corpus_overrides(), "model=mini", "data.batch_size=32", "data.block_size=128"])
-    data, tokenizer = batches(cfg, "encoder", "mlm", 4)
-    torch.manual_seed(0)
-    model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False)
-    steps = {}
-    for name, regularizer in (("mlm", {}), ("mlm_simcse", {"simcse": {}})):
-        backbone = Backbone(copy.deepcopy(model))
-        steps[name] = training_step(
-            backbone, make_loss({"objective": {"mlm": {}}, "regularizer": regularizer}, backbone, 32), data
-        )
+    steps, data, model = mini_mlm_steps({"mlm": {}, "mlm_simcse": {"simcse": {}}})
     encoder = Backbone(copy.deepcopy(model)).train()
 
     def encoder_step(batch: dict, *, with_views: bool) -> None:

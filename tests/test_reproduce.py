@@ -29,23 +29,20 @@ def test_verdicts_by_hand() -> None:
     assert "does not hold (-50.0%)" in verdict(rows, "x", "a", "b", expect="same")
     close = pd.DataFrame({"variant": ["a", "a", "b", "b"], "x": [1.0, 1.2, 1.05, 1.25]})
     assert verdict(close, "x", "a", "b", expect="same").endswith("**holds**")
+    assert verdict(rows, "x", "a", "b", expect="not higher").endswith("**holds**")  # a fall is no cost
+    assert "does not hold (+100.0%)" in verdict(rows, "x", "b", "a", expect="not higher")
     assert verdict(close, "x", "a", "b", expect="higher").endswith("within seed noise**")
     assert verdict(close, "y", "a", "b", expect="lower") == "y: not measured"
 
 
+def miniature(tmp_path: Path, *, parts: str, seeds: int) -> list[str]:
+    """Settings for a page in seconds: the builtin corpus, 3 steps, tiny batches."""
+    sizes = ["data=builtin", "vocab_size=600", "steps.gao=3", "batch_size=4", "block_size=32", "analysis_sentences=20"]
+    return [f"parts={parts}", f"seeds={seeds}", *sizes, f"runs={tmp_path / 'runs'}", f"out={tmp_path / 'page'}"]
+
+
 def test_a_miniature_page_end_to_end_and_a_free_rerun(tmp_path: Path) -> None:
-    settings = [
-        "parts=[gao]",
-        "seeds=2",
-        "data=builtin",
-        "vocab_size=600",
-        "steps.gao=3",
-        "batch_size=4",
-        "block_size=32",
-        "analysis_sentences=20",
-        f"runs={tmp_path / 'runs'}",
-        f"out={tmp_path / 'page'}",
-    ]
+    settings = miniature(tmp_path, parts="[gao]", seeds=2)
     page = Path(reproduce(load_settings(settings)))
     text = page.read_text()
     assert "| mle | 2 |" in text and "| cosreg | 2 |" in text and "expected lower: **" in text
@@ -62,18 +59,7 @@ def test_a_miniature_page_end_to_end_and_a_free_rerun(tmp_path: Path) -> None:
 
 def test_a_method_part_brings_its_baseline_and_writes_its_section(tmp_path: Path) -> None:
     """parts=[unlikelihood]: part (a)'s MLE runs are trained as its baseline (not CosReg's), one section each."""
-    settings = [
-        "parts=[unlikelihood]",
-        "seeds=1",
-        "data=builtin",
-        "vocab_size=600",
-        "steps.gao=3",
-        "batch_size=4",
-        "block_size=32",
-        "analysis_sentences=20",
-        f"runs={tmp_path / 'runs'}",
-        f"out={tmp_path / 'page'}",
-    ]
+    settings = miniature(tmp_path, parts="[unlikelihood]", seeds=1)
     text = Path(reproduce(load_settings(settings))).read_text()
     assert "## (g) Welleck et al. 2020" in text and "## (a)" not in text
     assert "| mle | 1 |" in text and "| unlikelihood | 1 |" in text and "val perplexity: " in text

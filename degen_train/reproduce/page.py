@@ -102,15 +102,17 @@ def _format(mean: float, std: float) -> str:
 
 def verdict(rows: pd.DataFrame, column: str, base: str, other: str, *, expect: str) -> str:
     """Compare two variants' means over seeds. expect = lower | higher: **shows** when the difference has that
-    sign and exceeds twice the larger std; expect = same (a claim of no cost): **holds** within 2 std or 2%."""
+    sign and exceeds twice the larger std; expect = same (a claim of no cost): **holds** within 2 std or 2%;
+    expect = not higher: as same, and any fall holds too (perplexity: lower is no cost)."""
     values = {v: rows.loc[rows["variant"] == v, column].dropna() for v in (base, other)} if column in rows else {}
     if not values or any(len(v) == 0 for v in values.values()):
         return f"{column}: not measured"
     before, after = values[base].mean(), values[other].mean()
     spread = max(v.std(ddof=1) if len(v) > 1 else 0.0 for v in values.values())
     difference = after - before
-    if expect == "same":
-        holds = abs(difference) <= max(2 * spread, 0.02 * abs(before))
+    if expect in ("same", "not higher"):  # a claim of no cost; "not higher": a fall is no cost either
+        allowed = max(2 * spread, 0.02 * abs(before))
+        holds = abs(difference) <= allowed or (expect == "not higher" and difference < 0)
         word = "holds" if holds else f"does not hold ({100 * difference / before:+.1f}%)"
     else:
         direction = difference < 0 if expect == "lower" else difference > 0
