@@ -118,6 +118,6 @@ def method_section(name: str, rows: pd.DataFrame) -> str:
             part.description,
             mean_std_table(chosen, part.columns),
             *claims(chosen, base_variant, name, part.expectations),
-            scale_note(chosen, base_variant, part.why),
+            scale_note(chosen, name, part.why),
         ]
     )
