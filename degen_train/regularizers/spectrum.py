@@ -57,10 +57,9 @@ def install_spectral_factors(model: nn.Module) -> SpectralFactors:
             module.weight = weight
 
     refresh()
-    # Before the body's pass (it reads the input matrix) and before the model's own (generation, analysis).
+    # Before the body's pass, which reads the input matrix; the model's own forward runs the body first, so the
+    # output layer after it reads the same fresh matrix (one product per pass, not two).
     model.base_model.register_forward_pre_hook(refresh)
-    if model.base_model is not model:
-        model.register_forward_pre_hook(refresh)
     return factors
 
 
