@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from degen_train.metrics.flops import measured_matmul_peak
+from degen_train.precision import cpu_description
 
 REPO = Path(__file__).resolve().parents[1]
 WIKITEXT = REPO.parent / "shared" / "data" / "wikitext-2"
@@ -50,7 +51,8 @@ def interleaved(steps: dict[str, Callable[[int], object]], *, rounds: int, warmu
 
 
 def save(name: str, payload: dict) -> Path:
+    """bench/results/NAME.json, with the CPU it was measured on and whether that CPU has native bf16."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    path.write_text(json.dumps({"machine": cpu_description(), **payload}, indent=2) + "\n")
     return path

@@ -13,6 +13,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 import datasets  # noqa: E402
 
 from bench import analysis, chunked_ce, losses, methods, metrics, parallel, reliability, spine  # noqa: E402
+from degen_train.precision import cpu_description  # noqa: E402
 
 datasets.disable_progress_bars()
 
@@ -28,6 +29,9 @@ def main() -> None:
         "parallel",
         "methods",
     }
+    machine = cpu_description()
+    bf16 = f"yes ({', '.join(machine['bf16_flags'])})" if machine["native_bf16"] else "no: bf16 rows are emulated"
+    print(f"measured on: {machine['cpu']}, {machine['cores']} threads; native bf16: {bf16}")
     if "spine" in wanted:
         spine.main()
     if "losses" in wanted:

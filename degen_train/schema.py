@@ -139,6 +139,7 @@ class TrainConfig(BaseModel):
     model_config = Open
     seed: int = Field(ge=0)
     ckpt_path: str | None = None
+    allow_slow_precision: bool = False
     masking: MaskingConfig
     data: DataConfig
     model: ModelConfig

@@ -97,7 +97,9 @@ def test_fsdp2_resume_is_exact_on_any_process_count(
 
 
 def test_fsdp2_with_bf16_mixed_precision_trains(tmp_path: Path) -> None:
-    cli(tmp_path, "model=tiny", "data.tokenizer.vocab_size=1000", *ON_TWO, "strategy.mixed_precision=bf16")
+    # allow_slow_precision: numerics, not speed, so the test also runs on a CPU that emulates bf16.
+    bf16 = ["strategy.mixed_precision=bf16", "allow_slow_precision=true"]
+    cli(tmp_path, "model=tiny", "data.tokenizer.vocab_size=1000", *ON_TWO, *bf16)
     losses = logged(tmp_path, "train/loss")
     assert len(losses) == 6 and all(math.isfinite(v) for v in losses.values())
 

@@ -16,8 +16,7 @@ from lightning.pytorch.callbacks import Callback, TQDMProgressBar
 from torch.utils.flop_counter import FlopCounterMode
 
 from degen_train.metrics.flops import body_and_head_parameters, model_flops, peak_flops
-
-COMPUTE_DTYPE = {"bf16-mixed": torch.bfloat16, "bf16-true": torch.bfloat16, "16-mixed": torch.float16}
+from degen_train.precision import COMPUTE_DTYPE
 
 
 class Throughput(Callback):

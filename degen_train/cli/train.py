@@ -41,6 +41,7 @@ from degen_train.models.compile import check_compile_available, compile_blocks  
 from degen_train.module import PretrainModule  # noqa: E402
 from degen_train.overrides import open_trainer_keys  # noqa: E402
 from degen_train.parallel import full_state_dict  # noqa: E402
+from degen_train.precision import check_precision  # noqa: E402
 from degen_train.provenance import run_provenance  # noqa: E402
 from degen_train.quiet import silence_known_noise  # noqa: E402
 from degen_train.run_table import end_of_run_table, human, parameter_counts  # noqa: E402
@@ -69,6 +70,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         if wic:
             read_wic(wic)
     check_push(cfg.get("push_to_hub"), export_hf=bool(cfg.export_hf))
+    check_precision(cfg)  # a precision this hardware emulates is refused here, not after hours of slow steps
     finished = finished_summary(run_dir, int(cfg.trainer.max_steps)) if cfg.ckpt_path in RESUME_CHOICES else None
     if finished is not None:
         log.info("%s finished at step %d before: nothing to do (summary.json is kept)", run_dir, finished["final_step"])
