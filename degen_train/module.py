@@ -10,6 +10,7 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
+from degen_train.accumulation import Window, averaging_over, reduce_counts, verify_counts
 from degen_train.models.backbone import Backbone
 from degen_train.parallel import apply_fsdp2
 from degen_train.rng import DROPOUT_SALT, mix_seed
@@ -42,6 +43,9 @@ class PretrainModule(pl.LightningModule):
         self.last_train_metrics: dict[str, Any] = {}  # the last logged train values, kept in checkpoints
         self.step_grad_norm: Tensor | None = None  # set by the divergence guard, used by clipping
         self.provenance: dict[str, Any] = {}  # degen_train.provenance.run_provenance, kept in every checkpoint
+        self._window: Window | None = None  # the accumulation window being trained (accumulate_grad_batches > 1)
+        self._window_logged: Tensor | None = None  # Σ of its micro-batches' logged values so far
+        self._counts_verified = False  # the terms' count() checked against their forward on the first window
 
     def forward(self, batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         """The whole step, (loss, logged): under FSDP2 this is the root's forward, so every parameter a term
@@ -69,9 +73,32 @@ class PretrainModule(pl.LightningModule):
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         self._seed_step_randomness(batch_idx)
-        total, logged = self(batch)
+        window = self._accumulation_window(batch, batch_idx)
+        with averaging_over(window):
+            total, logged = self(batch)
+        closes_window = window is not None and window.index == self.trainer.accumulate_grad_batches - 1
+        if closes_window and window.checks is not None:
+            verify_counts(window.checks)  # once per (re)start: one host sync
+            window.checks, self._counts_verified = None, True
         self._log("train", logged, batch)
         return total
+
+    def _accumulation_window(self, batch: dict[str, Any], batch_idx: int) -> Window | None:
+        """The window this micro-batch belongs to, its counts summed over the processes once, at its first."""
+        counts, micro = batch.pop("window_counts", None), batch.pop("micro_counts", None)
+        if counts is None:  # no accumulation: each term's mean is over this batch (and the processes)
+            return None
+        accumulate = self.trainer.accumulate_grad_batches
+        index = batch_idx % accumulate
+        if index == 0 or self._window is None:
+            self._window = Window(
+                counts=reduce_counts(counts, self.device),
+                micro=micro,
+                scale=float(self.trainer.world_size * accumulate),
+                checks=None if self._counts_verified else [],
+            )
+        self._window.index, self._window.micro = index, micro
+        return self._window
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         _, logged = self(batch)
@@ -160,6 +187,11 @@ class PretrainModule(pl.LightningModule):
             losses.sort(key=lambda i: names[i] != "loss")  # the total first
             self._loss_names = [names[i] for i in losses]
             self._step_losses.append(values[losses])
+            if self._window is not None:  # log the window's mean so far: at its last micro-batch, the update's
+                index = self._window.index
+                self._window_logged = values if index == 0 else self._window_logged + values
+                values = self._window_logged / (index + 1)
+                metrics = {f"{stage}/{name}": value for name, value in zip(names, values, strict=True)}
             self.last_train_metrics = metrics
         self.log_dict(
             metrics,

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from degen_train.accumulation import STANDARD_COUNTS, active_window, window_mean
 from degen_train.types import OPTIONAL_FIELDS, ForwardOutput, TermOutput
 
 TERM_REGISTRY: dict[str, type[LossTerm]] = {}
@@ -45,6 +46,12 @@ class LossTerm(nn.Module):
     family: ClassVar[str | None] = None
     data_format: ClassVar[str | None] = None
     perplexity_metric: ClassVar[str | None] = None  # the metric whose exp() is the run's perplexity
+    # What its means divide by (the ``over`` of each distributed_mean call): STANDARD_COUNTS' kinds or its own,
+    # counted by ``count`` from each micro-batch of an accumulation window.
+    averages_over: ClassVar[tuple[str, ...]] = ()
+    # What it takes from the batch's other samples (in-batch negatives, a batch statistic), or None: accumulation
+    # cannot give it the other micro-batches' samples, and a run says so at start.
+    mixes_samples: str | None = None
     paper_metrics: ClassVar[tuple[str, ...]] = ()  # the metrics its paper reports, named in summary.json
 
     def forward(self, output: ForwardOutput) -> TermOutput:  # pragma: no cover - abstract
@@ -65,6 +72,10 @@ class LossTerm(nn.Module):
         """Change the model's input before the forward pass (e.g. corrupt it, add views); default: none."""
         return batch
 
+    def count(self, over: str, batch: dict[str, Tensor]) -> Tensor:
+        """How many of ``over`` a collated micro-batch holds, as its forward will count them (accumulation)."""
+        return STANDARD_COUNTS[over](batch)
+
 
 @dataclass(frozen=True)
 class TermContext:
@@ -77,12 +88,16 @@ class TermContext:
     block_size: int = 0  # data.block_size: the longest sequence a batch can hold
 
 
-def distributed_mean(total: Tensor, count: Tensor) -> Tensor:
+def distributed_mean(total: Tensor, count: Tensor, *, over: str | None = None) -> Tensor:
     """total / count over all processes, scaled so that DDP's gradient average gives the global mean.
 
     Each process returns total_r / count_global · world; DDP averages gradients over the world, so
-    the update equals that of one process holding the whole global batch.
+    the update equals that of one process holding the whole global batch. Within an accumulation window
+    (degen_train.accumulation) the count is the whole window's count of ``over`` and the scale world · k.
     """
+    window = active_window()
+    if window is not None:
+        return window_mean(window, total, count, over)
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         world = torch.distributed.get_world_size()
         count = count.detach().clone()
@@ -140,10 +155,22 @@ class WeightedSum(nn.Module):
             batch = term.prepare_batch(batch)
         return batch
 
+    def window_counts(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Every count the terms' means divide by, in one collated micro-batch (AccumulationWindows' counter)."""
+        counts: dict[str, Tensor] = {}
+        for term in self.terms.values():
+            for over in term.averages_over:
+                if over not in counts:
+                    counts[over] = term.count(over, batch)
+        return counts
+
     def forward(self, output: ForwardOutput) -> tuple[Tensor, dict[str, Tensor]]:
         total: Tensor | None = None
         logged: dict[str, Tensor] = {}
+        window = active_window()
         for key, term in self.terms.items():
+            if window is not None:
+                window.term = key  # named in accumulation errors
             result = term(output)
             weight = self.weights[key]
             logged[f"{key}/loss"] = result.loss.detach()

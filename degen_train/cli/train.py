@@ -16,6 +16,7 @@ import hydra  # noqa: E402
 import torch  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
+from degen_train.accumulation import accumulation_warnings  # noqa: E402
 from degen_train.build import (  # noqa: E402
     RESUME_CHOICES,
     build_trainer,
@@ -64,6 +65,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if cfg.model.get("compile"):
         check_compile_available("cuda" if cfg.trainer.get("accelerator") in ("gpu", "cuda") else "cpu")
     data_format = data_format_for(terms, family, _choice("model"))
+    for warning in accumulation_warnings(terms, weights, int(cfg.trainer.accumulate_grad_batches)):
+        log.warning(warning)
     for path in cfg.eval.sts:  # probe files are read now so that a typo fails before training, not after
         read_sts(path)
     for wic in (cfg.eval.wic, cfg.eval.get("wic_fit")):
@@ -108,6 +111,7 @@ def _train_locked(
         num_workers=int(cfg.data.num_workers),
         seed=int(cfg.seed),
         overfit_batches=int(cfg.data.get("overfit_batches", 0)),
+        window_counter=module.loss.window_counts,
     )
     trainer = build_trainer(cfg)
     record = run_provenance(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader
 
+from degen_train.accumulation import AccumulationWindows
 from degen_train.data.collate import CausalLMCollator, MaskedLMCollator
 from degen_train.data.corpus import load_corpus
 from degen_train.data.examples import build_examples
@@ -100,11 +102,15 @@ class PretrainDataModule(pl.LightningDataModule):
         num_workers: int,
         seed: int,
         overfit_batches: int = 0,
+        window_counter: Callable[[dict], dict[str, torch.Tensor]] | None = None,
     ) -> None:
+        """``window_counter``: what the loss terms' means divide by in a micro-batch (WeightedSum.window_counts);
+        with trainer.accumulate_grad_batches > 1 the train loader reads each window first and counts it."""
         super().__init__()
         self.data, self.collator = data, collator
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.overfit_batches = overfit_batches
+        self.window_counter = window_counter
 
     def _loader(self, dataset: PositionedExamples, batch_sampler: Any) -> DataLoader:
         return DataLoader(
@@ -117,9 +123,10 @@ class PretrainDataModule(pl.LightningDataModule):
             persistent_workers=self.num_workers > 0,
         )
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> DataLoader | AccumulationWindows:
         trainer = self.trainer
-        start = trainer.global_step * trainer.accumulate_grad_batches if trainer is not None else 0
+        accumulate = trainer.accumulate_grad_batches if trainer is not None else 1
+        start = trainer.global_step * accumulate if trainer is not None else 0
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         sampler = StepBatchSampler(
             len(self.data.train),
@@ -130,7 +137,10 @@ class PretrainDataModule(pl.LightningDataModule):
             world_size=world,
             overfit_batches=self.overfit_batches,
         )
-        return self._loader(PositionedExamples(self.data.train, self.seed), sampler)
+        loader = self._loader(PositionedExamples(self.data.train, self.seed), sampler)
+        if accumulate > 1 and self.window_counter is not None:  # a resume starts at a window's first micro-batch
+            return AccumulationWindows(loader, size=accumulate, counter=self.window_counter)
+        return loader
 
     def val_dataloader(self) -> DataLoader:
         trainer = self.trainer

@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 
 ENCODER_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 END_OF_TEXT = "<|endoftext|>"
+# 2: WordPiece trained without tokenizers' hash-map order (train_wordpiece); older caches are not reused.
+TRAINING_VERSION = 2
 
 
 def get_tokenizer(
@@ -29,6 +31,7 @@ def get_tokenizer(
     if cfg.get("path"):
         return AutoTokenizer.from_pretrained(resolve_pretrained(cfg.path))
     settings = [corpus_identity, family, cfg.vocab_size, cfg.min_frequency, cfg.lowercase, cfg.max_documents]
+    settings.append(TRAINING_VERSION)
     key = cache_key(*settings)
     target = cache_dir / "tokenizers" / key
     if (target / "tokenizer.json").exists():
@@ -43,15 +46,32 @@ def get_tokenizer(
 
 
 def train_wordpiece(texts: Iterator[str], cfg: Any) -> PreTrainedTokenizerFast:
-    """A BERT-style WordPiece tokenizer with [CLS] A [SEP] (B [SEP]) templates."""
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=bool(cfg.lowercase))
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(
+    """A BERT-style WordPiece tokenizer with [CLS] A [SEP] (B [SEP]) templates, the same on every machine.
+
+    tokenizers' WordPieceTrainer numbers the continuing pieces (##x) in the order of a hash map of words, and
+    its merges break count ties by those numbers, so two trainings on the same corpus disagree (upstream issue
+    huggingface/tokenizers#1794). The same algorithm without that order: each word's non-initial characters are
+    written as private-use stand-ins (so "##x" is a character of its own), a plain BPE trainer — whose alphabet
+    is sorted and whose merges are then a function of the counts alone — learns the pieces, and the stand-ins
+    are read back as "##x".
+    """
+    normalizer = normalizers.BertNormalizer(lowercase=bool(cfg.lowercase))
+    splitter = pre_tokenizers.BertPreTokenizer()
+    stand_ins = ContinuationMarks()
+    marked = (" ".join(stand_ins.mark(word) for word, _ in splitter.pre_tokenize_str(normalizer.normalize_str(text)))
+              for text in texts)  # fmt: skip
+    bpe = Tokenizer(models.BPE(unk_token="[UNK]"))
+    bpe.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    trainer = trainers.BpeTrainer(
         vocab_size=int(cfg.vocab_size), min_frequency=int(cfg.min_frequency), special_tokens=ENCODER_SPECIALS
     )
-    tok.train_from_iterator(texts, trainer=trainer)
+    bpe.train_from_iterator(marked, trainer=trainer)
+    vocab = {stand_ins.unmark(piece): index for piece, index in bpe.get_vocab().items()}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##"))
+    tok.add_special_tokens(ENCODER_SPECIALS)
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = splitter
+    tok.decoder = decoders.WordPiece()
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
@@ -59,6 +79,45 @@ def train_wordpiece(texts: Iterator[str], cfg: Any) -> PreTrainedTokenizerFast:
         special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
     )
     return BertTokenizerFast(tokenizer_object=tok, do_lower_case=bool(cfg.lowercase), model_max_length=512)
+
+
+class ContinuationMarks:
+    """Non-initial characters of a word <-> private-use stand-ins (planes 15 and 16), numbered as first met.
+
+    The corpus is read in a fixed order, so the numbering is too. A private-use character in the corpus itself
+    would collide with a stand-in: it is read as U+FFFD while training (it then encodes as [UNK]).
+    """
+
+    FIRST, LAST = 0xF0000, 0x10FFFD
+    NON_CHARACTERS = (0xFFFFE, 0xFFFFF, 0x10FFFE, 0x10FFFF)
+
+    def __init__(self) -> None:
+        self.forward: dict[str, str] = {}
+        self.back: dict[str, str] = {}
+        self.next_code = self.FIRST
+        self.words: dict[str, str] = {}  # a word is marked once: most of a corpus's words are repeats
+
+    def mark(self, word: str) -> str:
+        marked = self.words.get(word)
+        if marked is None:
+            clean = "".join("\ufffd" if ord(c) >= self.FIRST else c for c in word)
+            marked = self.words[word] = clean[:1] + "".join(self.forward.get(c) or self._new(c) for c in clean[1:])
+        return marked
+
+    def _new(self, char: str) -> str:
+        while self.next_code in self.NON_CHARACTERS:
+            self.next_code += 1
+        if self.next_code > self.LAST:
+            raise ValueError("the corpus has more distinct characters than the private-use planes can stand in for")
+        stand_in, self.next_code = chr(self.next_code), self.next_code + 1
+        self.forward[char], self.back[stand_in] = stand_in, char
+        return stand_in
+
+    def unmark(self, piece: str) -> str:
+        """A trained piece as WordPiece writes it: "##" + its text when it starts inside a word."""
+        if piece[:1] in self.back:
+            return "##" + "".join(self.back.get(c, c) for c in piece)
+        return "".join(self.back.get(c, c) for c in piece)
 
 
 def train_byte_bpe(texts: Iterator[str], cfg: Any) -> PreTrainedTokenizerFast:

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from degen_train.accumulation import active_window
 from degen_train.objectives.mlm import TokenPredictionTerm, token_accuracy
 from degen_train.terms import TermContext, distributed_mean, register_term
 from degen_train.types import ForwardOutput, TermOutput
@@ -77,6 +78,8 @@ class GatedLikelihoodTerm(TokenPredictionTerm):
     family = "decoder"
     data_format = "causal"
     paper_metrics = ("rare_share",)
+    # agg_target_ids: the (V,) target counts of a micro-batch, so that an accumulation window counts as one update
+    averages_over = ("targets", "agg_target_ids")
 
     def __init__(self, *, alpha: float = 0.03, window_steps: int = 1000) -> None:
         super().__init__(chunk_size=None)
@@ -96,11 +99,26 @@ class GatedLikelihoodTerm(TokenPredictionTerm):
         names = ("bos_token_id", "eos_token_id", "pad_token_id")
         self.special_ids = sorted({i for n in names if isinstance(i := getattr(config, n, None), int)})
 
+    def count(self, over: str, batch: dict[str, Tensor]) -> Tensor:
+        if over != "agg_target_ids":
+            return super().count(over, batch)
+        labels = batch["labels"]
+        return torch.bincount(labels[labels != -100], minlength=self.counts.numel())  # (V,)
+
     @torch.no_grad()
     def _count(self, targets: Tensor) -> None:
+        """One update's target counts: this batch's, or (under accumulation) its whole window's, once."""
+        window = active_window()
+        if window is not None:
+            if window.index == 0:  # the window's counts are summed over its micro-batches and the processes
+                self._add_step(window.counts["agg_target_ids"].to(self.counts.device, torch.long))
+            return
         step = torch.bincount(targets, minlength=self.counts.numel())  # (V,)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.all_reduce(step)
+        self._add_step(step)
+
+    def _add_step(self, step: Tensor) -> None:
         ids = step.nonzero().squeeze(1)
         self.window.append((ids, step[ids]))
         self.counts += step
@@ -127,7 +145,7 @@ class GatedLikelihoodTerm(TokenPredictionTerm):
             "rare_share": rare.float().mean(),  # of the vocabulary
             "rare_target_share": rare[targets].float().mean() if targets.numel() else torch.zeros(()),
         }
-        return TermOutput(distributed_mean(total, count), metrics)
+        return TermOutput(distributed_mean(total, count, over="targets"), metrics)
 
     def get_extra_state(self) -> dict[str, Any]:
         """The window as plain lists of ints: its size changes every step, which a sharded (DCP) checkpoint

@@ -40,6 +40,7 @@ class CorrectiveLMTerm(GeneratorCorruption):
     perplexity_metric = "generator_mlm"
     paper_metrics = ("copy_accuracy", "clm_accuracy", "generator_accuracy", "replaced_rate")
     default_sample_mode = "eval"  # the released config: sample from a no-grad pass without dropout
+    averages_over = ("targets", "tokens")  # generator and CLM: the masked tokens; copy: every real token
 
     def __init__(
         self, *, copy_weight: float = 50.0, lm_form: str = "paper", clm_head: str = "released", **generator_options
@@ -95,13 +96,13 @@ class CorrectiveLMTerm(GeneratorCorruption):
         mask = output.attention_mask.bool()
         copied = ~output.extras["replaced"]  # 1 = the token is the original one
         copy_total, copy_count = replaced_token_detection(copy_logits, copied, mask)
-        copy_loss = distributed_mean(copy_total, copy_count)
+        copy_loss = distributed_mean(copy_total, copy_count, over="tokens")
         if self.lm_form == "paper":
             lm_total = corrective_lm_paper(lm_logits, targets, copy_logits[selected], copied[selected])
         else:
             lm_total = corrective_lm_released(lm_logits, targets, copy_logits[selected])
         count = torch.tensor(float(targets.numel()), device=lm_total.device)
-        lm_loss = distributed_mean(lm_total, count)
+        lm_loss = distributed_mean(lm_total, count, over="targets")
         generator = self.generator_loss(output)
         loss = self.generator_weight * generator + self.copy_weight * copy_loss + lm_loss
         metrics = {

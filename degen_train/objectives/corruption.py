@@ -126,4 +126,4 @@ class GeneratorCorruption(LossTerm):
         """L_gen = −(1/N) Σ_i log p_G(x_i | x̃) at the masked positions (the generator's MLM)."""
         logits, targets = output.extras["generator_logits"], output.extras["generator_targets"]
         total = F.cross_entropy(logits.float(), targets, reduction="sum")
-        return distributed_mean(total, torch.tensor(float(targets.numel()), device=targets.device))
+        return distributed_mean(total, torch.tensor(float(targets.numel()), device=targets.device), over="targets")

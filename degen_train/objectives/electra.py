@@ -35,6 +35,7 @@ class ElectraTerm(GeneratorCorruption):
         self.detection_head: nn.Module | None = None
 
     perplexity_metric = "generator_mlm"  # the generator's MLM perplexity: the one vocabulary model here
+    averages_over = ("targets", "tokens")  # the generator's masked tokens; every real token for detection
     paper_metrics = ("detection_accuracy", "generator_accuracy", "replaced_rate")
 
     def released_generator_shape(self, layers: int, hidden: int) -> tuple[int, float]:
@@ -54,7 +55,7 @@ class ElectraTerm(GeneratorCorruption):
         logits = self.detection_head(output.hidden_states).squeeze(-1)  # (B, T)
         replaced, mask = output.extras["replaced"], output.attention_mask.bool()
         total, count = replaced_token_detection(logits, replaced, mask)
-        detection = distributed_mean(total, count)
+        detection = distributed_mean(total, count, over="tokens")
         generator = self.generator_loss(output)
         accuracy = ((logits.detach() > 0) == replaced)[mask].float().mean()
         loss = self.generator_weight * generator + self.detection_weight * detection

@@ -32,6 +32,7 @@ class TokenPredictionTerm(LossTerm):
     """
 
     perplexity_metric = "loss"
+    averages_over = ("targets",)
 
     def __init__(self, *, chunk_size: int | None = None) -> None:
         super().__init__()
@@ -61,7 +62,7 @@ class TokenPredictionTerm(LossTerm):
                 chunk_size=self.chunk_size,
             )
             accuracy = correct / count.clamp_min(1)
-        return TermOutput(distributed_mean(total, count), {"accuracy": accuracy})
+        return TermOutput(distributed_mean(total, count, over="targets"), {"accuracy": accuracy})
 
 
 @register_term("mlm")

@@ -21,6 +21,7 @@ class NextSentenceTerm(LossTerm):
     data_format = "mlm_nsp"
     paper_metrics = ("accuracy",)
     requires = frozenset({"sequence_logits"})
+    averages_over = ("sequences",)
 
     def head_parameters(self, backbone: nn.Module) -> list[nn.Parameter]:
         """The NSP classifier and the pooler below it: nothing else reads them."""
@@ -33,4 +34,4 @@ class NextSentenceTerm(LossTerm):
         total = F.cross_entropy(logits.float(), labels, reduction="sum")
         count = torch.tensor(float(labels.numel()), device=labels.device)
         accuracy = (logits.detach().argmax(-1) == labels).float().mean()
-        return TermOutput(distributed_mean(total, count), {"accuracy": accuracy})
+        return TermOutput(distributed_mean(total, count, over="sequences"), {"accuracy": accuracy})

@@ -78,6 +78,7 @@ class SequenceContrastiveTerm(LossTerm):
     """InfoNCE between [CLS] projections of the main input and a cropped original, τ = 1."""
 
     family = "encoder"
+    mixes_samples = "the batch's other sequences as negatives"
 
     def __init__(
         self,

@@ -126,6 +126,10 @@ class CosineRegularizer(LossTerm):
             if value not in choices:
                 raise ValueError(f"regularizer.cosreg.{name}={value!r} is not one of {', '.join(choices)}")
         self.matrix, self.rows, self.target, self.normalization = matrix, rows, target, normalization
+        if target == "hidden":
+            self.mixes_samples = "one Σŵ over the batch's hidden states"
+        elif rows == "seen":
+            self.mixes_samples = "the rows the batch has seen so far (marked as each micro-batch arrives)"
         # Which token ids have appeared in training inputs; checkpointed, so "seen" survives a resume.
         self.register_buffer("seen", torch.zeros(0, dtype=torch.bool))
 

@@ -52,6 +52,8 @@ class IsoScoreStarTerm(LossTerm):
     layer's (``all``). C_batch is the covariance of the global batch's non-pad token states.
     """
 
+    mixes_samples = "the covariance of the batch's token states"
+
     def __init__(self, *, direction: str = "decrease", zeta: float = 0.2, prior: str = "warmup", layers: str = "last"):
         super().__init__()
         for name, value, choices in (("direction", direction, DIRECTIONS), ("prior", prior, PRIORS),

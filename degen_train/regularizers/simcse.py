@@ -38,6 +38,8 @@ class DropoutContrastTerm(LossTerm):
     """
 
     family = "encoder"
+    averages_over = ("sequences",)
+    mixes_samples = "the batch's other sequences as negatives"
 
     def __init__(self, *, temperature: float = 0.05, pooler: str = "cls_mlp", gather_negatives: bool = True) -> None:
         super().__init__()
@@ -84,4 +86,4 @@ class DropoutContrastTerm(LossTerm):
             total = simcse_loss_sum(first, second, temperature=self.temperature)
         with torch.no_grad():
             positive = F.cosine_similarity(first, second, dim=-1).mean()
-        return TermOutput(distributed_mean(total, count), {"positive_cosine": positive})
+        return TermOutput(distributed_mean(total, count, over="sequences"), {"positive_cosine": positive})

@@ -35,6 +35,7 @@ class TokenContrastiveDecoderTerm(LossTerm):
     """
 
     family = "decoder"
+    averages_over = ("simctg_pairs",)
 
     def __init__(self, *, margin: float = 0.5, mask_from: str = "attention") -> None:
         super().__init__()
@@ -49,9 +50,20 @@ class TokenContrastiveDecoderTerm(LossTerm):
         if context.backbone is not None:
             self.pad_id = context.backbone.model.config.pad_token_id
 
-    def forward(self, output: ForwardOutput) -> TermOutput:
-        valid = output.attention_mask.bool()
+    def valid_positions(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """(B, T) the positions that take part: real tokens, or (pad_token) every position not holding the pad id."""
         if self.mask_from == "pad_token" and self.pad_id is not None:
-            valid = output.input_ids != self.pad_id
+            return input_ids != self.pad_id
+        return attention_mask.bool()
+
+    def count(self, over: str, batch: dict[str, Tensor]) -> Tensor:
+        """simctg_pairs: Σ_b n_b(n_b − 1), n_b the positions of sequence b that take part."""
+        if over != "simctg_pairs":
+            return super().count(over, batch)
+        n = self.valid_positions(batch["input_ids"], batch["attention_mask"]).sum(1)  # (B,)
+        return (n * (n - 1)).sum()
+
+    def forward(self, output: ForwardOutput) -> TermOutput:
+        valid = self.valid_positions(output.input_ids, output.attention_mask)
         total, count = simctg_loss_sum(output.hidden_states, valid, margin=self.margin)
-        return TermOutput(distributed_mean(total, count), {"pairs": count.detach()})
+        return TermOutput(distributed_mean(total, count, over="simctg_pairs"), {"pairs": count.detach()})

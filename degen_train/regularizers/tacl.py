@@ -52,6 +52,8 @@ TEACHER_SHARDING = ("shard", "replicate")
 class TokenContrastiveTerm(LossTerm):
     """InfoNCE between student tokens at masked positions and the frozen teacher's tokens of the same sequence."""
 
+    averages_over = ("targets",)  # the anchors: the MLM-selected positions
+
     def __init__(
         self,
         *,
@@ -134,7 +136,7 @@ class TokenContrastiveTerm(LossTerm):
         total, count = tacl_loss(
             output.hidden_states, teacher_hidden, anchors, candidates, temperature=self.temperature
         )
-        return TermOutput(distributed_mean(total, count), {"anchors": count})
+        return TermOutput(distributed_mean(total, count, over="targets"), {"anchors": count})
 
     def pad_to_block(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """Right-pad every entry to ``block_size`` columns (pad id, attention 0, segment 0)."""

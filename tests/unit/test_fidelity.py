@@ -168,3 +168,10 @@ def test_a_model_loaded_from_saved_weights_trains_with_dropout(tmp_path) -> None
     cfg = load_config([f"model.init_from={tmp_path / 'saved'}"])
     model = build_hf_model(cfg.model, tokenizer=range(30), with_nsp_head=False)
     assert all(module.training for module in model.modules())
+
+
+def test_unlikelihood_recipe_uses_the_released_candidates() -> None:
+    """facebookresearch/unlikelihood_training, custom/candidate_penalty_ce_loss.py: the earlier targets and the
+    padding index (tests/unit/test_unlikelihood.py compares the computation with a transcription of it)."""
+    cfg = load_config(["recipe=unlikelihood"])
+    assert cfg.regularizer.unlikelihood.candidates == "released"
