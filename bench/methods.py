@@ -20,7 +20,7 @@ from bench.losses import make_loss, training_step
 from bench.spine import batches
 from degen_train.config import load_config
 from degen_train.models.backbone import Backbone, build_hf_model
-from degen_train.regularizers.simctg import simctg_loss_sum
+from degen_train.regularizers.simctg import off_diagonal_pairs, simctg_loss_sum
 
 
 def main(rounds: int = 6) -> dict[str, Any]:
@@ -50,7 +50,7 @@ def main(rounds: int = 6) -> dict[str, Any]:
     def similarity_alone(i: int) -> None:  # SimCTG's inherent extra work
         batch = data[i % len(data)]
         hidden = torch.randn(*batch["input_ids"].shape, hidden_size, requires_grad=True)
-        total, count = simctg_loss_sum(hidden, batch["attention_mask"].bool(), margin=0.5)
+        total, count = simctg_loss_sum(hidden, off_diagonal_pairs(batch["attention_mask"].bool()), margin=0.5)
         (total / count).backward()
 
     def full_logits_alone(i: int) -> None:  # unlikelihood's inherent extra work

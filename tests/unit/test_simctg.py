@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from degen_train.regularizers.simctg import TokenContrastiveDecoderTerm, simctg_loss_sum
+from degen_train.regularizers.simctg import TokenContrastiveDecoderTerm, off_diagonal_pairs, simctg_loss_sum
 from degen_train.types import ForwardOutput
 
 
@@ -26,10 +26,10 @@ def test_hand_case_two_orthogonal_and_one_opposite_state() -> None:
     """States e1, e2, −e1: cosines s12 = 0, s13 = −1, s23 = 0; ρ = 0.5 gives max(0, 0.5 − 1 + s_ij):
     0 for every pair (all s_ij ≤ 0 < 0.5), and with ρ = 1.5 the pairs cost 0.5, 0.5, 0, 0.5, 0.5, 0."""
     hidden = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]])
-    valid = torch.ones(1, 3, dtype=torch.bool)
-    total, count = simctg_loss_sum(hidden, valid, margin=0.5)
+    pairs = off_diagonal_pairs(torch.ones(1, 3, dtype=torch.bool))
+    total, count = simctg_loss_sum(hidden, pairs, margin=0.5)
     assert total.item() == pytest.approx(0.0) and count.item() == 6
-    total, count = simctg_loss_sum(hidden, valid, margin=1.5)
+    total, count = simctg_loss_sum(hidden, pairs, margin=1.5)
     assert total.item() == pytest.approx(2.0, abs=1e-6) and count.item() == 6
 
 
@@ -61,17 +61,43 @@ def test_matches_the_released_formula_with_padding() -> None:
     assert result.metrics["pairs"].item() == 7 * 6 + 4 * 3 + 2 * 1
 
 
-def test_pad_token_masking_is_the_released_switch() -> None:
-    """mask_from=pad_token leaves out every position holding the pad id, also inside the attention mask."""
+def released_contrastive_loss(hidden: torch.Tensor, ids: torch.Tensor, pad: int, margin: float) -> torch.Tensor:
+    """yxuansu/SimCTG simctg/lossfunction.py, SimCTGLoss.contrastive_loss with build_mask_matrix, transcribed as
+    loops: n = the positions not holding the pad id; the pairs i ≠ j among the first n positions; a row's sum
+    counts only if its own id is not the pad id; the batch's sum over the number of such pairs."""
+    total, pairs = torch.zeros(()), 0
+    for b in range(ids.shape[0]):
+        rep = hidden[b] / hidden[b].norm(dim=-1, keepdim=True)
+        score = rep @ rep.T
+        valid_len = int((ids[b] != pad).sum())
+        for i in range(valid_len):
+            for j in range(valid_len):
+                if i != j:
+                    pairs += 1
+                    if ids[b, i] != pad:
+                        total = total + torch.relu(margin - (score[i, i] - score[i, j]))
+    return total / pairs
+
+
+def test_pad_token_masking_equals_the_released_code_with_a_pad_id_inside() -> None:
+    """mask_from=pad_token with the pad id inside a sequence (GPT-2's <|endoftext|> separating documents): the
+    released mask is built by length, so row 2 leaves the numerator, the last position leaves the pairs, and the
+    denominator keeps n(n − 1) = 12. Masking by id instead (the earlier reading) gave another value."""
     torch.manual_seed(1)
-    hidden = torch.randn(1, 5, 8)
-    ids = torch.tensor([[5, 6, 0, 7, 8]])  # 0 = pad id, here a document separator inside the sequence
-    mask = torch.ones(1, 5, dtype=torch.long)
-    term = TokenContrastiveDecoderTerm(mask_from="pad_token")
+    hidden = torch.randn(2, 5, 8)
+    ids = torch.tensor([[5, 6, 0, 7, 8], [5, 6, 7, 0, 0]])  # 0 = pad id: inside row 0, trailing in row 1
+    mask = torch.ones(2, 5, dtype=torch.long)
+    term = TokenContrastiveDecoderTerm(mask_from="pad_token", margin=1.5)  # every pair costs something
     term.pad_id = 0
     result = term(output(hidden_states=hidden, attention_mask=mask, input_ids=ids))
-    expected = released_form(hidden[:, [0, 1, 3, 4]], [4], 0.5)
+    expected = released_contrastive_loss(hidden, ids, 0, 1.5)
     torch.testing.assert_close(result.loss, expected, rtol=1e-5, atol=1e-6)
+    assert result.metrics["pairs"].item() == 4 * 3 + 3 * 2
+    # Every pad-id position left out of rows and pairs (the earlier reading): another value.
+    by_id = released_form(torch.stack([hidden[0, [0, 1, 3, 4, 2]], hidden[1]]), [4, 3], 1.5)
+    assert abs(result.loss.item() - by_id.item()) > 1e-3
+    batch = {"input_ids": ids, "attention_mask": mask}
+    assert term.count("simctg_pairs", batch).item() == 4 * 3 + 3 * 2  # what accumulation divides by
 
 
 def test_bad_options_name_the_choices() -> None:
