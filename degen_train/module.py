@@ -46,10 +46,14 @@ class PretrainModule(pl.LightningModule):
         self._window: Window | None = None  # the accumulation window being trained (accumulate_grad_batches > 1)
         self._window_logged: Tensor | None = None  # Σ of its micro-batches' logged values so far
         self._counts_verified = False  # the terms' count() checked against their forward on the first window
+        self.states_sampled_at: int | None = None  # the last update before which a term sampled states (Throughput)
 
-    def forward(self, batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+    def forward(self, batch: dict[str, Tensor], *, states_for: Any = None) -> Any:
         """The whole step, (loss, logged): under FSDP2 this is the root's forward, so every parameter a term
-        reads (embeddings, heads) is gathered while the terms run."""
+        reads (embeddings, heads) is gathered while the terms run. ``states_for=TERM``: the backbone's
+        ForwardOutput alone, with what that term requires (a term's sampling pass, see ``_sample_states``)."""
+        if states_for is not None:
+            return self.backbone(batch, requires=states_for.requires)
         batch = self.loss.prepare_batch(batch)
         return self.loss(self.backbone(batch, requires=self.loss.requires))
 
@@ -82,6 +86,36 @@ class PretrainModule(pl.LightningModule):
             window.checks, self._counts_verified = None, True
         self._log("train", logged, batch)
         return total
+
+    def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> None:
+        datamodule = self.trainer.datamodule
+        if datamodule is None or batch_idx % self.trainer.accumulate_grad_batches:  # once per update, at its start
+            return
+        per_epoch = datamodule.updates_per_epoch()
+        for term in self.loss.terms.values():
+            wanted = term.states_wanted(self.global_step, per_epoch)
+            if wanted:
+                self._sample_states(term, wanted)
+
+    def _sample_states(self, term: Any, wanted: int) -> None:
+        """Run ``term.refresh`` over eval-mode, no-gradient passes of this process's upcoming training batches.
+
+        Every module's mode is restored afterwards (a frozen teacher keeps its own); under FSDP2 the passes go
+        through the root, so its parameters are gathered, and it is resharded after."""
+        modes = {module: module.training for module in self.modules()}
+        self.eval()
+        try:
+            with torch.no_grad():
+                loader = self.trainer.datamodule.upcoming_batches()
+                outputs = (self(self.transfer_batch_to_device(b, self.device, 0), states_for=term) for b in loader)
+                term.refresh(outputs, wanted)
+            self.states_sampled_at = self.global_step
+        finally:
+            for module, training in modes.items():
+                module.training = training
+            if hasattr(self, "reshard"):
+                self.reshard()
+        log.info("%s: refreshed from a sample of the upcoming training batches at step %d", term.name, self.global_step)
 
     def _accumulation_window(self, batch: dict[str, Any], batch_idx: int) -> Window | None:
         """The window this micro-batch belongs to, its counts summed over the processes once, at its first."""

@@ -6,7 +6,7 @@ with their config weights in one place; weight 0 computes and logs a term withou
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -71,6 +71,14 @@ class LossTerm(nn.Module):
     def prepare_batch(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """Change the model's input before the forward pass (e.g. corrupt it, add views); default: none."""
         return batch
+
+    def states_wanted(self, step: int, steps_per_epoch: int) -> int:
+        """How many token states to sample, in eval mode without gradient, from the upcoming training batches
+        before update ``step`` (I-STAR's refreshed C0); 0, the default: none."""
+        return 0
+
+    def refresh(self, outputs: Iterator[ForwardOutput], wanted: int) -> None:
+        """Take the sample asked for by states_wanted: ``outputs`` runs one forward pass per next()."""
 
     def count(self, over: str, batch: dict[str, Tensor]) -> Tensor:
         """How many of ``over`` a collated micro-batch holds, as its forward will count them (accumulation)."""

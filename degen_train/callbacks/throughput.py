@@ -38,6 +38,7 @@ class Throughput(Callback):
         self._shape: tuple[int, int, int, int] | None = None  # (P_body, P_head, layers, hidden)
         self._counter: FlopCounterMode | None = None
         self._measured = False
+        self._counted_step = -1
         self._last: float | None = None
 
     def setup(self, trainer: pl.Trainer, module: pl.LightningModule, stage: str) -> None:
@@ -65,6 +66,7 @@ class Throughput(Callback):
         if not self._measured and self._counter is None:
             self._counter = FlopCounterMode(display=False)
             self._counter.__enter__()
+            self._counted_step = trainer.global_step
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, module: pl.LightningModule, outputs: Any, batch: dict, batch_idx: int
@@ -73,8 +75,11 @@ class Throughput(Callback):
         tokens, predicted, flops = self.batch_model_flops(batch)
         if self._counter is not None:  # forward and backward of the first micro-batch are counted
             self._counter.__exit__(None, None, None)
-            self.overhead = self._counter.get_total_flops() / max(flops, 1.0)
-            self._counter, self._measured = None, True
+            # A step that began with a term's sampling passes (I-STAR's C0) is no step's usual work: count another.
+            if getattr(module, "states_sampled_at", None) != self._counted_step:
+                self.overhead = self._counter.get_total_flops() / max(flops, 1.0)
+                self._measured = True
+            self._counter = None
         world = trainer.world_size
         self.model_flops_per_token = flops / max(batch["input_ids"].numel(), 1)
         mark = (now, tokens * world, predicted * world, flops * world)

@@ -124,6 +124,20 @@ class PretrainDataModule(pl.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader | AccumulationWindows:
+        loader = self.upcoming_batches()
+        accumulate = self.trainer.accumulate_grad_batches if self.trainer is not None else 1
+        if accumulate > 1 and self.window_counter is not None:  # a resume starts at a window's first micro-batch
+            return AccumulationWindows(loader, size=accumulate, counter=self.window_counter)
+        return loader
+
+    def updates_per_epoch(self) -> int:
+        """Optimizer steps per pass over the training examples."""
+        trainer = self.trainer
+        world, accumulate = (trainer.world_size, trainer.accumulate_grad_batches) if trainer is not None else (1, 1)
+        return len(self.data.train) // (self.batch_size * world) // accumulate
+
+    def upcoming_batches(self) -> DataLoader:
+        """This process's training micro-batches from the restored (or current) update on, as training sees them."""
         trainer = self.trainer
         accumulate = trainer.accumulate_grad_batches if trainer is not None else 1
         start = trainer.global_step * accumulate if trainer is not None else 0
@@ -137,10 +151,7 @@ class PretrainDataModule(pl.LightningDataModule):
             world_size=world,
             overfit_batches=self.overfit_batches,
         )
-        loader = self._loader(PositionedExamples(self.data.train, self.seed), sampler)
-        if accumulate > 1 and self.window_counter is not None:  # a resume starts at a window's first micro-batch
-            return AccumulationWindows(loader, size=accumulate, counter=self.window_counter)
-        return loader
+        return self._loader(PositionedExamples(self.data.train, self.seed), sampler)
 
     def val_dataloader(self) -> DataLoader:
         trainer = self.trainer

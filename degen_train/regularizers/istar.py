@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor
@@ -12,7 +13,8 @@ from degen_train.types import ForwardOutput, TermOutput
 
 DIRECTIONS = ("increase", "decrease")
 LAYERS = ("last", "all")
-PRIORS = ("warmup", "identity")
+PRIORS = ("refresh", "warmup", "identity")
+PADDING = ("include", "exclude")
 
 
 def isoscore_of_covariance(covariance: Tensor) -> Tensor:
@@ -25,20 +27,60 @@ def isoscore_of_covariance(covariance: Tensor) -> Tensor:
     return ((n - defect**2 * (n - math.sqrt(n))) ** 2 - n) / (n * (n - 1))
 
 
-def global_covariance(vectors: Tensor) -> Tensor:
-    """Unbiased covariance (d, d) of the vectors of every process: Σx, Σxxᵀ and N summed with a differentiable
-    all-reduce (torch.cov's value when there is one process)."""
-    vectors = vectors.float()
-    parts = [vectors.sum(0), vectors.T @ vectors]
-    count = torch.tensor(float(vectors.shape[0]), device=vectors.device)
+def _all_reduce(part: Tensor) -> Tensor:
+    """Σ over processes, differentiable (every process's states get their share of the gradient)."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         from torch.distributed.nn.functional import all_reduce
 
-        parts = [all_reduce(part) for part in parts]
+        return all_reduce(part)
+    return part
+
+
+def global_covariance(vectors: Tensor) -> Tensor:
+    """Unbiased covariance (d, d) of the vectors of every process (torch.cov's value with one process).
+
+    Two passes, as a centred covariance should be: Σx and N all-reduced give the global mean μ, then Σ(x − μ)(x − μ)ᵀ
+    is all-reduced. The one-pass Σxxᵀ − N·μμᵀ loses the covariance to float32 cancellation when ‖μ‖ is large
+    (IsoScore 0.2778 instead of 0.2729 at ‖μ‖ ≈ 800).
+    """
+    vectors = vectors.float()
+    count = vectors.new_tensor(float(vectors.shape[0]))
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.all_reduce(count)
-    total, gram = parts
-    mean = total / count
-    return (gram - count * torch.outer(mean, mean)) / (count - 1).clamp_min(1)
+    mean = _all_reduce(vectors.sum(0)) / count  # (d,)
+    centred = vectors - mean  # (N, d)
+    return _all_reduce(centred.T @ centred) / (count - 1).clamp_min(1)
+
+
+class CovarianceSums:
+    """Σx, Σxxᵀ and N in float64 over batches of states, for the refreshed C0 (no gradient: float64 keeps the
+    one-pass formula exact enough, as the released np.cov over the stacked sample is)."""
+
+    def __init__(self) -> None:
+        self.total: Tensor | None = None
+        self.gram: Tensor | None = None
+        self.count = 0.0
+
+    def add(self, states: Tensor) -> None:
+        states = states.detach().double()
+        total, gram = states.sum(0), states.T @ states
+        self.total = total if self.total is None else self.total + total
+        self.gram = gram if self.gram is None else self.gram + gram
+        self.count += states.shape[0]
+
+    def all_reduce(self) -> None:
+        """Sum over processes (each sampled its share of the same global batches)."""
+        if self.total is None or not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            return
+        joined = torch.cat([self.total, self.gram.reshape(-1), self.total.new_tensor([self.count])])
+        torch.distributed.all_reduce(joined)
+        d = self.total.numel()
+        self.total, self.gram, self.count = joined[:d], joined[d : d + d * d].reshape(d, d), float(joined[-1])
+
+    def covariance(self) -> Tensor:
+        assert self.total is not None and self.gram is not None
+        mean = self.total / self.count
+        return (self.gram - self.count * torch.outer(mean, mean)) / max(self.count - 1, 1)
 
 
 @register_term("istar")
@@ -46,25 +88,44 @@ class IsoScoreStarTerm(LossTerm):
     """L_I-STAR = ∓ IsoScore*(C*), C* = (1 − ζ)·C_batch + ζ·C0, over the batch's token states (weight = |λ|);
     Rudman & Eickhoff 2024 (I-STAR): L − λ·IsoScore*, λ > 0 spreads the states out, λ < 0 narrows them.
 
-    ``direction``: increase (λ > 0) or decrease (λ < 0) isotropy; ``zeta``: the shrinkage ζ; ``prior``: C0
-    from the first training batch's states (``warmup``, kept in checkpoints) or the identity (the released
-    code's advice without a larger sample); ``layers``: the last layer's states or the union of every
-    layer's (``all``). C_batch is the covariance of the global batch's non-pad token states.
+    ``direction``: increase (λ > 0) or decrease (λ < 0) isotropy; ``zeta``: the shrinkage ζ; ``prior``: C0 as the
+    released run_model.py estimates it (``refresh``, the default: at the start of every epoch, or every
+    ``refresh_every_steps`` updates, from more than ``refresh_points`` states of the upcoming training batches, in
+    eval mode without gradient, all processes' samples together), from the first training batch's states
+    (``warmup``, kept) or the identity (the released code's advice without a larger sample); ``layers``: the last
+    layer's states or every layer's but the embedding output (``all``, as released: hidden_states[1:]);
+    ``padding``: whether padded positions count in C_batch and C0 (``include``, as released: its states are the
+    reshaped (B·T, H) tensors) or not (``exclude``).
     """
 
     mixes_samples = "the covariance of the batch's token states"
 
-    def __init__(self, *, direction: str = "decrease", zeta: float = 0.2, prior: str = "warmup", layers: str = "last"):
+    def __init__(
+        self,
+        *,
+        direction: str = "decrease",
+        zeta: float = 0.2,
+        prior: str = "refresh",
+        layers: str = "last",
+        padding: str = "include",
+        refresh_every_steps: int | None = None,
+        refresh_points: int = 250_000,
+    ) -> None:
         super().__init__()
         for name, value, choices in (("direction", direction, DIRECTIONS), ("prior", prior, PRIORS),
-                                     ("layers", layers, LAYERS)):  # fmt: skip
+                                     ("layers", layers, LAYERS), ("padding", padding, PADDING)):  # fmt: skip
             if value not in choices:
                 raise ValueError(f"regularizer.istar.{name}={value!r} is not one of {', '.join(choices)}")
         if not 0 <= zeta <= 1:
             raise ValueError(f"regularizer.istar.zeta={zeta}: the shrinkage weight lies in [0, 1]")
+        if refresh_every_steps is not None and refresh_every_steps < 1:
+            raise ValueError(f"regularizer.istar.refresh_every_steps must be >= 1 or null, got {refresh_every_steps}")
+        if refresh_points < 2:
+            raise ValueError(f"regularizer.istar.refresh_points must be >= 2, got {refresh_points}")
         self.direction, self.zeta, self.prior, self.layers = direction, zeta, prior, layers
+        self.padding, self.refresh_every_steps, self.refresh_points = padding, refresh_every_steps, refresh_points
         self.requires = frozenset({"all_hidden_states"}) if layers == "all" else frozenset()
-        # C0 and whether it is estimated yet: buffers, so a resumed run keeps the warm-up sample's C0.
+        # C0 and whether it is estimated yet: buffers, so a resumed run keeps the C0 it had.
         self.register_buffer("prior_covariance", torch.zeros(0))
         self.register_buffer("prior_ready", torch.tensor(False))
 
@@ -73,20 +134,45 @@ class IsoScoreStarTerm(LossTerm):
         self.prior_covariance = torch.eye(context.hidden_size) if identity else torch.zeros(2 * (context.hidden_size,))
         self.prior_ready = torch.tensor(identity)
 
-    def forward(self, output: ForwardOutput) -> TermOutput:
+    def states(self, output: ForwardOutput) -> Tensor:
+        """(n, H) the token states the covariances are taken of: the chosen layers, padded positions or not."""
+        layers = output.all_hidden_states[1:] if self.layers == "all" else (output.hidden_states,)
+        assert layers[0] is not None, "layers=all needs all_hidden_states"
+        if self.padding == "include":
+            return torch.cat([layer.reshape(-1, layer.shape[-1]) for layer in layers])  # (L·B·T, H)
         mask = output.attention_mask.bool()
-        if self.layers == "all":
-            assert output.all_hidden_states is not None
-            vectors = torch.cat([layer[mask] for layer in output.all_hidden_states])  # (L·tokens, H)
-        else:
-            vectors = output.hidden_states[mask]  # (tokens, H)
-        batch_covariance = global_covariance(vectors)
-        if not self.prior_ready and self.training:  # the warm-up sample: the first training batch
+        return torch.cat([layer[mask] for layer in layers])  # (L·tokens, H)
+
+    def states_wanted(self, step: int, steps_per_epoch: int) -> int:
+        """How many states to sample before update ``step`` for a refreshed C0 (0: none now)."""
+        if self.prior != "refresh":
+            return 0
+        every = self.refresh_every_steps or max(steps_per_epoch, 1)
+        return self.refresh_points if step % every == 0 else 0
+
+    def refresh(self, outputs: Iterator[ForwardOutput], wanted: int) -> None:
+        """C0 = the covariance of the states of the upcoming batches, until more than ``wanted`` are taken (counted
+        over every process, so every process runs as many passes and 2 processes sample what 1 process does)."""
+        sums = CovarianceSums()
+        for output in outputs:
+            sums.add(self.states(output))
+            taken = torch.tensor(sums.count, device=output.hidden_states.device)
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                torch.distributed.all_reduce(taken)
+            if taken.item() > wanted:  # released get_ci: stop once past max_points
+                break
+        sums.all_reduce()
+        self.prior_covariance.copy_(sums.covariance().to(self.prior_covariance))
+        self.prior_ready.fill_(True)
+
+    def forward(self, output: ForwardOutput) -> TermOutput:
+        batch_covariance = global_covariance(self.states(output))
+        if not self.prior_ready and self.training and self.prior == "warmup":  # the first training batch
             self.prior_covariance.copy_(batch_covariance.detach())
             self.prior_ready.fill_(True)
         if self.prior_ready:
             shrunk = (1 - self.zeta) * batch_covariance + self.zeta * self.prior_covariance.to(batch_covariance)
-        else:  # validation before any training batch (a sanity check): the batch alone
+        else:  # no C0 yet (validation before any training, a term used outside training): the batch alone
             shrunk = batch_covariance
         score = isoscore_of_covariance(shrunk)
         loss = -score if self.direction == "increase" else score
