@@ -60,6 +60,7 @@ RECIPES = {
         "model=gpt2_tiny",
         "objective.agg.window_steps=3",
         "objective.agg.alpha=0.5",
+        "objective.agg.per_targets=null",  # per step: rare targets at this batch size, both gates exercised
         "optimizer.eps=1e-6",
     ],
     "spectrum_control": ["recipe=spectrum_control", "model=gpt2_tiny"],

@@ -85,7 +85,9 @@ CASES = {
     # AGG: token counts of the global batch (all-reduced), a window of 3 steps so that it slides within the run,
     # α high enough that the tiny vocabulary has rare and frequent tokens.
     "agg": (
-        ["recipe=agg", "model=gpt2_tiny", "objective.agg.window_steps=3", "objective.agg.alpha=0.5"],
+        # per step (per_targets=null): at this batch size some targets are rare, so both gates are exercised
+        ["recipe=agg", "model=gpt2_tiny", "objective.agg.window_steps=3", "objective.agg.alpha=0.5",
+         "objective.agg.per_targets=null"],  # fmt: skip
         ("train/agg/loss", "train/agg/rare_share"),
     ),
     # Spectrum control: no sample mixing, but its factors replace a tied parameter through a pre-forward hook;

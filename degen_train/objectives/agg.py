@@ -43,12 +43,19 @@ class _GatedEmbeddingGradient(torch.autograd.Function):
         return grad_hidden, grad_weight.to(weight.dtype), None, None, None, None
 
 
-def agg_gates(counts: Tensor, steps: int, *, alpha: float, special_ids: list[int]) -> tuple[Tensor, Tensor, Tensor]:
+def agg_gates(
+    counts: Tensor, steps: int, *, alpha: float, special_ids: list[int], per_targets: int | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
     """(rare, g1, g2) over the vocabulary from the last K steps' target counts, as the released criterion:
     a_v = counts_v / min(steps, K) (the mean count per step), rare ⇔ a_v < α (special tokens never);
     g1_v = a_v for rare v, else 1 (the gate when the target is not rare);
-    g2_v = min(1, counts_v / mean_{r rare} counts_r) for rare v, else 1 (the gate when the target is rare)."""
-    appearance = counts.double() / max(steps, 1)  # (V,)
+    g2_v = min(1, counts_v / mean_{r rare} counts_r) for rare v, else 1 (the gate when the target is rare).
+    ``per_targets`` = T: a_v = counts_v · T / Σ counts, the mean count per T targets, which is the per-step value
+    when every step holds T targets and means the same at any batch size."""
+    if per_targets is None:
+        appearance = counts.double() / max(steps, 1)  # (V,)
+    else:
+        appearance = counts.double() * per_targets / max(int(counts.sum()), 1)  # (V,)
     appearance[special_ids] = 1.0
     rare = appearance < alpha  # (V,)
     g1 = torch.where(rare, appearance, torch.ones_like(appearance))
@@ -81,10 +88,13 @@ class GatedLikelihoodTerm(TokenPredictionTerm):
     # agg_target_ids: the (V,) target counts of a micro-batch, so that an accumulation window counts as one update
     averages_over = ("targets", "agg_target_ids")
 
-    def __init__(self, *, alpha: float = 0.03, window_steps: int = 1000) -> None:
+    def __init__(self, *, alpha: float = 0.03, window_steps: int = 1000, per_targets: int | None = 32768) -> None:
         super().__init__(chunk_size=None)
         if not 0 < alpha < 1:
             raise ValueError(f"objective.agg.alpha must be in (0, 1), got {alpha}")
+        if per_targets is not None and per_targets < 1:
+            raise ValueError(f"objective.agg.per_targets must be >= 1 or null, got {per_targets}")
+        self.per_targets = per_targets
         if window_steps < 1:
             raise ValueError(f"objective.agg.window_steps must be >= 1, got {window_steps}")
         self.alpha, self.window_steps = alpha, window_steps
@@ -133,7 +143,11 @@ class GatedLikelihoodTerm(TokenPredictionTerm):
         if self.training:
             self._count(targets)
         rare, g1, g2 = agg_gates(
-            self.counts, min(self.steps, self.window_steps), alpha=self.alpha, special_ids=self.special_ids
+            self.counts,
+            min(self.steps, self.window_steps),
+            alpha=self.alpha,
+            special_ids=self.special_ids,
+            per_targets=self.per_targets,
         )
         logits = gated_logits(hidden, output.output_embedding_weight, targets, rare, g1, g2)  # (N, V)
         if output.output_bias is not None:

@@ -104,3 +104,17 @@ def test_bad_options_name_the_value() -> None:
         GatedLikelihoodTerm(alpha=1.5)
     with pytest.raises(ValueError, match=r"objective.agg.window_steps must be >= 1, got 0"):
         GatedLikelihoodTerm(window_steps=0)
+
+
+def test_alpha_per_targets_means_the_same_at_any_batch() -> None:
+    """Counts of a window of 4 steps of 100 targets each: per step (released literal) and per 100 targets agree;
+    the same frequencies at 8× the batch keep the per-target rare set, while the per-step one shrinks."""
+    counts = torch.tensor([0, 200, 2, 6, 40, 152])  # Σ = 400 targets in 4 steps
+    per_step = agg_gates(counts, 4, alpha=1.0, special_ids=[0])
+    per_target = agg_gates(counts, 4, alpha=1.0, special_ids=[0], per_targets=100)
+    for a, b in zip(per_step, per_target, strict=True):
+        torch.testing.assert_close(a, b)
+    assert per_step[0].tolist() == [False, False, True, False, False, False]  # 2 / 4 steps = 0.5 < 1
+    bigger = counts * 8  # 800 targets a step, the same frequencies
+    assert agg_gates(bigger, 4, alpha=1.0, special_ids=[0], per_targets=100)[0].tolist() == per_step[0].tolist()
+    assert not agg_gates(bigger, 4, alpha=1.0, special_ids=[0])[0].any()  # per step: 16 / 4 = 4, no rare token
