@@ -13,7 +13,7 @@ from torch import Tensor
 from degen_train.accumulation import Window, averaging_over, reduce_counts, verify_counts
 from degen_train.models.backbone import Backbone
 from degen_train.parallel import apply_fsdp2
-from degen_train.rng import DROPOUT_SALT, mix_seed
+from degen_train.rng import DROPOUT_SALT, VALIDATION_DROPOUT_SALT, mix_seed
 from degen_train.terms import WeightedSum
 
 log = logging.getLogger("degen_train")
@@ -135,6 +135,8 @@ class PretrainModule(pl.LightningModule):
         return self._window
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        # Seeded: a view that keeps its dropout in validation (SimCSE's) draws the same masks in every run.
+        torch.manual_seed(mix_seed(self.seed, VALIDATION_DROPOUT_SALT, batch_idx, self.global_rank))
         _, logged = self(batch)
         self._log("val", logged, batch)
 

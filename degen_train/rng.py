@@ -10,6 +10,7 @@ DROPOUT_SALT = 0xD409  # dropout of a micro-batch: (seed, salt, step, micro-batc
 EPOCH_ORDER_SALT = 0x5A3D  # the batch order of an epoch: (seed, epoch, salt)
 CROP_SALT = 0x5C1  # COCO-LM's SCL crop of an example: (example seed, salt)
 REPLACEMENT_SALT = 0xC0C0  # generator samples that corrupt an example: (example seed, salt)
+VALIDATION_DROPOUT_SALT = 0x7A1D  # dropout a validation pass keeps (SimCSE's views): (seed, salt, batch, rank)
 VALIDATION_SEED_OFFSET = 7_919  # validation masking: seed + offset, so it differs from training and never changes
 # An example's masking seed is mix_seed(seed, epoch, index): the position itself, no salt (data/sampling.py).
 

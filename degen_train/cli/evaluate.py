@@ -23,6 +23,7 @@ def evaluate(
     wic_fit: str | Path | None = None,
     out: str | Path,
     layer: str | int = "last",
+    pooling: str = "mean",
     batch_size: int = 32,
     max_length: int | None = None,
     limit: int | None = None,
@@ -36,7 +37,7 @@ def evaluate(
     fit_items = read_wic(wic_fit) if wic_fit is not None else None
     encoder = load_encoder(model, batch_size=batch_size, max_length=max_length)
     Path(out).mkdir(parents=True, exist_ok=True)
-    result: dict[str, Any] = {"model": str(encoder.source), "layer": layer}
+    result: dict[str, Any] = {"model": str(encoder.source), "layer": layer, "pooling": pooling}
     if sts_sets:
         result["sts"] = {}
         for name, pairs in sts_sets.items():
@@ -44,7 +45,7 @@ def evaluate(
                 pairs = type(pairs)(pairs.first[:limit], pairs.second[:limit], pairs.scores[:limit])
             result["sts"][name] = sts_scores(
                 pairs,
-                lambda s: sentence_vectors(encoder, s, layer=layer),
+                lambda s: sentence_vectors(encoder, s, layer=layer, pooling=pooling),
                 picture=Path(out) / f"{name}_pair_cosines.png",
             )
     if wic_items is not None:
@@ -92,6 +93,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--out", required=True, help="output directory for eval.json")
     parser.add_argument("--layer", default="last", help="last | first_last | a layer index (0 = embeddings)")
+    parser.add_argument(
+        "--pooling", default="mean", choices=["mean", "cls"], help="STS sentence vectors: token mean or [CLS]"
+    )
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=None)
     parser.add_argument("--limit", type=int, default=None, help="only the first N items of each set")
@@ -106,6 +110,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             wic_fit=args.wic_fit,
             out=args.out,
             layer=layer,
+            pooling=args.pooling,
             batch_size=args.batch_size,
             max_length=args.max_length,
             limit=args.limit,

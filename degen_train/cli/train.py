@@ -27,6 +27,7 @@ from degen_train.build import (  # noqa: E402
     resolved_config,
     setup_terms,
 )
+from degen_train.callbacks.best_sts import BestBySTS  # noqa: E402
 from degen_train.callbacks.isotropy import IsotropyMonitor  # noqa: E402
 from degen_train.callbacks.throughput import Throughput  # noqa: E402
 from degen_train.catalog import build_terms  # noqa: E402
@@ -157,6 +158,7 @@ def _train_locked(
                     wic_fit=cfg.eval.get("wic_fit"),
                     out=run_dir / "eval",
                     layer=cfg.eval.layer,
+                    pooling=cfg.eval.pooling,
                 )
         atomic_write_json(run_dir / "summary.json", summary)
         for logger in trainer.loggers:  # wandb: the summary, then finish (an offline run is closed and syncable)
@@ -216,6 +218,7 @@ def _summary(
     """What the run measured, each number named for what it is."""
     throughput = next((c for c in trainer.callbacks if isinstance(c, Throughput)), None)
     isotropy = next((c.latest for c in trainer.callbacks if isinstance(c, IsotropyMonitor)), {})
+    selection = next((c.summary() for c in trainer.callbacks if isinstance(c, BestBySTS)), None)
     source = next((f"{k}/{t.perplexity_metric}" for k, t in terms.items() if t.perplexity_metric), None)
     token_loss = val_metrics.get(f"val/{source}") if source else None
     return {
@@ -234,6 +237,7 @@ def _summary(
         "val_metrics": {k: float(v) for k, v in val_metrics.items()},
         **(throughput.summary(trainer.world_size) if throughput else {"tokens_per_s": None}),
         "isotropy": isotropy,
+        **({"best_by_sts": selection} if selection else {}),
         "config": resolved_config(cfg),
     }
 

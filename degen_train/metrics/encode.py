@@ -16,6 +16,7 @@ from transformers.utils import logging as transformers_logging
 
 log = logging.getLogger(__name__)
 POOLING_LAYERS = ("last", "first_last")
+POOLINGS = ("mean", "cls")
 
 
 @dataclass
@@ -61,9 +62,10 @@ def _batches(items: Sequence[Any], size: int, description: str) -> Iterator[Sequ
 
 
 def _forward(encoder: Encoder, encoded: dict) -> tuple[Tensor, ...]:
+    device = next(encoder.model.parameters()).device  # the live model of a run may sit on a GPU
     with torch.no_grad():
         out = encoder.model(
-            **{k: v for k, v in encoded.items() if k in ("input_ids", "attention_mask", "token_type_ids")},
+            **{k: v.to(device) for k, v in encoded.items() if k in ("input_ids", "attention_mask", "token_type_ids")},
             output_hidden_states=True,
         )
     return out.hidden_states  # embeddings + every layer, each (B, T, H)
@@ -79,11 +81,16 @@ def _tokenize(encoder: Encoder, texts: Sequence[Any], **kwargs: Any) -> dict:
     return encoded
 
 
-def sentence_vectors(encoder: Encoder, sentences: Sequence[str], *, layer: str | int = "last") -> Tensor:
-    """(S, H) mean of token vectors over the attention mask; layer: "last", "first_last" (average of the
-    first and last layer's means) or a layer index (0 = embeddings)."""
+def sentence_vectors(
+    encoder: Encoder, sentences: Sequence[str], *, layer: str | int = "last", pooling: str = "mean"
+) -> Tensor:
+    """(S, H) sentence vectors: the mean of token vectors over the attention mask (``mean``) or the first token's
+    vector (``cls``: what SimCSE trains and its authors evaluate); layer: "last", "first_last" (average of the
+    first and last layer's) or a layer index (0 = embeddings)."""
     if isinstance(layer, str) and layer not in POOLING_LAYERS:
         raise ValueError(f"layer={layer!r} is not one of {', '.join(POOLING_LAYERS)} or a layer index")
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling={pooling!r} is not one of {', '.join(POOLINGS)}")
     out = []
     for chunk in _batches(sentences, encoder.batch_size, "encoding"):
         encoded = _tokenize(encoder, chunk)
@@ -91,7 +98,7 @@ def sentence_vectors(encoder: Encoder, sentences: Sequence[str], *, layer: str |
         mask = encoded["attention_mask"].unsqueeze(-1).float()  # (B, T, 1)
 
         def pooled(hidden: Tensor, mask: Tensor = mask) -> Tensor:
-            return (hidden * mask).sum(1) / mask.sum(1)
+            return hidden[:, 0] if pooling == "cls" else (hidden * mask).sum(1) / mask.sum(1)
 
         if layer == "last":
             out.append(pooled(layers[-1]))

@@ -139,7 +139,7 @@ def transformed(vectors: Tensor) -> dict[str, Tensor]:
 
 
 def sts_scores(pairs: SentencePairs, encode: Callable[[list[str]], Tensor], *, picture: Path | None = None) -> dict:
-    """Spearman ρ × 100 between gold scores and cos(u, v) of mean-pooled sentence vectors, per mode."""
+    """Spearman ρ × 100 between gold scores and cos(u, v) of the sentence vectors ``encode`` makes, per mode."""
     vectors = encode(pairs.first + pairs.second)
     count = len(pairs.first)
     result: dict = {"n": count, "whitening_fitted_on": "the scored sentences (both sides of every pair)"}

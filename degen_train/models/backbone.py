@@ -26,7 +26,8 @@ from degen_train.types import ForwardOutput
 FAMILIES = ("encoder", "decoder")
 # Batch entries with a ForwardOutput field of their own; any other entry lands in ``extras``.
 BATCH_KEYS = frozenset(
-    {"input_ids", "attention_mask", "labels", "original_ids", "token_type_ids", "next_sentence_label", "views"}
+    {"input_ids", "attention_mask", "labels", "original_ids", "token_type_ids", "next_sentence_label", "views",
+     "dropout"}  # fmt: skip
 )
 
 
@@ -207,9 +208,22 @@ class Backbone(nn.Module):
             pooled=pooled if "pooled" in requires else None,
             sequence_logits=sequence_logits,
             all_hidden_states=encoded.hidden_states if "all_hidden_states" in requires else None,
-            views=tuple(self(view, requires=requires) for view in batch.get("views", ())),
+            views=tuple(self.view(view, requires=requires) for view in batch.get("views", ())),
             extras={k: v for k, v in batch.items() if k not in BATCH_KEYS},
         )
+
+    def view(self, batch: dict[str, Any], *, requires: frozenset[str]) -> ForwardOutput:
+        """One extra pass a term asked for. ``batch["dropout"]=True``: with dropout also in validation (SimCSE's two
+        views are two dropout masks: without them the views are equal and the loss means nothing)."""
+        if not batch.get("dropout") or self.model.training:
+            return self(batch, requires=requires)
+        modes = {module: module.training for module in self.model.modules()}
+        self.model.train()
+        try:
+            return self(batch, requires=requires)
+        finally:
+            for module, training in modes.items():
+                module.training = training
 
     @torch.no_grad()
     def full_logits(self, batch: dict[str, Tensor]) -> Tensor:

@@ -55,6 +55,10 @@ class DropoutContrastTerm(LossTerm):
             raise ValueError(f"SimCSE needs data.batch_size >= 2 (in-batch negatives), got {context.batch_size}")
         if self.pooler == "cls_mlp":
             self.mlp = nn.Sequential(nn.Linear(context.hidden_size, context.hidden_size), nn.Tanh())
+            # As the released cl_init (cls.init_weights(): BERT's init): normal(0, initializer_range), zero bias.
+            config = context.backbone.model.config if context.backbone is not None else None
+            nn.init.normal_(self.mlp[0].weight, std=float(getattr(config, "initializer_range", 0.02)))
+            nn.init.zeros_(self.mlp[0].bias)
 
     def prepare_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Both views in one pass of 2B rows, the unmasked sequences twice (each row its own dropout mask), as
@@ -65,6 +69,7 @@ class DropoutContrastTerm(LossTerm):
             "input_ids": twice,
             "attention_mask": torch.cat([batch["attention_mask"], batch["attention_mask"]]),
             "labels": torch.full_like(twice, -100),
+            "dropout": True,  # also in validation: the two views are two dropout masks
         }
         self.view_index = len(batch.get("views", ()))
         return {**batch, "views": (*batch.get("views", ()), view)}

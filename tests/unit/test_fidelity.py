@@ -175,3 +175,13 @@ def test_unlikelihood_recipe_uses_the_released_candidates() -> None:
     padding index (tests/unit/test_unlikelihood.py compares the computation with a transcription of it)."""
     cfg = load_config(["recipe=unlikelihood"])
     assert cfg.regularizer.unlikelihood.candidates == "released"
+
+
+def test_simcse_recipe_as_released() -> None:
+    """princeton-nlp/SimCSE run_unsup_example.sh: batch 64, max_seq_length 32, lr 3e-5, HF Trainer's default
+    weight decay 0; evaluation with [CLS] vectors (pooler cls with --mlp_only_train)."""
+    cfg = load_config(["recipe=simcse", "start=x"])
+    assert (cfg.data.batch_size, cfg.data.block_size, cfg.optimizer.lr) == (64, 32, 3e-5)
+    assert cfg.optimizer.weight_decay == 0.0 and cfg.eval.pooling == "cls"
+    assert cfg.regularizer.simcse.pooler == "cls_mlp"
+    assert (cfg.callbacks.best_by_sts.every_n_steps, cfg.callbacks.best_by_sts.pooling) == (125, "cls")

@@ -56,3 +56,35 @@ def test_bad_options_name_the_choices() -> None:
         DropoutContrastTerm(pooler="avg")
     with pytest.raises(ValueError, match=r"SimCSE needs data.batch_size >= 2"):
         DropoutContrastTerm().setup(TermContext(hidden_size=4, vocab_size=10, batch_size=1))
+
+
+def test_the_mlp_is_initialised_as_bert_initialises() -> None:
+    """The released cl_init calls cls.init_weights(): BERT's normal(0, initializer_range = 0.02), zero bias."""
+    torch.manual_seed(0)
+    term = DropoutContrastTerm()
+    term.setup(TermContext(hidden_size=512, vocab_size=10, batch_size=2))
+    weight, bias = term.mlp[0].weight, term.mlp[0].bias
+    assert weight.std().item() == pytest.approx(0.02, rel=0.02) and abs(weight.mean().item()) < 1e-3
+    assert bias.abs().max().item() == 0.0
+
+
+def test_validation_keeps_the_views_dropout(tmp_path) -> None:  # noqa: ANN001
+    """In eval mode (validation) the two views still differ by their dropout masks, so the validation loss is the
+    contrastive loss and not a copy-the-view score; the rest of the model stays in eval mode."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    from degen_train.models.backbone import Backbone
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=16, hidden_dropout_prob=0.1)  # fmt: skip
+    backbone = Backbone(BertForMaskedLM(config)).eval()
+    term = DropoutContrastTerm(pooler="cls")
+    term.setup(TermContext(hidden_size=32, vocab_size=50, batch_size=4, backbone=backbone))
+    ids = torch.randint(5, 50, (4, 8))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": torch.full_like(ids, -100)}
+    output = backbone(term.prepare_batch(batch))
+    first, second = output.views[term.view_index].hidden_states.chunk(2)
+    assert not torch.allclose(first, second)  # two dropout masks, also in eval mode
+    assert not backbone.model.training and not any(m.training for m in backbone.model.modules())
+    assert term(output).metrics["positive_cosine"].item() < 0.9999
