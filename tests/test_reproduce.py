@@ -64,3 +64,25 @@ def test_a_method_part_brings_its_baseline_and_writes_its_section(tmp_path: Path
     assert "## (g) Welleck et al. 2020" in text and "## (a)" not in text
     assert "| mle | 1 |" in text and "| unlikelihood | 1 |" in text and "val perplexity: " in text
     assert not (tmp_path / "runs" / "gao" / "cosreg").exists()
+
+
+def test_spectrum_control_is_judged_against_its_control_too(tmp_path: Path) -> None:
+    """parts=[spectrum_control]: beside the MLE baseline, a control with the same factorisation and both penalties
+    at weight 0, and verdicts of the method against it (issue 19: a gain must be the penalties')."""
+    settings = miniature(tmp_path, parts="[spectrum_control]", seeds=1)
+    text = Path(reproduce(load_settings(settings))).read_text()
+    assert "| mle | 1 |" in text and "| control | 1 |" in text and "| spectrum_control | 1 |" in text
+    assert "Against the control:" in text and "(control) →" in text
+    control = (tmp_path / "runs" / "spectrum_control" / "control" / "seed0" / "config.yaml").read_text()
+    assert "spectrum_control:\n    weight: 0\n" in control
+
+
+def test_simcse_runs_with_its_recipe_batches_and_is_probed_with_cls() -> None:
+    """The SimCSE runs keep the recipe's batch 64 × 32 tokens and no warm-up (the page once overrode them)."""
+    from degen_train.reproduce.runs import plan
+
+    cfg = load_settings(["parts=[simcse]", "seeds=1"])
+    simcse = next(r for r in plan(cfg) if r.part == "simcse")
+    assert not any(o.startswith(("data.batch_size=", "data.block_size=", "scheduler.warmup_steps=")) for o in
+                   simcse.overrides)  # fmt: skip
+    assert "recipe=simcse" in simcse.overrides

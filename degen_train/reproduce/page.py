@@ -58,6 +58,11 @@ def row_of(run: Run, result: dict[str, Any]) -> dict[str, Any]:
         row["sentence mean cos"] = geometry["mean_cosine_all_sentences"]
         row["similar-pair cos"] = geometry["similar_pairs_mean_cosine"]
         row["random-pair cos"] = geometry["random_pairs_mean_cosine"]
+    cls = result.get("eval_cls", {}).get("sts", {}).get("sts-dev")
+    if cls:
+        row["STS-B raw [CLS]"] = cls["raw"]
+    for term, value in (summary.get("train_terms") or {}).items():
+        row[f"train {term}"] = value  # the last training step's value (a loss stuck at chance shows here)
     wic = result.get("eval", {}).get("wic")
     if wic:
         row["WiC acc (held-out t)"] = wic["raw"].get("accuracy") * 100

@@ -32,20 +32,24 @@ class Run:
     folder: Path = field(compare=False)
 
 
-def common_overrides(cfg: DictConfig, steps: int, seed: int) -> list[str]:
-    """Settings every run shares: data, sizes, validation and checkpoints five times a run, quiet logs."""
+def common_overrides(cfg: DictConfig, steps: int, seed: int, *, recipe_batches: bool = False) -> list[str]:
+    """Settings every run shares: data, sizes, validation and checkpoints five times a run, quiet logs.
+    ``recipe_batches``: keep the recipe's own batch size, sequence length and warm-up (SimCSE's released ones)."""
     every = max(1, steps // 5)
+    shapes = [] if recipe_batches else [
+        f"data.batch_size={cfg.batch_size}",
+        f"data.block_size={cfg.block_size}",
+        f"scheduler.warmup_steps={max(1, min(100, steps // 10))}",
+    ]  # fmt: skip
     return [
         f"data={cfg.data}",
         *[str(o) for o in cfg.data_overrides],
-        f"data.batch_size={cfg.batch_size}",
-        f"data.block_size={cfg.block_size}",
+        *shapes,
         f"data.tokenizer.vocab_size={cfg.vocab_size}",
         f"trainer.max_steps={steps}",
         f"trainer.val_check_interval={every}",
         f"callbacks.checkpoint.every_n_train_steps={every}",
         f"callbacks.isotropy.every_n_steps={every}",
-        f"scheduler.warmup_steps={max(1, min(100, steps // 10))}",
         "trainer.enable_progress_bar=false",
         "trainer.enable_model_summary=false",
         f"seed={seed}",
@@ -57,9 +61,11 @@ def plan(cfg: DictConfig) -> list[Run]:
     """Every run of the parts asked for, teachers before their students."""
     root, seeds, runs = Path(str(cfg.runs)), range(int(cfg.seeds)), []
 
-    def add(part: str, variant: str, seed: int, steps: int, *extra: str, encoder: bool) -> Run:
+    def add(part: str, variant: str, seed: int, steps: int, *extra: str, encoder: bool, recipe_batches: bool = False
+            ) -> Run:  # fmt: skip
         folder = root / part / variant / f"seed{seed}"
-        run = Run(part, variant, seed, (*common_overrides(cfg, steps, seed), *extra), encoder, folder)
+        shared = common_overrides(cfg, steps, seed, recipe_batches=recipe_batches)
+        run = Run(part, variant, seed, (*shared, *extra), encoder, folder)
         runs.append(run)
         return run
 
@@ -135,6 +141,10 @@ def execute(run: Run, cfg: DictConfig) -> dict[str, Any]:
             evaluate(run.folder, sts=[sts], wic=wic, wic_fit=fit, out=run.folder / "eval")
             seconds["probes"] = time.perf_counter() - started
         result["eval"] = json.loads(eval_file.read_text())
+        cls_file = run.folder / "eval_cls" / "eval.json"  # [CLS] vectors too: what SimCSE trains and is judged on
+        if not cls_file.exists():
+            evaluate(run.folder, sts=[sts], pooling="cls", out=run.folder / "eval_cls")
+        result["eval_cls"] = json.loads(cls_file.read_text())
     atomic_write_json(timing, seconds)
     result["seconds"] = seconds
     return result
