@@ -21,7 +21,6 @@ import os
 import pickle
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ import torch
 from lightning.fabric.plugins.io import CheckpointIO
 
 from degen_train.io import file_sha256, fsync_directory, staged_file
+from degen_train.sharded_io import UnsafeCheckpointError, gather_sharded, read_index
 
 log = logging.getLogger("degen_train")
 SIDECAR_SUFFIX = ".meta.json"
@@ -153,21 +153,18 @@ def finish_sharded_checkpoint(staging: Path, path: Path, rest: dict[str, Any]) -
 def gather_sharded_checkpoint(path: Path) -> dict[str, Any]:
     """A sharded checkpoint folder as one in-memory checkpoint in the one-file layout (whole tensors, optimizer
     state keyed by position), for a run that does not shard, or for degen-convert. One process, no group."""
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
     from degen_train.parallel import by_position
 
-    rest = checkpoint_header(path)  # refuses a folder without its index, meta.pt or a shard
-    with tempfile.TemporaryDirectory(prefix="degen-gather-") as scratch:
-        whole = Path(scratch) / "whole.pt"
-        try:
-            dcp_to_torch_save(path, whole)
-        except (OSError, RuntimeError, ValueError) as error:
-            raise CheckpointError(
-                f"checkpoint {path} could not be gathered ({type(error).__name__}: {str(error).splitlines()[0][:200]}):"
-                f" a shard file is missing or torn (files there: {', '.join(sorted(f.name for f in path.iterdir()))})"
-            ) from None
-        tensors = torch.load(whole, map_location="cpu", weights_only=True)
+    rest = checkpoint_header(path)  # refuses a folder without its index, meta.pt or a shard; the index is checked
+    try:
+        tensors = gather_sharded(path)
+    except UnsafeCheckpointError as error:
+        raise _refusal(path, error) from None
+    except (OSError, RuntimeError, ValueError) as error:
+        raise CheckpointError(
+            f"checkpoint {path} could not be gathered ({type(error).__name__}: {str(error).splitlines()[0][:200]}):"
+            f" a shard file is missing or torn (files there: {', '.join(sorted(f.name for f in path.iterdir()))})"
+        ) from None
     optimizers = sorted((k for k in tensors if k.startswith("optimizer_")), key=lambda k: int(k.split("_")[1]))
     return {
         **rest,
@@ -189,17 +186,7 @@ def load_checkpoint_file(path: Path, map_location: Any = "cpu", *, require_state
     try:
         loaded = torch.load(path, map_location=map_location, weights_only=True, mmap=True)
     except pickle.UnpicklingError as error:
-        found = re.search(r"(?:Unsupported global|GLOBAL) ([\w.]+)", str(error))
-        if found is None:  # not a refusal: the bytes are not a pickle at all
-            raise CheckpointError(
-                f"checkpoint {path} is not a readable PyTorch checkpoint ({str(error).splitlines()[0][:200]}): "
-                f"it is torn or not a checkpoint; use an earlier one"
-            ) from None
-        raise CheckpointError(
-            f"refused to load {path}: it holds a Python object that is not a tensor or plain container "
-            f"({found.group(1)}). Checkpoints are loaded weights-only, so a file can never run code here; "
-            f"degen_train's own checkpoints hold only weights and plain values"
-        ) from None
+        raise _refusal(path, error) from None
     except (RuntimeError, EOFError, OSError, ValueError) as error:
         raise CheckpointError(
             f"checkpoint {path} is not a readable PyTorch checkpoint ({type(error).__name__}: "
@@ -272,13 +259,31 @@ def checkpoint_header(path: Path) -> dict[str, Any]:
     return load_checkpoint_file(path)
 
 
-def check_shards_present(path: Path) -> None:
-    """Refuse a sharded checkpoint folder missing a shard file its own index names (copied in part, say)."""
-    from torch.distributed.checkpoint import FileSystemReader
+def _refusal(path: Path, error: pickle.UnpicklingError) -> CheckpointError:
+    """The message for a pickle that names a global outside the allow-list, or that is not a pickle at all."""
+    found = re.search(r"(?:Unsupported global|GLOBAL) ([\w.]+)", str(error))
+    if found is None:  # not a refusal: the bytes are not a pickle at all
+        return CheckpointError(
+            f"checkpoint {path} is not a readable PyTorch checkpoint ({str(error).splitlines()[0][:200]}): "
+            f"it is torn or not a checkpoint; use an earlier one"
+        )
+    return CheckpointError(
+        f"refused to load {path}: it holds a Python object that is not a tensor or plain container "
+        f"({found.group(1)}). Checkpoints are loaded weights-only (a sharded folder's index with an allow-list of "
+        f"the checkpoint format's own classes), so a file can never run code here; degen_train's own checkpoints "
+        f"hold only weights and plain values"
+    )
 
+
+def check_shards_present(path: Path) -> None:
+    """Refuse a sharded checkpoint folder missing a shard file its own index names (copied in part, say), or
+    whose index names anything but the checkpoint format's classes (read with an allow-list, never unpickled
+    freely)."""
     try:
-        metadata = FileSystemReader(str(path)).read_metadata()
-    except (OSError, RuntimeError, ValueError, EOFError) as error:
+        metadata = read_index(path)
+    except pickle.UnpicklingError as error:
+        raise _refusal(path / ".metadata", error) from None
+    except (OSError, RuntimeError, ValueError, EOFError, AttributeError) as error:
         raise CheckpointError(f"checkpoint {path} has no readable shard index (.metadata): {error}") from None
     named = {info.relative_path for info in (metadata.storage_data or {}).values()}
     missing = sorted(name for name in named if not (path / name).is_file())

@@ -13,6 +13,7 @@ import math
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -127,7 +128,6 @@ class FSDP2Strategy(ModelParallelStrategy):
         return checkpoint
 
     def _load_sharded(self, path: Any) -> dict[str, Any]:
-        from torch.distributed.checkpoint import load as dcp_load
         from torch.distributed.checkpoint.state_dict import (
             get_model_state_dict,
             get_optimizer_state_dict,
@@ -136,12 +136,14 @@ class FSDP2Strategy(ModelParallelStrategy):
         )
 
         from degen_train.checkpoints import checkpoint_header
+        from degen_train.sharded_io import load_sharded
 
         tensors = {"state_dict": get_model_state_dict(self.model)}
         optimizers = [getattr(o, "_optimizer", o) for o in self.optimizers]
         for i, optimizer in enumerate(optimizers):
             tensors[f"optimizer_{i}"] = get_optimizer_state_dict(self.model, optimizer)
-        dcp_load(tensors, checkpoint_id=path)  # fills each process's current shards from whatever wrote them
+        checkpoint_header(path)  # its index read with the allow-list, meta.pt weights-only, every shard present
+        load_sharded(tensors, Path(path))  # fills each process's current shards from whatever wrote them
         set_model_state_dict(self.model, tensors.pop("state_dict"))
         for i, optimizer in enumerate(optimizers):
             set_optimizer_state_dict(self.model, optimizer, tensors[f"optimizer_{i}"])
