@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 LOCK_NAME = ".lock"
 
@@ -56,6 +57,29 @@ def _busy_message(run_dir: Path, descriptor: int) -> str:
         f"the run folder {run_dir} is in use by {who}: one run writes to a folder at a time. Wait for it to "
         f"finish, or give this run another hydra.run.dir"
     )
+
+
+def refuse_writes_into_other_runs(cfg: Any, run_dir: Path) -> None:
+    """A run writes its checkpoints and logs into its own folder, never into another run's (a folder with
+    config.yaml and checkpoints/): such a path, from a copied or handed-over config, is refused naming the key."""
+    own = run_dir.resolve()
+    places = {"callbacks.checkpoint.dirpath": (cfg.get("callbacks") or {}).get("checkpoint", {}) or {}}
+    places = {key: value.get("dirpath") for key, value in places.items()}
+    places["trainer.default_root_dir"] = cfg.trainer.get("default_root_dir")
+    for name, logger in (cfg.get("logger") or {}).items():
+        places[f"logger.{name}.save_dir"] = (logger or {}).get("save_dir")
+    for key, value in places.items():
+        if not value:
+            continue
+        path = Path(str(value)).expanduser().resolve()
+        if path == own or own in path.parents:
+            continue
+        for folder in (path, *path.parents):
+            if (folder / "config.yaml").is_file() and (folder / "checkpoints").is_dir():
+                raise ValueError(
+                    f"{key}={value} lies in another run's folder ({folder}); this run writes into {run_dir}. Set "
+                    f"{key} inside it, or remove the override"
+                )
 
 
 def is_launching_process() -> bool:

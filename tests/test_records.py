@@ -12,6 +12,7 @@ import torch
 
 from degen_train.catalog import discover_terms
 from degen_train.cli.paths import config_dir
+from degen_train.cli.rerun import rebased
 from degen_train.config import load_config
 from degen_train.data import corpus as corpus_module
 from tests.helpers import degen_train, logged, run
@@ -64,9 +65,9 @@ def test_reproduce_relaunches_a_run_from_its_record(text_run: Path, tmp_path: Pa
     assert result.returncode == 0, result.stderr[-3000:]
     before, after = (json.loads((d / "summary.json").read_text()) for d in (text_run, again))
     assert after["train_loss"] == before["train_loss"] and after["val_loss"] == before["val_loss"]
-    assert {k: v for k, v in after["config"].items() if k != "run_dir"} == {
-        k: v for k, v in before["config"].items() if k != "run_dir"
-    }
+    # The same config, every path inside the run folder rebuilt inside the new one (never written into the old).
+    assert rebased(after["config"], str(again)) == rebased(before["config"], str(text_run))
+    assert after["config"]["callbacks"]["checkpoint"]["dirpath"] == f"{again}/checkpoints"
 
 
 def test_reproduce_of_a_folder_that_is_not_a_run_names_it(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ from degen_train.precision import check_precision  # noqa: E402
 from degen_train.provenance import run_provenance  # noqa: E402
 from degen_train.quiet import silence_known_noise  # noqa: E402
 from degen_train.run_table import end_of_run_table, human, parameter_counts  # noqa: E402
-from degen_train.runlock import is_launching_process, run_dir_lock  # noqa: E402
+from degen_train.runlock import is_launching_process, refuse_writes_into_other_runs, run_dir_lock  # noqa: E402
 from degen_train.schema import validate_config  # noqa: E402
 from degen_train.sweep import FAILED_RUNS, finished_summary, run_in_sweep, search_objective, swept_overrides  # noqa: E402
 from degen_train.terms import TermContext, WeightedSum  # noqa: E402
@@ -75,6 +75,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             read_wic(wic)
     check_push(cfg.get("push_to_hub"), export_hf=bool(cfg.export_hf))
     check_precision(cfg)  # a precision this hardware emulates is refused here, not after hours of slow steps
+    refuse_writes_into_other_runs(cfg, run_dir)
     finished = finished_summary(run_dir, int(cfg.trainer.max_steps)) if cfg.ckpt_path in RESUME_CHOICES else None
     if finished is not None:
         log.info("%s finished at step %d before: nothing to do (summary.json is kept)", run_dir, finished["final_step"])

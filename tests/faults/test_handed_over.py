@@ -1,0 +1,61 @@
+"""A run folder handed over by someone else: its config builds only the house's targets, and a reproduction
+writes only into its own folder (the source run stays byte-for-byte as it was)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import degen_train, run
+
+
+def fingerprint(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*"))
+            if p.is_file()}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def source_run(tmp_path_factory: pytest.TempPathFactory, drill: list[str]) -> Path:
+    folder = tmp_path_factory.mktemp("source")
+    run(folder, *drill, "trainer.max_steps=2", "export_hf=false")
+    return folder
+
+
+def test_a_recorded_config_may_only_build_the_house_targets(tmp_path: Path, source_run: Path) -> None:
+    """Before: `_target_: os.system` (or sympy.sympify, numpy.savetxt) in RUN/config.yaml was instantiated."""
+    handed = tmp_path / "handed"
+    handed.mkdir()
+    config = yaml.safe_load((source_run / "config.yaml").read_text())
+    marker = tmp_path / "code-ran"
+    config["callbacks"]["evil"] = {"_target_": "os.system", "command": f"touch {marker}"}
+    (handed / "config.yaml").write_text(yaml.safe_dump(config))
+    result = degen_train("--reproduce", str(handed), f"hydra.run.dir={tmp_path / 'again'}")
+    assert result.returncode != 0
+    assert "names _target_ 'os.system' at callbacks.evil._target_, which degen-train's own configs never" in (
+        result.stderr
+    )
+    assert not marker.exists() and not (tmp_path / "again").exists()
+
+
+def test_a_reproduction_with_another_seed_leaves_the_source_untouched(tmp_path: Path, source_run: Path) -> None:
+    """Before: the recorded absolute paths sent the new run's checkpoints and logs into the source run (the old
+    test passed only because the same seed wrote the same bytes)."""
+    before = fingerprint(source_run)
+    again = tmp_path / "again"
+    result = degen_train("--reproduce", str(source_run), "seed=7", "trainer.enable_progress_bar=false",
+                         f"hydra.run.dir={again}")  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert fingerprint(source_run) == before
+    assert (again / "checkpoints" / "last.ckpt").is_file() and (again / "logs" / "metrics.csv").is_file()
+    recorded = yaml.safe_load((again / "config.yaml").read_text())
+    assert recorded["callbacks"]["checkpoint"]["dirpath"] == f"{again}/checkpoints" and recorded["seed"] == 7
+
+
+def test_a_run_never_writes_into_another_runs_folder(tmp_path: Path, source_run: Path, drill: list[str]) -> None:
+    with pytest.raises(ValueError, match=r"callbacks.checkpoint.dirpath=.* lies in another run's folder"):
+        run(tmp_path / "mine", *drill, f"callbacks.checkpoint.dirpath={source_run}/checkpoints")
+    with pytest.raises(ValueError, match=r"logger.csv.save_dir=.* lies in another run's folder"):
+        run(tmp_path / "mine", *drill, f"logger.csv.save_dir={source_run}")
