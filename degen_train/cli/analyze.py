@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -54,14 +55,37 @@ def matrix_metrics(vectors: torch.Tensor) -> dict[str, Any]:
     }
 
 
-def corpus_sentences(path: Path, corpus: str | None, limit: int) -> list[str]:
+def folder_data_config(path: Path, *, trust_config: bool) -> Any:
+    """The run folder's recorded ``data`` config, made safe to read: its cache folder is this user's own, and (unless
+    ``trust_config``) every file it names must lie inside the folder — a handed-over folder's config is data, and
+    must not make this process read /etc/passwd or create folders where its author chose."""
+    data_cfg = OmegaConf.load(path / "config.yaml").data
+    data_cfg.cache_dir = os.environ.get("DEGEN_TRAIN_CACHE", str(Path("~/.cache/degen_train").expanduser()))
+    inside = path.resolve()
+    for key in ("path", "validation_path"):
+        value = data_cfg.get(key)
+        if not value or trust_config:
+            continue
+        named = Path(str(value)).expanduser()
+        resolved = (named if named.is_absolute() else inside / named).resolve()
+        if resolved != inside and inside not in resolved.parents:
+            raise ValueError(
+                f"{path}/config.yaml names data.{key}={value}, outside the folder: a model folder's config may only "
+                f"name files inside it. Pass --corpus FILE to analyse on text of your choice, or --trust-config if "
+                f"the folder is your own run"
+            )
+        data_cfg[key] = str(resolved)
+    return data_cfg
+
+
+def corpus_sentences(path: Path, corpus: str | None, limit: int, *, trust_config: bool = False) -> list[str]:
     """Sentences to encode: a text file (one per line), else the run's validation text, else the builtin corpus."""
     if corpus:
         lines = [line.strip() for line in Path(corpus).read_text(encoding="utf-8").splitlines() if line.strip()]
     elif (path / "config.yaml").exists():
         from degen_train.data.corpus import load_corpus
 
-        data_cfg = OmegaConf.load(path / "config.yaml").data
+        data_cfg = folder_data_config(path, trust_config=trust_config)
         loaded = load_corpus(data_cfg)
         documents = loaded.validation
         if documents is None:
@@ -101,14 +125,17 @@ def analyze(
     corpus: str | None = None,
     max_sentences: int = 1000,
     batch_size: int = 32,
+    trust_config: bool = False,
 ) -> dict[str, Any]:
+    """metrics.json and figures of a run or HF model folder. ``trust_config``: read the corpus the folder's config
+    names wherever it is (only for folders you made; by default only files inside the folder are read)."""
     path = Path(path)
     timings: dict[str, float] = {}  # seconds per phase, in metrics.json (make bench reads them)
     with timed(timings, "load"):
         encoder = load_encoder(path, batch_size=batch_size, max_length=128)
         out_dir = Path(out) if out else path / "analysis"
         out_dir.mkdir(parents=True, exist_ok=True)
-        sentences = corpus_sentences(path, corpus, max_sentences)
+        sentences = corpus_sentences(path, corpus, max_sentences, trust_config=trust_config)
     with timed(timings, "encode"):
         per_layer, ids = token_vectors_by_layer(encoder, sentences)
     with timed(timings, "embedding_metrics"):
@@ -246,13 +273,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("path", help="a degen_train run directory or an HF model directory")
     parser.add_argument("--out", help="output directory (default: PATH/analysis)")
     parser.add_argument("--corpus", help="a text file, one sentence per line (default: the run's validation text)")
+    parser.add_argument(
+        "--trust-config", action="store_true", help="read the corpus the run's config names even outside the folder"
+    )
     parser.add_argument("--max-sentences", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
         result = analyze(
-            args.path, out=args.out, corpus=args.corpus, max_sentences=args.max_sentences, batch_size=args.batch_size
+            args.path,
+            out=args.out,
+            corpus=args.corpus,
+            max_sentences=args.max_sentences,
+            batch_size=args.batch_size,
+            trust_config=args.trust_config,
         )
     except (ValueError, FileNotFoundError) as error:
         parser.exit(2, f"degen-analyze: error: {error}\n")

@@ -34,7 +34,7 @@ def shown(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.drop(columns=["path"], errors="ignore").rename(columns=lambda c: str(c).removeprefix(SWEPT))
 
 
-def analyze_missing(runs: Sequence[Path]) -> list[str]:
+def analyze_missing(runs: Sequence[Path], *, trust_config: bool = False) -> list[str]:
     """Run degen-analyze on every finished run with an export and no analysis yet (kept: a rerun is free)."""
     from degen_train.cli.analyze import analyze
 
@@ -43,16 +43,18 @@ def analyze_missing(runs: Sequence[Path]) -> list[str]:
     for index, run in enumerate(todo, 1):
         log.info("analysing %s (%d of %d)", run, index, len(todo))
         try:
-            analyze(run)
+            analyze(run, trust_config=trust_config)
         except Exception as error:  # noqa: BLE001 - one run's analysis must not stop the report
             problems.append(f"{run.name}: analysis failed: {type(error).__name__}: {error}")
             log.warning(problems[-1])
     return problems
 
 
-def report(paths: Sequence[str | Path], *, out: str | Path | None = None, run_analysis: bool = True) -> dict[str, Any]:
+def report(
+    paths: Sequence[str | Path], *, out: str | Path | None = None, run_analysis: bool = True, trust_config: bool = False
+) -> dict[str, Any]:
     runs = find_runs(paths)
-    problems = analyze_missing(runs) if run_analysis else []
+    problems = analyze_missing(runs, trust_config=trust_config) if run_analysis else []
     table, common = collect(runs)
     grouped = seed_groups(table)
     best = best_settings(grouped, table)
@@ -124,10 +126,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--no-analyze", action="store_true", help="do not run degen-analyze on exported runs that lack an analysis"
     )
+    parser.add_argument(
+        "--trust-config", action="store_true", help="analyses read the corpus a run's config names even outside it"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
-        result = report(args.paths, out=args.out, run_analysis=not args.no_analyze)
+        result = report(args.paths, out=args.out, run_analysis=not args.no_analyze, trust_config=args.trust_config)
     except (ValueError, FileNotFoundError) as error:
         parser.exit(2, f"degen-report: error: {error}\n")
     failed = sum(r["status"] == "failed" for r in result["rows"])

@@ -128,7 +128,7 @@ def execute(run: Run, cfg: DictConfig) -> dict[str, Any]:
     stale = analysis_file.exists() and not run.encoder and "generation" not in json.loads(analysis_file.read_text())
     if stale or not analysis_file.exists():
         started = time.perf_counter()
-        analyze(run.folder, max_sentences=int(cfg.analysis_sentences))
+        analyze(run.folder, max_sentences=int(cfg.analysis_sentences), trust_config=True)  # runs it made itself
         seconds["analysis"] = time.perf_counter() - started
     result = {"summary": summary, "analysis": json.loads(analysis_file.read_text())}
     shared, eval_file = Path(str(cfg.shared_data)), run.folder / "eval" / "eval.json"

@@ -4,6 +4,7 @@ writes only into its own folder (the source run stays byte-for-byte as it was)."
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ def fingerprint(folder: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def source_run(tmp_path_factory: pytest.TempPathFactory, drill: list[str]) -> Path:
     folder = tmp_path_factory.mktemp("source")
-    run(folder, *drill, "trainer.max_steps=2", "export_hf=false")
+    run(folder, *drill, "trainer.max_steps=2")
     return folder
 
 
@@ -59,3 +60,23 @@ def test_a_run_never_writes_into_another_runs_folder(tmp_path: Path, source_run:
         run(tmp_path / "mine", *drill, f"callbacks.checkpoint.dirpath={source_run}/checkpoints")
     with pytest.raises(ValueError, match=r"logger.csv.save_dir=.* lies in another run's folder"):
         run(tmp_path / "mine", *drill, f"logger.csv.save_dir={source_run}")
+
+
+def test_analysis_reads_only_files_inside_a_handed_over_folder(tmp_path: Path, source_run: Path) -> None:
+    """Before: degen-analyze read whatever file RUN/config.yaml named as its corpus (/etc/passwd, say) and created
+    the cache folder the config named."""
+    from degen_train.cli.analyze import analyze
+
+    handed = tmp_path / "handed"
+    shutil.copytree(source_run / "hf", handed / "hf")
+    config = yaml.safe_load((source_run / "config.yaml").read_text())
+    config["data"].update({"path": "/etc/passwd", "cache_dir": str(tmp_path / "planted")})
+    (handed / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(ValueError, match=r"names data.path=/etc/passwd, outside the folder: .*--corpus FILE"):
+        analyze(handed, out=tmp_path / "analysis", max_sentences=10)
+    assert not (tmp_path / "planted").exists()
+    # The user's own run, whose corpus lies elsewhere: refused the same way unless they say it is theirs.
+    with pytest.raises(ValueError, match=r"outside the folder"):
+        analyze(source_run, out=tmp_path / "own", max_sentences=10)
+    result = analyze(source_run, out=tmp_path / "own", max_sentences=10, trust_config=True)
+    assert result["layers"]
