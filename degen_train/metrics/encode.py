@@ -16,6 +16,10 @@ from transformers.utils import logging as transformers_logging
 
 log = logging.getLogger(__name__)
 POOLING_LAYERS = ("last", "first_last")
+# A folder holds a tokenizer when it has one of these (fast, WordPiece, BPE, SentencePiece).
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model",
+                   "sentencepiece.bpe.model")  # fmt: skip
+MIN_VOCABULARY = 100  # fewer tokens: not a trained tokenizer (transformers builds a 5-token one from a config alone)
 POOLINGS = ("mean", "cls")
 
 
@@ -41,6 +45,11 @@ def load_encoder(path: str | Path, *, batch_size: int = 32, max_length: int | No
         raise FileNotFoundError(
             f"{path} is neither a degen_train run directory (with hf/) nor an HF model directory (with config.json)"
         )
+    if not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
+        raise FileNotFoundError(
+            f"{model_dir} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}): every word would be [UNK] and every "
+            f"number meaningless. Copy the tokenizer's files into it (a degen-train run keeps them in RUN/tokenizer/)"
+        )
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.set_verbosity_error()  # the export's MLM/NSP heads are expected to go unused here
     transformers_logging.disable_progress_bar()  # a "Loading weights" bar for a small local model
@@ -51,6 +60,11 @@ def load_encoder(path: str | Path, *, batch_size: int = 32, max_length: int | No
     finally:
         transformers_logging.set_verbosity(verbosity)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if len(tokenizer) < MIN_VOCABULARY:
+        raise ValueError(
+            f"{model_dir}'s tokenizer has {len(tokenizer)} tokens: not a trained tokenizer (its files are empty or "
+            f"wrong); copy the run's tokenizer files into it"
+        )
     limit = max_length or min(int(getattr(model.config, "max_position_embeddings", 512)), 512)
     return Encoder(model, tokenizer, model_dir, limit, batch_size)
 

@@ -80,3 +80,21 @@ def test_analysis_reads_only_files_inside_a_handed_over_folder(tmp_path: Path, s
         analyze(source_run, out=tmp_path / "own", max_sentences=10)
     result = analyze(source_run, out=tmp_path / "own", max_sentences=10, trust_config=True)
     assert result["layers"]
+
+
+def test_a_model_folder_without_its_tokenizer_is_refused(tmp_path: Path, source_run: Path) -> None:
+    """Before: degen-eval and degen-analyze scored with an empty 5-token tokenizer (every word [UNK]), exit 0."""
+    from degen_train.cli.analyze import analyze
+    from degen_train.cli.evaluate import main as evaluate_main
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(source_run / "hf" / name, bare / name)
+    with pytest.raises(FileNotFoundError, match=r"bare has no tokenizer \(none of tokenizer.json, vocab.txt"):
+        analyze(bare, out=tmp_path / "analysis", corpus=str(tmp_path / "unused.txt"))
+    sts = tmp_path / "sts.tsv"
+    sts.write_text("g\tf\t2017\t0\t4.0\ta man plays\ta person plays\n")
+    with pytest.raises(SystemExit) as exited:
+        evaluate_main([str(bare), "--sts", str(sts), "--out", str(tmp_path / "eval")])
+    assert exited.value.code == 2 and not (tmp_path / "eval" / "eval.json").exists()
