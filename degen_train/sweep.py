@@ -12,6 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from degen_train.callbacks.preemption import PREEMPTED_EXIT, RunPreempted
 from degen_train.io import atomic_write_json, cache_key
 
 log = logging.getLogger("degen_train.sweep")
@@ -86,6 +87,12 @@ def run_in_sweep(cfg: DictConfig, train: Callable[[DictConfig], dict[str, Any]])
     (run_dir / FAILED).unlink(missing_ok=True)
     try:
         summary = train(cfg)
+    except RunPreempted as preempted:  # not a failure: the whole sweep stops, resumable by the same command
+        print(
+            f"degen-train: the sweep was interrupted in {run_dir} ({preempted}); the runs after it did not start. "
+            f"Run the same command again to resume it and go on (exit code {PREEMPTED_EXIT})"
+        )
+        raise SystemExit(PREEMPTED_EXIT) from None
     except Exception as error:  # noqa: BLE001 - one bad run must not end the sweep
         log.error("run %s failed: %s", run_dir, error)
         FAILED_RUNS.append(str(run_dir))

@@ -33,6 +33,14 @@ class RunCheckpoint(ModelCheckpoint):
         if trainer.is_global_zero and self.save_top_k > 0 and Path(filepath).stem != self.CHECKPOINT_NAME_LAST:
             self.rotate(Path(filepath))
 
+    def save_now(self, trainer: pl.Trainer) -> Path:
+        """``last.ckpt`` at this step, outside the periodic schedule (a preemption); every process calls it."""
+        path = Path(str(self.dirpath)) / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
+        if self._last_global_step_saved != trainer.global_step or not path.exists():
+            self._save_checkpoint(trainer, str(path))
+            self._last_global_step_saved = trainer.global_step
+        return path
+
     def rotate(self, newest: Path) -> list[Path]:
         """Delete periodic checkpoints beyond the ``save_top_k`` newest by step; returns what it deleted."""
         periodic = [p for p in newest.parent.glob(f"*{self.FILE_EXTENSION}") if p.stem != self.CHECKPOINT_NAME_LAST]

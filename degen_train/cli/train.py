@@ -29,6 +29,7 @@ from degen_train.build import (  # noqa: E402
 )
 from degen_train.callbacks.best_sts import BestBySTS  # noqa: E402
 from degen_train.callbacks.isotropy import IsotropyMonitor  # noqa: E402
+from degen_train.callbacks.preemption import PREEMPTED_EXIT, RunPreempted  # noqa: E402
 from degen_train.callbacks.throughput import Throughput  # noqa: E402
 from degen_train.catalog import build_terms  # noqa: E402
 from degen_train.cli.evaluate import evaluate  # noqa: E402
@@ -258,7 +259,12 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
     if HydraConfig.get().mode == RunMode.MULTIRUN:
         return run_in_sweep(cfg, train)
-    return search_objective(train(cfg), cfg.search)
+    try:
+        summary = train(cfg)
+    except RunPreempted as preempted:
+        print(f"degen-train: {preempted}. Resume with ckpt_path=auto (same command), exit code {PREEMPTED_EXIT}")
+        raise SystemExit(PREEMPTED_EXIT) from None
+    return search_objective(summary, cfg.search)
 
 
 def main() -> None:
