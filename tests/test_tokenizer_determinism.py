@@ -44,3 +44,25 @@ def test_two_processes_train_byte_identical_tokenizers(tmp_path: Path) -> None:
     for family in ("wordpiece", "byte_bpe"):  # parallelism changes nothing either
         on, off = (tmp_path / "a" / f"{family}-parallel-{p}" / "tokenizer.json" for p in ("true", "false"))
         assert on.read_bytes() == off.read_bytes(), family
+
+
+def test_a_huge_line_without_spaces_is_cut_before_training(caplog) -> None:  # noqa: ANN001
+    """Before: a 10 MB line without spaces ran tokenizer training for more than 15 minutes (time grows with the
+    square of a word's length). 2 MB here: cut into 1,000-character pieces, trained in seconds, and said so."""
+    import logging
+    import time
+
+    from omegaconf import OmegaConf
+
+    from degen_train.data.tokenizer import LONGEST_TRAINING_WORD, _texts, train_byte_bpe, train_wordpiece
+
+    corpus = [{"text": "a few ordinary words here"}, {"text": "x" * 2_000_000}, {"text": "and more words after it"}]
+    cfg = OmegaConf.create({"vocab_size": 300, "min_frequency": 1, "lowercase": True})
+    with caplog.at_level(logging.WARNING):
+        texts = list(_texts(corpus, None))
+    assert max(len(w) for t in texts for w in t.split()) == LONGEST_TRAINING_WORD
+    assert "1 run(s) of more than 1000 characters without a space were cut" in caplog.text
+    started = time.perf_counter()
+    for train in (train_wordpiece, train_byte_bpe):
+        train(_texts(corpus, None), cfg)
+    assert time.perf_counter() - started < 60  # seconds here; unbounded before
