@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -38,7 +39,14 @@ def atomic_directory(target: Path, *, replace: bool = False) -> Iterator[Path]:
         os.replace(staging, target)
         shutil.rmtree(retired, ignore_errors=True)
         return
-    os.replace(staging, target)
+    try:
+        os.replace(staging, target)
+    except OSError as error:
+        # Another process renamed the same entry in after our check (two builds at once, or a stale NFS view of the
+        # folder): a cache entry is the same whoever built it, so theirs is kept and our staging folder goes.
+        shutil.rmtree(staging, ignore_errors=True)
+        if error.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not target.is_dir():
+            raise
 
 
 def cache_key(*parts: Any) -> str:

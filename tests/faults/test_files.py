@@ -133,3 +133,24 @@ def test_a_sweep_whose_runs_failed_exits_non_zero_with_the_count(tmp_path: Path)
     assert result.returncode == 1, result.stderr[-2000:]
     assert "2 run(s) of this sweep failed" in result.stdout
     assert len(list(tmp_path.glob("*/failed.json"))) == 2
+
+
+def test_a_cache_entry_finished_by_another_process_meanwhile_is_kept(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The check-then-rename race (two builds at once, or a stale NFS view): the other process's entry appears
+    after the existence check; before, the rename failed with 'Directory not empty' and left a staging folder."""
+    import degen_train.io as io_module
+
+    target = tmp_path / "cache" / "entry"
+    real_replace = os.replace
+
+    def someone_else_finishes_first(source, destination):  # noqa: ANN001, ANN202
+        if Path(destination) == target and not target.exists():
+            target.mkdir()
+            (target / "theirs.txt").write_text("built by the other process")
+        return real_replace(source, destination)
+
+    monkeypatch.setattr(io_module.os, "replace", someone_else_finishes_first)
+    with io_module.atomic_directory(target) as staging:
+        (staging / "ours.txt").write_text("built here")
+    assert [p.name for p in target.iterdir()] == ["theirs.txt"]
+    assert [p.name for p in target.parent.iterdir()] == ["entry"]  # no .entry.tmp-* left behind
