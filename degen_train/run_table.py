@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,14 @@ def _number(value: Any, spec: str = ".4g") -> str:
     return "n/a" if value is None else format(value, spec)
 
 
+def hydra_quoted(value: str) -> str:
+    """``value`` as Hydra's override grammar reads it back: quoted when it holds anything but plain path characters
+    (a sweep run's folder name has '=' and ',', which Hydra would split; non-ASCII letters it does not accept)."""
+    if re.fullmatch(r"[A-Za-z0-9_./:+-]+", value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def end_of_run_table(summary: dict[str, Any], run_dir: Path, overrides: list[str]) -> str:
     """A short two-column table; the commands are copy-pasteable (shell-quoted)."""
     run = run_dir.resolve()
@@ -36,8 +45,12 @@ def end_of_run_table(summary: dict[str, Any], run_dir: Path, overrides: list[str
     params = summary.get("parameters") or {}
     steps = int(summary.get("final_step") or 0)
     plain = [o[2:] if o.startswith("++trainer.") else o for o in overrides]  # as typed (overrides.py adds ++)
-    kept = [o for o in plain if not o.startswith(("ckpt_path=", "trainer.max_steps="))]
-    resume = ["degen-train", *kept, f"hydra.run.dir={run}", "ckpt_path=last", f"trainer.max_steps={2 * steps}"]
+    kept = [o for o in plain if not o.startswith(("ckpt_path=", "trainer.max_steps=", "hydra.run.dir="))]
+    total = ((summary.get("config") or {}).get("scheduler") or {}).get("total_steps")
+    if total is not None and not any(o.startswith("scheduler.total_steps=") for o in kept):
+        kept.append(f"scheduler.total_steps={total}")  # the schedule goes on where it was, no jump at the resume
+    resume = ["degen-train", *kept, f"hydra.run.dir={hydra_quoted(str(run))}", "ckpt_path=last",
+              f"trainer.max_steps={2 * steps}"]  # fmt: skip
     mfu = summary.get("mfu")
     speed = f"{_number(summary.get('tokens_per_s'), ',.0f')} tokens/s"
     if mfu is not None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import FAST
 from tests.helpers import degen_train, run
 
 
@@ -98,3 +99,27 @@ def test_a_model_folder_without_its_tokenizer_is_refused(tmp_path: Path, source_
     with pytest.raises(SystemExit) as exited:
         evaluate_main([str(bare), "--sts", str(sts), "--out", str(tmp_path / "eval")])
     assert exited.value.code == 2 and not (tmp_path / "eval" / "eval.json").exists()
+
+
+def test_the_printed_resume_command_runs_verbatim(tmp_path: Path, drill: list[str]) -> None:
+    """A sweep run's folder ('=' and ',' in its name, here a non-ASCII letter too): the resume command the run
+    prints is run as printed, by a shell, and goes on with the run's own schedule (scheduler.total_steps kept).
+    Before: Hydra split the folder name at '=' and the command failed; without total_steps the LR jumped."""
+    import os
+    import subprocess
+    import sys
+
+    from degen_train.run_table import end_of_run_table
+
+    folder = tmp_path / "sweep" / "optimizer.lr=0.001,seed=2 ü"
+    summary = run(folder, *drill, "trainer.max_steps=2", "scheduler.total_steps=4", "export_hf=false")
+    typed = [*FAST, *drill, "trainer.max_steps=2", "scheduler.total_steps=4", "export_hf=false"]  # as on the CLI
+    table = end_of_run_table(summary, folder, typed)
+    lines = [line.strip() for line in table.splitlines()]
+    command = next(line.removeprefix("resume").strip() for line in lines if line.startswith("resume"))
+    assert "scheduler.total_steps=4" in command and "trainer.max_steps=4" in command
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    result = subprocess.run(command, shell=True, capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    resumed = yaml.safe_load((folder / "config.yaml").read_text())
+    assert resumed["trainer"]["max_steps"] == 4 and resumed["scheduler"]["total_steps"] == 4
