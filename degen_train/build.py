@@ -135,6 +135,19 @@ def check_signature(path: Path, saved: dict[str, Any] | None, current: dict[str,
         )
 
 
+def check_tokenizer(path: Path, saved: dict[str, Any], tokenizer: Any) -> None:
+    """Refuse to resume with another tokenizer than the checkpoint was trained with (its recorded hash)."""
+    from degen_train.data.tokenizer import tokenizer_identity
+
+    recorded = (saved.get("provenance") or {}).get("tokenizer_sha")
+    now = tokenizer_identity(tokenizer)
+    if recorded and recorded != now:
+        raise ValueError(
+            f"checkpoint {path} was trained with tokenizer {recorded}, this run has {now} (the same vocabulary size, "
+            f"other tokens): resume with the run's own tokenizer (RUN/tokenizer/, or data.tokenizer.path=RUN/tokenizer)"
+        )
+
+
 def instantiate(cfg: Any, **kwargs: Any) -> Any:
     """hydra.utils.instantiate, but our own input errors surface as themselves, not wrapped."""
     try:

@@ -22,6 +22,7 @@ from degen_train.build import (  # noqa: E402
     build_trainer,
     check_checkpoint_matches,
     check_signature,
+    check_tokenizer,
     data_format_for,
     resolve_checkpoint,
     resolved_config,
@@ -82,11 +83,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         log.info("%s finished at step %d before: nothing to do (summary.json is kept)", run_dir, finished["final_step"])
         return finished
     checkpoint = resolve_checkpoint(cfg.ckpt_path, run_dir)
-    saved_signature = None
+    saved: dict = {}
     if checkpoint is not None:
-        saved_signature = check_checkpoint_matches(checkpoint, cfg, list(terms))["degen_train"].get("signature")
+        saved = check_checkpoint_matches(checkpoint, cfg, list(terms))["degen_train"]
     with run_dir_lock(run_dir) if is_launching_process() else nullcontext():
-        return _train_locked(cfg, run_dir, terms, weights, family, data_format, checkpoint, saved_signature)
+        return _train_locked(cfg, run_dir, terms, weights, family, data_format, checkpoint, saved)
 
 
 def _train_locked(
@@ -97,13 +98,18 @@ def _train_locked(
     family: str,
     data_format: str,
     checkpoint: Path | None,
-    saved_signature: dict | None,
+    saved: dict,
 ) -> dict[str, Any]:
-    # 2. Data (cached), the model and its terms, the trainer.
-    data = prepare_data(cfg.data, family=family, data_format=data_format, seed=int(cfg.seed))
+    # 2. Data (cached), the model and its terms, the trainer. A resumed run keeps the tokenizer it trained with.
+    own = run_dir / "tokenizer"
+    reuse = checkpoint is not None and not cfg.data.tokenizer.get("path") and (own / "tokenizer.json").is_file()
+    data = prepare_data(
+        cfg.data, family=family, data_format=data_format, seed=int(cfg.seed), run_tokenizer=own if reuse else None
+    )
     module = build_module(cfg, data, terms, weights, family=family, with_nsp_head=data_format == "mlm_nsp")
     if checkpoint is not None:  # only the built model knows its vocabulary size
-        check_signature(checkpoint, saved_signature, module.checkpoint_identity["signature"])
+        check_signature(checkpoint, saved.get("signature"), module.checkpoint_identity["signature"])
+        check_tokenizer(checkpoint, saved, data.tokenizer)
     collator = make_collator(
         data.tokenizer, data_format=data_format, masking=cfg.masking, vocab_size=len(data.tokenizer)
     )

@@ -12,6 +12,7 @@ import datasets
 import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader
+from transformers import AutoTokenizer
 
 from degen_train.accumulation import AccumulationWindows
 from degen_train.data.collate import CausalLMCollator, MaskedLMCollator
@@ -33,13 +34,22 @@ class PreparedData:
     corpus: dict[str, Any]  # where the documents came from (Corpus.provenance)
 
 
-def prepare_data(cfg: Any, *, family: str, data_format: str, seed: int) -> PreparedData:
-    """Corpus -> tokenizer -> train/validation documents -> examples, each step cached on disk."""
+def prepare_data(
+    cfg: Any, *, family: str, data_format: str, seed: int, run_tokenizer: Path | None = None
+) -> PreparedData:
+    """Corpus -> tokenizer -> train/validation documents -> examples, each step cached on disk.
+
+    ``run_tokenizer``: a resumed run's own tokenizer folder (RUN/tokenizer), used as it is instead of the cache's
+    or a newly trained one, so a fresh machine or cache resumes with the tokenizer the run was trained with."""
     cache_dir = Path(str(cfg.cache_dir)).expanduser()
     corpus = load_corpus(cfg)
-    tokenizer = get_tokenizer(
-        cfg.tokenizer, family=family, corpus=corpus.train, corpus_identity=corpus.identity, cache_dir=cache_dir
-    )
+    if run_tokenizer is not None:
+        tokenizer = AutoTokenizer.from_pretrained(str(run_tokenizer))
+        log.info("tokenizer: the run's own, %s", run_tokenizer)
+    else:
+        tokenizer = get_tokenizer(
+            cfg.tokenizer, family=family, corpus=corpus.train, corpus_identity=corpus.identity, cache_dir=cache_dir
+        )
     if corpus.validation is not None:
         train_docs, validation_docs = corpus.train, corpus.validation
     elif cfg.streaming:  # a stream has no random split: its first documents are the validation set
@@ -90,6 +100,17 @@ def make_collator(tokenizer: Any, *, data_format: str, masking: Any, vocab_size:
     )
 
 
+def check_same_data(per_rank: list[tuple[str, int, int]]) -> None:
+    """Raise naming every process whose (tokenizer hash, train examples, validation examples) differs from rank 0's."""
+    differing = [f"rank {r}: {values}" for r, values in enumerate(per_rank) if values != per_rank[0]]
+    if differing:
+        raise RuntimeError(
+            f"the processes prepared different data (tokenizer hash, train and validation examples): rank 0: "
+            f"{per_rank[0]}; {'; '.join(differing)}. Give every node the same data.cache_dir (or a prepared "
+            f"tokenizer with data.tokenizer.path) so they train on one tokenization"
+        )
+
+
 class PretrainDataModule(pl.LightningDataModule):
     """Train batches start at the restored global step, so resuming replays nothing."""
 
@@ -111,6 +132,15 @@ class PretrainDataModule(pl.LightningDataModule):
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.overfit_batches = overfit_batches
         self.window_counter = window_counter
+
+    def setup(self, stage: str) -> None:
+        """Every process must train on the same tokenization and examples (node-local caches could differ)."""
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            return
+        mine = (tokenizer_identity(self.data.tokenizer), len(self.data.train), len(self.data.validation))
+        everyone: list[Any] = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(everyone, mine)
+        check_same_data(everyone)
 
     def _loader(self, dataset: PositionedExamples, batch_sampler: Any) -> DataLoader:
         return DataLoader(

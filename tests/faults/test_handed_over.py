@@ -123,3 +123,30 @@ def test_the_printed_resume_command_runs_verbatim(tmp_path: Path, drill: list[st
     assert result.returncode == 0, result.stderr[-3000:]
     resumed = yaml.safe_load((folder / "config.yaml").read_text())
     assert resumed["trainer"]["max_steps"] == 4 and resumed["scheduler"]["total_steps"] == 4
+
+
+def test_a_resume_keeps_the_runs_own_tokenizer(tmp_path: Path, drill: list[str], monkeypatch) -> None:  # noqa: ANN001
+    """Resumed with another (empty) cache, the run loads RUN/tokenizer instead of training a new one (before: a new
+    one replaced RUN/tokenizer silently); a tokenizer with other tokens there is refused by its recorded hash."""
+    import json
+
+    folder = tmp_path / "run"
+    run(folder, *drill, "trainer.max_steps=2", "export_hf=false")
+    monkeypatch.setenv("DEGEN_TRAIN_CACHE", str(tmp_path / "empty_cache"))
+    run(folder, *drill, "trainer.max_steps=4", "export_hf=false", "ckpt_path=last")
+    assert not (tmp_path / "empty_cache" / "tokenizers").exists()  # nothing trained: the run's own was used
+    spec = json.loads((folder / "tokenizer" / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    first, second = sorted(vocab, key=vocab.get)[50:52]
+    vocab[first], vocab[second] = vocab[second], vocab[first]  # the same size, other tokens at two ids
+    (folder / "tokenizer" / "tokenizer.json").write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match=r"was trained with tokenizer \w+, this run has \w+ \(the same vocabulary"):
+        run(folder, *drill, "trainer.max_steps=6", "export_hf=false", "ckpt_path=last")
+
+
+def test_processes_with_different_data_are_named() -> None:
+    from degen_train.data.datamodule import check_same_data
+
+    check_same_data([("a1", 10, 2), ("a1", 10, 2)])
+    with pytest.raises(RuntimeError, match=r"rank 0: \('a1', 10, 2\); rank 1: \('b2', 10, 2\)\. Give every node"):
+        check_same_data([("a1", 10, 2), ("b2", 10, 2)])
