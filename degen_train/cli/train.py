@@ -48,6 +48,7 @@ from degen_train.parallel import full_state_dict  # noqa: E402
 from degen_train.precision import check_precision  # noqa: E402
 from degen_train.provenance import run_provenance  # noqa: E402
 from degen_train.quiet import silence_known_noise  # noqa: E402
+from degen_train.resume_policy import check_resume  # noqa: E402
 from degen_train.run_table import end_of_run_table, human, parameter_counts  # noqa: E402
 from degen_train.runlock import is_launching_process, refuse_writes_into_other_runs, run_dir_lock  # noqa: E402
 from degen_train.schema import validate_config  # noqa: E402
@@ -85,7 +86,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     checkpoint = resolve_checkpoint(cfg.ckpt_path, run_dir)
     saved: dict = {}
     if checkpoint is not None:
-        saved = check_checkpoint_matches(checkpoint, cfg, list(terms))["degen_train"]
+        header = check_checkpoint_matches(checkpoint, cfg, list(terms))
+        saved = {**header["degen_train"], "global_step": header.get("global_step", 0)}
+        for change in check_resume((saved.get("provenance") or {}).get("config"), resolved_config(cfg), checkpoint):
+            log.warning("resume changes %s (recorded in config_history/)", change)
     with run_dir_lock(run_dir) if is_launching_process() else nullcontext():
         return _train_locked(cfg, run_dir, terms, weights, family, data_format, checkpoint, saved)
 
@@ -134,7 +138,10 @@ def _train_locked(
             data.tokenizer.save_pretrained(str(staging))
         atomic_write_json(run_dir / "config.json", resolved_config(cfg))
         atomic_write_json(run_dir / "overrides.json", swept_overrides())
-        atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))  # the latest segment's
+        history = run_dir / "config_history" / f"from_step_{int(saved.get('global_step', 0)):08d}.yaml"
+        history.parent.mkdir(exist_ok=True)
+        atomic_write_text(history, OmegaConf.to_yaml(cfg, resolve=True))  # every segment's, never overwritten
     # 3. Train, validate once more, export, probe, summarise.
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(checkpoint) if checkpoint else None)
     train_metrics = {**module.last_train_metrics, **trainer.callback_metrics}
