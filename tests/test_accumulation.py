@@ -52,7 +52,9 @@ RECIPES = {
     "electra": ["recipe=electra", "model=tiny"],  # token counts for detection, masked counts for the generator
     "coco_lm": ["recipe=coco_lm", "model=tiny", "regularizer.coco_scl.weight=0"],
     "simctg": ["recipe=simctg", "model=gpt2_tiny"],  # Σ n(n−1) pairs
-    "unlikelihood": ["recipe=unlikelihood", "model=gpt2_tiny"],
+    # eps 1e-6 as for AGG below: the released candidates penalise the pad id at every position, and Adam divides
+    # near-zero gradients by their own RMS, which turns summation-order noise into 6e-5 at eps 1e-8
+    "unlikelihood": ["recipe=unlikelihood", "model=gpt2_tiny", "optimizer.eps=1e-6"],
     # AGG's counts per update (the window's targets, once), a window of 3 updates, α high enough for rare tokens
     # (eps 1e-6: Adam divides a gated rare row's near-zero gradient by its own RMS, which turns float noise into 1e-5)
     "agg": [
