@@ -68,6 +68,10 @@ def train_wordpiece(texts: Iterator[str], cfg: Any) -> PreTrainedTokenizerFast:
     )
     bpe.train_from_iterator(marked, trainer=trainer)
     vocab = {stand_ins.unmark(piece): index for piece, index in bpe.get_vocab().items()}
+    # tokenizers' trainer also keeps every character's word-initial form; a character met only inside words has
+    # just its stand-in here: add its plain form (after the trained ids, in code-point order) so it is no [UNK].
+    for char in sorted(c for c in stand_ins.forward if c not in vocab):
+        vocab[char] = len(vocab)
     tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##"))
     tok.add_special_tokens(ENCODER_SPECIALS)
     tok.normalizer = normalizer
