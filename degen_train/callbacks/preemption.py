@@ -62,10 +62,11 @@ class Preemption(Callback):
         batch_idx = args[-1]
         if (batch_idx + 1) % trainer.accumulate_grad_batches:  # only between updates
             return
-        stop = torch.tensor([1.0 if self.received else 0.0], device=module.device)
+        stop = bool(self.received)
         if trainer.world_size > 1:  # every process stops at the same update (the signal may reach one only)
-            stop = trainer.strategy.reduce(stop, reduce_op="max")
-        if not stop.item():
+            flag = torch.tensor([float(stop)], device=module.device)
+            stop = bool(trainer.strategy.reduce(flag, reduce_op="max").item())
+        if not stop:  # one process: no tensor and no device sync per update
             return
         checkpoint = next((c for c in trainer.checkpoint_callbacks if isinstance(c, RunCheckpoint)), None)
         if checkpoint is None:
