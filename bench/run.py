@@ -31,7 +31,7 @@ def main() -> None:
     }
     machine = cpu_description()
     bf16 = f"yes ({', '.join(machine['bf16_flags'])})" if machine["native_bf16"] else "no: bf16 rows are emulated"
-    print(f"measured on: {machine['cpu']}, {machine['cores']} threads; native bf16: {bf16}")
+    print(f"measured on: {machine['cpu']}, {machine['threads']} threads; native bf16: {bf16}")
     if "spine" in wanted:
         spine.main()
     if "losses" in wanted:

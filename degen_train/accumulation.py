@@ -26,7 +26,6 @@ STANDARD_COUNTS: dict[str, Callable[[dict[str, Any]], Tensor]] = {
     "tokens": lambda batch: batch["attention_mask"].sum(),  # every real token (ELECTRA's detection, COCO's copy)
     "sequences": lambda batch: torch.tensor(batch["input_ids"].shape[0]),  # NSP, SimCSE
 }
-WINDOW_KEYS = ("window_counts", "micro_counts")  # what AccumulationWindows adds to a batch
 
 
 class AccumulationWindows:
@@ -130,5 +129,5 @@ def accumulation_warnings(terms: dict[str, Any], weights: dict[str, float], accu
         f"micro-batch's samples at a time, not the global batch's (its mean is still over the whole window); "
         f"raise data.batch_size or the process count instead for the large-batch contrast"
         for key, term in terms.items()
-        if weights.get(key) and getattr(term, "mixes_samples", None)
+        if weights.get(key) and term.mixes_samples
     ]

@@ -125,4 +125,4 @@ def cpu_description() -> dict[str, Any]:
             elif key.strip() == "flags":
                 flags = set(value.split())
     native = [flag for flag in NATIVE_BF16_FLAGS if flag in flags]
-    return {"cpu": name, "cores": torch.get_num_threads(), "native_bf16": bool(native), "bf16_flags": native}
+    return {"cpu": name, "threads": torch.get_num_threads(), "native_bf16": bool(native), "bf16_flags": native}
