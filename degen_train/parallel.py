@@ -142,12 +142,12 @@ class FSDP2Strategy(ModelParallelStrategy):
         optimizers = [getattr(o, "_optimizer", o) for o in self.optimizers]
         for i, optimizer in enumerate(optimizers):
             tensors[f"optimizer_{i}"] = get_optimizer_state_dict(self.model, optimizer)
-        checkpoint_header(path)  # its index read with the allow-list, meta.pt weights-only, every shard present
+        header = checkpoint_header(path)  # its index read with the allow-list, meta.pt weights-only, shards present
         load_sharded(tensors, Path(path))  # fills each process's current shards from whatever wrote them
         set_model_state_dict(self.model, tensors.pop("state_dict"))
         for i, optimizer in enumerate(optimizers):
             set_optimizer_state_dict(self.model, optimizer, tensors[f"optimizer_{i}"])
-        return checkpoint_header(path)
+        return header
 
 
 @contextmanager
