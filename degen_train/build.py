@@ -187,9 +187,20 @@ def build_trainer(cfg: DictConfig, *, interactive: bool | None = None) -> pl.Tra
         callbacks=callbacks,
         logger=loggers or False,
         strategy=build_strategy(cfg.strategy),
-        plugins=[AtomicCheckpointIO()],  # same-folder staged writes, sidecars, weights-only loads
+        plugins=[AtomicCheckpointIO(), *slurm_without_auto_requeue()],  # staged, verified, weights-only checkpoints
         **overrides,
     )
+
+
+def slurm_without_auto_requeue() -> list[Any]:
+    """Under SLURM, Lightning's environment with its auto-requeue off: the Preemption callback owns SIGUSR1.
+
+    Lightning's own requeue writes ``RUN/hpc_ckpt_N.ckpt`` beside the run's verified checkpoints, resumes from it only
+    when no ckpt_path is given, and restores it in any later ``validate()`` (the export then held stale weights).
+    """
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
 
 
 def resolved_config(cfg: DictConfig) -> dict[str, Any]:

@@ -221,6 +221,24 @@ def newest_checkpoint(folder: Path) -> tuple[Path | None, list[str]]:
     return None, notes
 
 
+def refuse_lightning_hpc_checkpoints(run_dir: Path) -> None:
+    """Refuse a run folder holding Lightning's SLURM-requeue checkpoints (``hpc_ckpt_N.ckpt``), naming them.
+
+    Lightning restores such a file in any ``validate()`` under SLURM, over the weights just trained, so the export
+    would hold them; and they carry no sidecar. degen_train's own requeue writes ``checkpoints/last.ckpt`` instead.
+    """
+    stale = sorted(run_dir.glob("hpc_ckpt_*.ckpt")) if run_dir.is_dir() else []
+    if stale:
+        last = run_dir / "checkpoints" / "last.ckpt"
+        step = verified_step(last) if last.exists() else None
+        resume = f"{last} (step {step})" if step is not None else f"the newest checkpoint in {last.parent}"
+        raise CheckpointError(
+            f"{', '.join(str(p) for p in stale)}: written by Lightning's SLURM auto-requeue outside the run's "
+            f"checkpoints/, unverified, and restored over the final weights by the last validation. Move it out of "
+            f"{run_dir} (or delete it); ckpt_path=auto then resumes from {resume}"
+        )
+
+
 def _or(value: int | None, default: int) -> int:
     return default if value is None else value
 

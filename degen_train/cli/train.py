@@ -33,6 +33,7 @@ from degen_train.callbacks.isotropy import IsotropyMonitor  # noqa: E402
 from degen_train.callbacks.preemption import PREEMPTED_EXIT, RunPreempted  # noqa: E402
 from degen_train.callbacks.throughput import Throughput  # noqa: E402
 from degen_train.catalog import build_terms  # noqa: E402
+from degen_train.checkpoints import refuse_lightning_hpc_checkpoints  # noqa: E402
 from degen_train.cli.evaluate import evaluate  # noqa: E402
 from degen_train.cli.paths import config_dir  # noqa: E402
 from degen_train.data.datamodule import PretrainDataModule, make_collator, prepare_data  # noqa: E402
@@ -79,6 +80,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     check_push(cfg.get("push_to_hub"), export_hf=bool(cfg.export_hf))
     check_precision(cfg)  # a precision this hardware emulates is refused here, not after hours of slow steps
     refuse_writes_into_other_runs(cfg, run_dir)
+    refuse_lightning_hpc_checkpoints(run_dir)
     finished = finished_summary(run_dir, int(cfg.trainer.max_steps)) if cfg.ckpt_path in RESUME_CHOICES else None
     if finished is not None:
         log.info("%s finished at step %d before: nothing to do (summary.json is kept)", run_dir, finished["final_step"])

@@ -13,8 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
-from degen_train.checkpoints import verified_step
+from degen_train.checkpoints import CheckpointError, verified_step
 from tests.conftest import FAST, REPO
 from tests.helpers import checkpoint_weights, degen_train, run
 
@@ -26,13 +28,16 @@ LONG = [f"trainer.max_steps={STEPS}", f"scheduler.total_steps={STEPS}", "callbac
 PROGRESS = ["trainer.enable_progress_bar=true"]  # written to a file: one plain line a step, which the test waits for
 
 
-def signalled_run(run_dir: Path, drill: list[str], signum: int, *extra: str) -> tuple[int, str]:
+def signalled_run(
+    run_dir: Path, drill: list[str], signum: int, *extra: str, env: dict[str, str] | None = None
+) -> tuple[int, str]:
     """degen-train in a subprocess, sent ``signum`` once it has logged step 5; (exit code, its output)."""
     log = run_dir.parent / f"{run_dir.name}.log"
     command = [str(Path(sys.executable).parent / "degen-train"), *FAST, *drill, *LONG, *extra, *PROGRESS,
                f"hydra.run.dir={run_dir}"]  # fmt: skip
     with open(log, "w") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ})
+        environment = env or {**os.environ}
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, cwd=REPO, env=environment)
         deadline = time.monotonic() + 300
         while not re.search(r"step ([5-9]|\d\d)/", log.read_text()) and time.monotonic() < deadline:
             if process.poll() is not None:
@@ -85,3 +90,56 @@ def test_a_sweep_stops_non_zero_naming_the_interrupted_run(tmp_path: Path, drill
     result = degen_train("-m", *FAST, *drill, *LONG, "seed=1,2", f"hydra.sweep.dir={sweep}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert (sweep / "seed=1" / "summary.json").exists() and (sweep / "seed=2" / "summary.json").exists()
+
+
+def fake_slurm_job(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """The environment of a one-task SLURM job (as Lightning detects one) with an ``scontrol`` that records its
+    arguments; (environment, the record file)."""
+    bin_dir, record = tmp_path / "bin", tmp_path / "scontrol.args"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {record}\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    slurm = {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "drill", "SLURM_JOB_ID": "4242", "SLURM_PROCID": "0",
+             "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NNODES": "1"}  # fmt: skip
+    return {**os.environ, **slurm, "PATH": f"{bin_dir}:{os.environ['PATH']}"}, record
+
+
+def test_slurm_requeue_signal_checkpoints_requeues_and_the_export_holds_the_final_weights(
+    tmp_path: Path, drill: list[str]
+) -> None:
+    """SIGUSR1 (``sbatch --signal=USR1@90``): before, Lightning wrote RUN/hpc_ckpt_1.ckpt outside checkpoints/,
+    exited 0, and its final validation restored that file, so hf/ held older weights than summary.json claimed.
+    Now: last.ckpt is written and verified, ``scontrol requeue 4242`` runs, exit 75; the requeued job (same
+    command, ckpt_path=auto) finishes and hf/ equals the final checkpoint's weights."""
+    env, record = fake_slurm_job(tmp_path)
+    run_dir = tmp_path / "run"
+    ends = ["export_hf=true", "final_validation=true", "ckpt_path=auto"]
+    code, output = signalled_run(run_dir, drill, signal.SIGUSR1, *ends, env=env)
+    assert code == 75, output[-3000:]
+    assert "SLURM job 4242 requeued" in output and record.read_text().split() == ["requeue", "4242"]
+    stopped = int(re.search(r"stopped after step (\d+)", output).group(1))
+    assert verified_step(run_dir / "checkpoints" / "last.ckpt") == stopped < STEPS
+    assert not list(run_dir.glob("hpc_ckpt_*")) and not (run_dir / "hf").exists()
+    command = [str(Path(sys.executable).parent / "degen-train"), *FAST, *drill, *LONG, *ends]
+    command.append(f"hydra.run.dir={run_dir}")
+    requeued = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
+    assert requeued.returncode == 0, requeued.stderr[-3000:]
+    final = checkpoint_weights(run_dir / "checkpoints" / "last.ckpt")
+    assert verified_step(run_dir / "checkpoints" / "last.ckpt") == STEPS
+    exported = load_file(str(run_dir / "hf" / "model.safetensors"))
+    for name, tensor in exported.items():
+        torch.testing.assert_close(tensor, final[f"backbone.model.{name}"], rtol=0, atol=0)
+    assert record.read_text().split() == ["requeue", "4242"]  # requeued once, not again at the end
+
+
+def test_a_lightning_hpc_checkpoint_in_the_run_folder_is_refused_naming_it(tmp_path: Path, drill: list[str]) -> None:
+    """A folder from Lightning's own requeue (``hpc_ckpt_1.ckpt`` beside checkpoints/): resuming it used to train on
+    from the older last.ckpt and then export the hpc file's weights. Refused before anything is written."""
+    run_dir = tmp_path / "run"
+    run(run_dir, *drill)
+    (run_dir / "hpc_ckpt_1.ckpt").write_bytes((run_dir / "checkpoints" / "last.ckpt").read_bytes())
+    before = sorted(p.name for p in (run_dir / "config_history").iterdir())
+    expected = r"hpc_ckpt_1\.ckpt: written by Lightning's SLURM auto-requeue.*Move it out .*resumes from .*\(step 8\)"
+    with pytest.raises(CheckpointError, match=expected):
+        run(run_dir, *drill, "trainer.max_steps=12", "ckpt_path=auto")
+    assert sorted(p.name for p in (run_dir / "config_history").iterdir()) == before
