@@ -14,21 +14,62 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+CACHE_ELSEWHERE = "point data.cache_dir at a larger disk"
+
+
+class DiskFull(OSError):
+    """No space left on the device of a named folder; what was being written is gone, nothing else is touched."""
+
+
+def is_disk_full(error: BaseException | None) -> bool:
+    """ENOSPC anywhere in the chain: datasets wraps it (DatasetGenerationError), the Rust tokenizers library gives a
+    bare Exception ending in "(os error 28)"."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            return True
+        if "No space left on device" in str(error) or "os error 28" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def disk_full_error(folder: Path, remedy: str = "") -> DiskFull:
+    """The one-line message for a full disk under ``folder``: how much is free there, what to do."""
+    try:
+        free = f"{shutil.disk_usage(_existing(folder)).free / 2**20:.1f} MiB free there"
+    except OSError:
+        free = "free space unknown"
+    alternative = f" (or {remedy})" if remedy else ""
+    return DiskFull(
+        errno.ENOSPC,
+        f"no space left on device writing {folder} ({free}); nothing half-written was kept: free space"
+        f"{alternative} and run the same command again",
+    )
+
+
+def _existing(path: Path) -> Path:
+    return next((p for p in (path, *path.parents) if p.exists()), Path("/"))
+
 
 @contextmanager
-def atomic_directory(target: Path, *, replace: bool = False) -> Iterator[Path]:
+def atomic_directory(target: Path, *, replace: bool = False, when_full: str = "") -> Iterator[Path]:
     """Yield a staging folder beside ``target``; it becomes ``target`` only if the block succeeds.
 
     replace=False keeps an existing ``target`` (a cache another process filled first);
     replace=True swaps the new folder in and only then deletes the old one.
+    A full disk is raised as DiskFull naming ``target``, with ``when_full`` as the other way out.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         yield staging
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
+        if not isinstance(error, DiskFull) and is_disk_full(error):  # name the folder, not "os error 28"
+            raise disk_full_error(target, when_full) from error
         raise
     if target.exists():
         if not replace:

@@ -8,6 +8,7 @@ key, the value and what is allowed.
 
 from __future__ import annotations
 
+import difflib
 import warnings
 from typing import Any, Literal
 
@@ -54,16 +55,26 @@ class DataConfig(BaseModel):
 
 
 class ModelConfig(BaseModel):
-    model_config = Open
+    # Closed: every key a model preset or architecture reads is listed, so `+model.hiden_size=64` is refused
+    # (naming the nearest setting) instead of training the preset's width in silence.
+    model_config = ConfigDict(extra="forbid")
     family: Literal["encoder", "decoder"]
     arch: str | None = None  # checked against models.architectures where the model is built
     hidden_size: int = Field(ge=1)
     num_layers: int = Field(ge=1)
     num_heads: int = Field(ge=1)
     num_kv_heads: int | None = Field(default=None, ge=1)
+    intermediate_size: int | None = Field(default=None, ge=1)
     max_position: int = Field(ge=8)
     dropout: float = Field(ge=0, lt=1)
+    attention_dropout: float = Field(default=0.1, ge=0, lt=1)
+    tie_embeddings: bool = True
+    attention: str = "sdpa"  # checked by transformers where the model is built
     init_from: str | None = None
+    compile: bool = False
+    local_attention: int | None = Field(default=None, ge=1)  # ModernBERT's sliding window
+    rope_theta: float | None = Field(default=None, gt=0)  # Llama / Qwen2
+    norm_eps: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def heads_divide_width(self) -> ModelConfig:
@@ -184,10 +195,23 @@ def _describe(error: dict[str, Any], raw: dict[str, Any]) -> str:
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] == "missing":
         return f"  {key}: missing"
+    if error["type"] == "extra_forbidden":
+        return f"  {key}: {_unknown_setting(location)}"
     value = _lookup(raw, location)
     if isinstance(value, dict):  # a cross-field rule: the message names the keys and values itself
         return f"  {key}: {message}"
     return f"  {key}={value!r}: {message}"
+
+
+def _unknown_setting(location: list[str]) -> str:
+    """What to say of a key a closed section does not have: the nearest known key, and all of them."""
+    section: Any = TrainConfig
+    for part in location[:-1]:
+        section = section.model_fields[part].annotation
+    known = sorted(section.model_fields)
+    near = difflib.get_close_matches(location[-1], known, n=1)
+    hint = f" (did you mean {'.'.join([*location[:-1], near[0]])}?)" if near else ""
+    return f"not a setting of {'.'.join(location[:-1])}{hint}; its settings: {', '.join(known)}"
 
 
 def _lookup(tree: Any, path: list[str]) -> Any:

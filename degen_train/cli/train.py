@@ -35,7 +35,7 @@ from degen_train.callbacks.throughput import Throughput  # noqa: E402
 from degen_train.catalog import build_terms  # noqa: E402
 from degen_train.checkpoints import refuse_lightning_hpc_checkpoints  # noqa: E402
 from degen_train.cli.evaluate import evaluate  # noqa: E402
-from degen_train.cli.paths import config_dir  # noqa: E402
+from degen_train.cli.paths import check_output_folder, check_output_folders_in, config_dir  # noqa: E402
 from degen_train.data.datamodule import PretrainDataModule, make_collator, prepare_data  # noqa: E402
 from degen_train.export import export_pretrained  # noqa: E402
 from degen_train.hub import check_push, push_export  # noqa: E402
@@ -79,6 +79,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             read_wic(wic)
     check_push(cfg.get("push_to_hub"), export_hf=bool(cfg.export_hf))
     check_precision(cfg)  # a precision this hardware emulates is refused here, not after hours of slow steps
+    check_output_folder(run_dir, "run_dir")
     refuse_writes_into_other_runs(cfg, run_dir)
     refuse_lightning_hpc_checkpoints(run_dir)
     finished = finished_summary(run_dir, int(cfg.trainer.max_steps)) if cfg.ckpt_path in RESUME_CHOICES else None
@@ -279,6 +280,11 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     except RunPreempted as preempted:
         print(f"degen-train: {preempted}. Resume with ckpt_path=auto (same command), exit code {PREEMPTED_EXIT}")
         raise SystemExit(PREEMPTED_EXIT) from None
+    except (ValueError, OSError) as error:  # bad input, a full disk, a busy folder: the message says it all
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"degen-train: error: {error}\n(HYDRA_FULL_ERROR=1 shows where it was raised)", file=sys.stderr)
+        raise SystemExit(1) from None
     return search_objective(summary, cfg.search)
 
 
@@ -296,6 +302,10 @@ def main() -> None:
         sys.argv = [sys.argv[0], *reproduce_argv(sys.argv[2], sys.argv[3:])]
     silence_known_noise()
     sys.argv = [sys.argv[0], *open_trainer_keys(sys.argv[1:])]  # any Trainer argument as trainer.KEY=VALUE
+    try:
+        check_output_folders_in(sys.argv[1:])
+    except NotADirectoryError as error:
+        sys.exit(f"degen-train: error: {error}")
     _hydra_main()
     if FAILED_RUNS:  # the other runs of the sweep ran; the command still says that some failed
         print(f"{len(FAILED_RUNS)} run(s) of this sweep failed (see RUN/failed.json): {', '.join(FAILED_RUNS)}")

@@ -17,6 +17,7 @@ from typing import Any
 import datasets
 
 from degen_train.data.builtin_corpus import builtin_documents
+from degen_train.data.unreadable import unreadable_corpus_error
 from degen_train.io import atomic_write_text, cache_key, file_sha256
 
 log = logging.getLogger(__name__)
@@ -84,11 +85,14 @@ def _load_local(cfg: Any, path_value: str | None, key: str) -> tuple[Any, str, l
     data_files = [str(f) for f in files]
     kwargs: dict[str, Any] = {"split": "train", "streaming": bool(cfg.streaming)}
     if kind == "text":
-        dataset = datasets.load_dataset("text", data_files=data_files, sample_by=unit, **kwargs)
-    else:
-        if kind == "csv" and files[0].suffix.lower() == ".tsv":
-            kwargs["delimiter"] = "\t"
+        kwargs["sample_by"] = unit
+    elif kind == "csv" and files[0].suffix.lower() == ".tsv":
+        kwargs["delimiter"] = "\t"
+    try:
         dataset = datasets.load_dataset(kind, data_files=data_files, **kwargs)
+    except Exception as error:  # noqa: BLE001 - reworded: the bad file and line, or the full disk, by name
+        raise unreadable_corpus_error(error, files, kind, f"{key}={path}") from error
+    if kind != "text":
         dataset = _select_text_column(dataset, cfg.text_column, str(path))
     dataset = _drop_empty(dataset, str(path), streaming=bool(cfg.streaming))
     stats = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]

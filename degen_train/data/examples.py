@@ -25,7 +25,7 @@ from typing import Any
 
 import datasets
 
-from degen_train.io import atomic_directory, cache_key
+from degen_train.io import CACHE_ELSEWHERE, atomic_directory, cache_key
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,8 @@ def build_examples(
         rows = packed_blocks(
             _tokenized(documents, tokenizer), tokenizer, data_format=data_format, block_size=block_size
         )
-    with tempfile.TemporaryDirectory(dir=cache_root) as scratch, atomic_directory(target) as staging:
+    staged = atomic_directory(target, when_full=CACHE_ELSEWHERE)
+    with tempfile.TemporaryDirectory(dir=cache_root) as scratch, staged as staging:
         examples = _materialise(rows, scratch)
         if len(examples) == 0:
             raise ValueError("the corpus gave no training example: it is shorter than one block")

@@ -15,7 +15,7 @@ from typing import Any
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, BertTokenizerFast, GPT2TokenizerFast, PreTrainedTokenizerFast
 
-from degen_train.io import atomic_directory, cache_key, resolve_pretrained
+from degen_train.io import CACHE_ELSEWHERE, atomic_directory, cache_key, resolve_pretrained
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def get_tokenizer(
     log.info("training a %s tokenizer (vocab %d) into %s", family, cfg.vocab_size, target)
     texts = _texts(corpus, cfg.max_documents)
     tokenizer = train_wordpiece(texts, cfg) if family == "encoder" else train_byte_bpe(texts, cfg)
-    with atomic_directory(target) as staging:
+    with atomic_directory(target, when_full=CACHE_ELSEWHERE) as staging:
         tokenizer.save_pretrained(str(staging))
     return AutoTokenizer.from_pretrained(str(target))
 

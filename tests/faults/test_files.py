@@ -154,3 +154,32 @@ def test_a_cache_entry_finished_by_another_process_meanwhile_is_kept(tmp_path: P
         (staging / "ours.txt").write_text("built here")
     assert [p.name for p in target.iterdir()] == ["theirs.txt"]
     assert [p.name for p in target.parent.iterdir()] == ["entry"]  # no .entry.tmp-* left behind
+
+
+def test_disk_full_while_preparing_data_names_the_cache_folder_and_a_rerun_recovers(
+    tmp_path: Path, drill: list[str]
+) -> None:
+    """Before: "No space left on device (os error 28)" from the tokenizer library, no folder named."""
+    with tmpfs(tmp_path / "cache", "size=12k") as cache:
+        with pytest.raises(OSError, match=rf"no space left on device writing {cache}/\S+ \(.* MiB free there\); "
+                                          r"nothing half-written was kept: free space \(or point data\.cache_dir at "
+                                          r"a larger disk\) and run the same command again"):  # fmt: skip
+            run(tmp_path / "run", *drill, f"data.cache_dir={cache}")
+        assert not [p for p in cache.rglob("*") if ".tmp-" in p.name]  # no staging folder left behind
+        subprocess.run(["mount", "-o", "remount,size=64m", str(cache)], check=True)
+        assert run(tmp_path / "run", *drill, f"data.cache_dir={cache}", "ckpt_path=auto")["final_step"] == 8
+
+
+def test_disk_full_during_the_export_names_the_folder_and_keeps_the_old_export(tmp_path: Path) -> None:
+    from transformers import BertConfig, BertForMaskedLM
+
+    from degen_train.export import export_pretrained
+
+    model = BertForMaskedLM(BertConfig(vocab_size=8000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                       intermediate_size=128))  # fmt: skip
+    with tmpfs(tmp_path / "disk", "size=1m") as disk:
+        (disk / "hf").mkdir()
+        (disk / "hf" / "config.json").write_text("{}")  # the previous export
+        with pytest.raises(OSError, match=rf"no space left on device writing {disk}/hf \(.*MiB free there\)"):
+            export_pretrained(model, None, disk / "hf")
+        assert sorted(p.name for p in disk.iterdir()) == ["hf"] and (disk / "hf" / "config.json").read_text() == "{}"
