@@ -150,3 +150,16 @@ def test_processes_with_different_data_are_named() -> None:
     check_same_data([("a1", 10, 2), ("a1", 10, 2)])
     with pytest.raises(RuntimeError, match=r"rank 0: \('a1', 10, 2\); rank 1: \('b2', 10, 2\)\. Give every node"):
         check_same_data([("a1", 10, 2), ("b2", 10, 2)])
+
+
+def test_hydra_itself_refuses_a_shell_target_as_the_second_wall(tmp_path: Path) -> None:
+    """pyproject.toml requires hydra-core>=1.3.6, the first release with its own target policy: were our allow-list
+    bypassed (a config built from Python), Hydra still would not run os.system. With 1.3.2, which the floor once
+    allowed, this ran the command."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    marker = tmp_path / "code-ran"
+    with pytest.raises(InstantiationException, match=r"os\.system"):
+        instantiate({"_target_": "os.system", "command": f"touch {marker}"})
+    assert not marker.exists()
