@@ -37,8 +37,9 @@ class Encoder:
         return int(self.model.config.num_hidden_layers)
 
 
-def load_encoder(path: str | Path, *, batch_size: int = 32, max_length: int | None = None) -> Encoder:
-    """``path``: a degen_train run directory (its hf/ export) or an HF model directory; offline."""
+def model_folder(path: str | Path) -> Path:
+    """The HF folder of ``path`` (a degen_train run's hf/ export, or the folder itself), refused without a config or
+    a tokenizer, naming what is missing."""
     path = Path(path).expanduser()
     model_dir = path / "hf" if (path / "hf" / "config.json").exists() else path
     if not (model_dir / "config.json").exists():
@@ -50,6 +51,12 @@ def load_encoder(path: str | Path, *, batch_size: int = 32, max_length: int | No
             f"{model_dir} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}): every word would be [UNK] and every "
             f"number meaningless. Copy the tokenizer's files into it (a degen-train run keeps them in RUN/tokenizer/)"
         )
+    return model_dir
+
+
+def load_encoder(path: str | Path, *, batch_size: int = 32, max_length: int | None = None) -> Encoder:
+    """``path``: a degen_train run directory (its hf/ export) or an HF model directory; offline."""
+    model_dir = model_folder(path)
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.set_verbosity_error()  # the export's MLM/NSP heads are expected to go unused here
     transformers_logging.disable_progress_bar()  # a "Loading weights" bar for a small local model

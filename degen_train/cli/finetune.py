@@ -1,0 +1,90 @@
+"""degen-finetune MODEL_OR_RUN --task rte [--task sst2 ...] --data GLUE_DIR --out DIR: GLUE dev scores after
+fine-tuning, the way papers report them (best learning rate by median over seeds, mean ± std over seeds).
+
+A task of your own: --train FILE --dev FILE --text-columns premise,hypothesis --label-column label [--regression]
+(CSV, TSV or JSON lines). Defaults: conf/finetune.yaml. A rerun into the same --out skips every finished cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from omegaconf import OmegaConf  # noqa: E402
+
+from degen_train.cli.paths import config_dir  # noqa: E402
+
+log = logging.getLogger("degen_train.finetune")
+
+
+def parser() -> argparse.ArgumentParser:
+    defaults = OmegaConf.to_container(OmegaConf.load(config_dir() / "finetune.yaml"))
+    p = argparse.ArgumentParser(prog="degen-finetune", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("model", help="a degen-train run folder (its hf/ export) or any HF model folder")
+    p.add_argument("--task", action="append", dest="tasks", help=f"a GLUE task (default: {defaults['tasks']})")
+    p.add_argument("--data", default=defaults["glue_dir"], help="the GLUE folder (holding RTE/, SST-2/, ...)")
+    p.add_argument("--out", required=True, help="results: OUT/TASK/lr=LR/seed=S/result.json, OUT/glue.{json,md}")
+    p.add_argument("--lr", action="append", type=float, dest="learning_rates",
+                   help=f"a learning rate of the grid, repeated (default: {defaults['learning_rates']})")  # fmt: skip
+    p.add_argument("--seeds", type=int, default=defaults["seeds"], help="seeds 1..N per learning rate")
+    for key in ("epochs", "batch_size", "max_length", "warmup_ratio", "weight_decay", "adam_eps", "max_grad_norm",
+                "eval_batch_size", "max_train_examples", "precision"):  # fmt: skip
+        kind = str if key == "precision" else float if key in ("epochs", "warmup_ratio", "weight_decay", "adam_eps",
+                                                                 "max_grad_norm") else int  # fmt: skip
+        p.add_argument(f"--{key.replace('_', '-')}", type=kind, default=defaults[key], dest=key)
+    own = p.add_argument_group("a task of your own")
+    own.add_argument("--train", help="its training file (.csv, .tsv or .jsonl)")
+    own.add_argument("--dev", help="its dev file, scored after training")
+    own.add_argument("--text-columns", help="one or two column names, comma-separated")
+    own.add_argument("--label-column", default="label")
+    own.add_argument("--regression", action="store_true", help="the label is a number (scored by Pearson/Spearman)")
+    own.add_argument("--task-name", default="custom")
+    p.set_defaults(default_tasks=defaults["tasks"], default_rates=defaults["learning_rates"])
+    return p
+
+
+def finetune(args: argparse.Namespace) -> dict:
+    from degen_train.finetune.cell import Protocol
+    from degen_train.finetune.grid import run_grid
+    from degen_train.finetune.tasks import load_custom_task, load_glue_task
+    from degen_train.metrics.encode import model_folder
+
+    # Everything that can be checked is checked before a model is loaded.
+    model_dir = model_folder(args.model)
+    protocol = Protocol(**{k: getattr(args, k) for k in Protocol.__dataclass_fields__})
+    protocol.check()
+    rates = args.learning_rates if args.learning_rates is not None else args.default_rates
+    if args.train or args.dev:
+        if not (args.train and args.dev and args.text_columns):
+            raise ValueError("a task of your own needs --train FILE, --dev FILE and --text-columns A[,B]")
+        tasks = [load_custom_task(args.task_name, args.train, args.dev, text_columns=args.text_columns.split(","),
+                                  label_column=args.label_column, regression=args.regression)]  # fmt: skip
+    else:
+        if not args.data:
+            raise ValueError("no GLUE folder: give --data DIR (the folder holding RTE/, SST-2/, ...)")
+        tasks = [load_glue_task(name, args.data) for name in (args.tasks or args.default_tasks)]
+    return run_grid(model_dir, tasks, learning_rates=rates, seeds=list(range(1, args.seeds + 1)),
+                    protocol=protocol, out=Path(args.out))  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s")
+    args = parser().parse_args(argv)
+    try:
+        summary = finetune(args)
+    except (ValueError, OSError) as error:
+        sys.exit(f"degen-finetune: error: {error}")
+    from degen_train.finetune.grid import format_summary
+
+    print(format_summary(summary), end="")
+
+
+if __name__ == "__main__":
+    main()

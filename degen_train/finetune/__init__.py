@@ -1,0 +1,1 @@
+"""GLUE (and your own task) fine-tuning of an export: tasks, metrics, one cell, the grid."""

