@@ -246,3 +246,42 @@ def test_a_decoder_export_fine_tunes_through_its_last_token(tmp_path: Path) -> N
 
 def test_glue_tasks_table_is_complete() -> None:
     assert sorted(GLUE_TASKS) == sorted(["cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli"])
+
+
+def tiny_rte(root: Path, rows: int = 16) -> Path:
+    header = "index\tsentence1\tsentence2\tlabel\n"
+    body = "".join(f"{i}\tthe cat {i} sleeps on the mat\ta cat {'sleeps' if i % 2 else 'runs'}\t"
+                   f"{'entailment' if i % 2 else 'not_entailment'}\n" for i in range(rows))  # fmt: skip
+    write(root / "RTE" / "train.tsv", header + body)
+    write(root / "RTE" / "dev.tsv", header + body)
+    return root
+
+
+def test_eval_glue_fine_tunes_the_export_into_the_summary_and_the_report(tmp_path: Path) -> None:
+    """eval.glue at the end of a pretraining run: RUN/glue/ holds the grid, summary.json the scores, and
+    degen-report a glue/rte and glue/average column with mean ± std over pretraining seeds."""
+    from degen_train.cli.report import report
+
+    glue_dir = tiny_rte(tmp_path / "glue_data")
+    settings = ["eval.glue=[rte]", f"eval.glue_dir={glue_dir}", "eval.finetune.learning_rates=[1e-4]",
+                "eval.finetune.seeds=2", "eval.finetune.epochs=1", "eval.finetune.batch_size=8",
+                "eval.finetune.max_length=32", "trainer.max_steps=2", "data.tokenizer.vocab_size=1000"]  # fmt: skip
+    for seed in (1, 2):
+        summary = run(tmp_path / "sweep" / f"seed={seed}", *settings, f"seed={seed}")
+        assert set(summary["glue"]["tasks"]) == {"rte"} and summary["glue"]["seeds"] == 2
+        assert summary["glue"]["average"] == summary["glue"]["tasks"]["rte"]["mean"]
+    assert (tmp_path / "sweep" / "seed=1" / "glue" / "rte" / "lr=0.0001" / "seed=2" / "result.json").exists()
+    result = report([tmp_path / "sweep"], run_analysis=False)
+    assert {row["glue/rte"] for row in result["rows"]} == {
+        json.loads((tmp_path / "sweep" / f"seed={s}" / "summary.json").read_text())["glue"]["average"] for s in (1, 2)
+    }
+
+
+def test_eval_glue_settings_are_checked_before_training(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"eval\.glue needs eval\.glue_dir"):
+        run(tmp_path / "a", "eval.glue=[rte]")
+    with pytest.raises(ValueError, match=r"eval\.finetune\.epoch is not a fine-tuning setting; the settings: "):
+        run(tmp_path / "b", "eval.glue=[rte]", f"eval.glue_dir={tiny_rte(tmp_path / 'g')}", "+eval.finetune.epoch=2")
+    with pytest.raises(ValueError, match=r"unknown GLUE task 'rtee'"):
+        run(tmp_path / "c", "eval.glue=[rtee]", f"eval.glue_dir={tmp_path / 'g'}")
+    assert not any((tmp_path / name / "config.yaml").exists() for name in "abc")

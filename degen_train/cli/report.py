@@ -78,6 +78,10 @@ def report(
         ),
         **metric_against_swept(table, plotted),
     }
+    if "glue/average" in table and table["glue/average"].notna().any():  # the downstream side of the trade-off
+        images["GLUE average (after fine-tuning) against embedding IsoScore (one point per setting)"] = tradeoff(
+            grouped, table, x="isotropy/embedding/isoscore", y="glue/average"
+        )
     atomic_write_text(out_dir / "report.html", html_page(table, grouped, settings, best, images, cone_images(table)))
     return {"rows": table.to_dict("records"), "grouped": grouped.to_dict("records"), "out": str(out_dir)}
 

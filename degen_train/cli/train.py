@@ -38,6 +38,8 @@ from degen_train.cli.evaluate import evaluate  # noqa: E402
 from degen_train.cli.paths import check_output_folder, check_output_folders_in, config_dir  # noqa: E402
 from degen_train.data.datamodule import PretrainDataModule, make_collator, prepare_data  # noqa: E402
 from degen_train.export import export_pretrained  # noqa: E402
+from degen_train.finetune.grid import finetune_export, protocol_from  # noqa: E402
+from degen_train.finetune.tasks import load_glue_task  # noqa: E402
 from degen_train.hub import check_push, push_export  # noqa: E402
 from degen_train.io import atomic_directory, atomic_write_json, atomic_write_text  # noqa: E402
 from degen_train.metrics.probes import read_sts, read_wic  # noqa: E402
@@ -77,6 +79,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     for wic in (cfg.eval.wic, cfg.eval.get("wic_fit")):
         if wic:
             read_wic(wic)
+    glue_tasks = glue_tasks_of(cfg)  # read and checked now: a bad GLUE file fails before training
     check_push(cfg.get("push_to_hub"), export_hf=bool(cfg.export_hf))
     check_precision(cfg)  # a precision this hardware emulates is refused here, not after hours of slow steps
     check_output_folder(run_dir, "run_dir")
@@ -94,7 +97,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         for change in check_resume((saved.get("provenance") or {}).get("config"), resolved_config(cfg), checkpoint):
             log.warning("resume changes %s (recorded in config_history/)", change)
     with run_dir_lock(run_dir) if is_launching_process() else nullcontext():
-        return _train_locked(cfg, run_dir, terms, weights, family, data_format, checkpoint, saved)
+        return _train_locked(cfg, run_dir, terms, weights, family, data_format, checkpoint, saved, glue_tasks)
 
 
 def _train_locked(
@@ -106,6 +109,7 @@ def _train_locked(
     data_format: str,
     checkpoint: Path | None,
     saved: dict,
+    glue_tasks: list,
 ) -> dict[str, Any]:
     # 2. Data (cached), the model and its terms, the trainer. A resumed run keeps the tokenizer it trained with.
     own = run_dir / "tokenizer"
@@ -178,12 +182,28 @@ def _train_locked(
                     layer=cfg.eval.layer,
                     pooling=cfg.eval.pooling,
                 )
+            if glue_tasks:  # fine-tuned copies of the export, scored on GLUE dev (RUN/glue/, resumable)
+                settings = OmegaConf.to_container(cfg.eval.get("finetune") or {}, resolve=True)
+                summary["glue"] = finetune_export(run_dir / "hf", glue_tasks, settings, run_dir / "glue")
         atomic_write_json(run_dir / "summary.json", summary)
         for logger in trainer.loggers:  # wandb: the summary, then finish (an offline run is closed and syncable)
             if hasattr(logger, "close_run"):
                 logger.close_run(summary)
         log.info("run finished:\n%s", end_of_run_table(summary, run_dir, swept_overrides()))
     return summary
+
+
+def glue_tasks_of(cfg: DictConfig) -> list:
+    """eval.glue's tasks read from eval.glue_dir (each file checked), and eval.finetune's keys checked; [] if none."""
+    names = list(cfg.eval.get("glue") or [])
+    if not names:
+        return []
+    if not cfg.export_hf:
+        raise ValueError("eval.glue fine-tunes the export: it needs export_hf=true")
+    if not cfg.eval.get("glue_dir"):
+        raise ValueError("eval.glue needs eval.glue_dir: the folder GLUE's download wrote (holding RTE/, SST-2/, ...)")
+    protocol_from(OmegaConf.to_container(cfg.eval.get("finetune") or {}, resolve=True))
+    return [load_glue_task(name, cfg.eval.glue_dir) for name in names]
 
 
 def build_module(

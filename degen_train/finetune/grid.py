@@ -113,3 +113,30 @@ def format_summary(summary: dict[str, Any]) -> str:
     if summary["average"] is not None:
         lines.append(f"| **average** | | **{summary['average']:.1f}** | | |")
     return "\n".join(lines) + "\n"
+
+
+def protocol_from(settings: dict[str, Any]) -> tuple[Protocol, list[float], list[int]]:
+    """conf/finetune.yaml's protocol with ``settings`` over it; (protocol, learning rates, seeds). Unknown keys are
+    refused, naming the known ones."""
+    from omegaconf import OmegaConf
+
+    from degen_train.cli.paths import config_dir
+
+    defaults = OmegaConf.to_container(OmegaConf.load(config_dir() / "finetune.yaml"))
+    unknown = sorted(set(settings) - set(defaults))
+    if unknown:
+        known = ", ".join(defaults)
+        raise ValueError(f"eval.finetune.{unknown[0]} is not a fine-tuning setting; the settings: {known}")
+    merged = {**defaults, **settings}
+    protocol = Protocol(**{k: merged[k] for k in Protocol.__dataclass_fields__})
+    protocol.check()
+    return protocol, [float(x) for x in merged["learning_rates"]], list(range(1, int(merged["seeds"]) + 1))
+
+
+def finetune_export(model_dir: Path, tasks: Sequence[Task], settings: dict[str, Any], out: Path) -> dict[str, Any]:
+    """GLUE of a run's export at the end of training (eval.glue): the grid into ``out``; per task its mean score,
+    and the average, for summary.json."""
+    protocol, rates, seeds = protocol_from(settings)
+    summary = run_grid(model_dir, tasks, learning_rates=rates, seeds=seeds, protocol=protocol, out=out)
+    scores = {name: {"mean": t["mean"], "std": t["std"], "lr": t["chosen_lr"]} for name, t in summary["tasks"].items()}
+    return {"tasks": scores, "average": summary["average"], "seeds": len(seeds), "folder": str(out)}

@@ -20,6 +20,7 @@ HEADLINE = {
     "isotropy/embedding/mean_cosine": "min",
     "isotropy/embedding/isoscore": "max",
     "wic/accuracy": "max",
+    "glue/average": "max",
     "tokens_per_s": "max",
     "mfu": "max",
 }
@@ -90,6 +91,10 @@ def run_row(run: Path) -> dict[str, Any]:
     if "wic" in evaluation:
         wic = evaluation["wic"]["raw"]
         row["wic/accuracy"] = wic.get("accuracy", wic.get("accuracy_threshold_fitted_on_scored_items"))
+    glue = summary.get("glue") or {}  # eval.glue: each task's dev score (mean over fine-tuning seeds), the average
+    row |= {f"glue/{task}": scores["mean"] for task, scores in (glue.get("tasks") or {}).items()}
+    if glue.get("average") is not None:
+        row["glue/average"] = glue["average"]
     return row
 
 
@@ -118,6 +123,8 @@ def headline_order(columns: Sequence[str]) -> list[str]:
     swept = sorted(c for c in columns if c.startswith(SWEPT))
     terms = sorted(c for c in columns if c.startswith(("val/", "train/")) and c.endswith("/loss"))
     probes = sorted(c for c in columns if c.startswith(("sts/", "wic/")))
+    probes += sorted(c for c in columns if c.startswith("glue/") and c != "glue/average")
+    probes += ["glue/average"] if "glue/average" in columns else []
     analysis = sorted(c for c in columns if c.startswith("analysis/"))
     first = ["run", "status", *swept, "val_loss", "val_perplexity", *terms]
     first += ["isotropy/embedding/mean_cosine", "isotropy/embedding/isoscore", *analysis, *probes]
