@@ -12,7 +12,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import datasets  # noqa: E402
 
-from bench import analysis, chunked_ce, losses, methods, metrics, parallel, reliability, spine  # noqa: E402
+from bench import analysis, chunked_ce, finetune, losses, methods, metrics, parallel, reliability, spine  # noqa: E402
 from degen_train.precision import cpu_description  # noqa: E402
 
 datasets.disable_progress_bars()
@@ -28,6 +28,7 @@ def main() -> None:
         "chunked_ce",
         "parallel",
         "methods",
+        "finetune",
     }
     machine = cpu_description()
     bf16 = f"yes ({', '.join(machine['bf16_flags'])})" if machine["native_bf16"] else "no: bf16 rows are emulated"
@@ -48,6 +49,8 @@ def main() -> None:
         parallel.main()
     if "methods" in wanted:
         methods.main()
+    if "finetune" in wanted:
+        finetune.main()
 
 
 if __name__ == "__main__":

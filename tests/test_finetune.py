@@ -165,7 +165,7 @@ def tiny_task(tmp_path: Path, rows: int = 24) -> Path:
 
 
 def test_one_cell_equals_hf_trainer_in_weights_and_dev_metric(tmp_path: Path, minilm: Path) -> None:
-    """The reference computation: HF Trainer (AdamW, linear warm-up, clipping, its seedable sampler) on the same
+    """The reference computation: HF Trainer (fused AdamW, linear warm-up, clipping, its seedable sampler) on the same
     model, seed, data and settings ends with the same weights and dev accuracy as our cell."""
     pytest.importorskip("accelerate", reason="HF Trainer needs accelerate (a test dependency)")
     from transformers import Trainer, TrainingArguments
@@ -179,7 +179,8 @@ def test_one_cell_equals_hf_trainer_in_weights_and_dev_metric(tmp_path: Path, mi
     arguments = TrainingArguments(
         output_dir=str(tmp_path / "hf"), per_device_train_batch_size=8, num_train_epochs=2, learning_rate=5e-5,
         warmup_steps=0.1, weight_decay=0.01, lr_scheduler_type="linear", max_grad_norm=1.0, seed=11,
-        optim="adamw_torch", report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True, disable_tqdm=True,
+        optim="adamw_torch_fused", report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True,
+        disable_tqdm=True,
     )  # fmt: skip
     rows = encode_split(task.train, tokenizer, 32)
     Trainer(model=reference, args=arguments, train_dataset=rows, data_collator=collator_for(tokenizer)).train()

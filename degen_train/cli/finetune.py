@@ -40,6 +40,8 @@ def parser() -> argparse.ArgumentParser:
         kind = str if key == "precision" else float if key in ("epochs", "warmup_ratio", "weight_decay", "adam_eps",
                                                                  "max_grad_norm") else int  # fmt: skip
         p.add_argument(f"--{key.replace('_', '-')}", type=kind, default=defaults[key], dest=key)
+    p.add_argument("--no-fused-adamw", dest="fused_adamw", action="store_false", default=defaults["fused_adamw"],
+                   help="torch's for-loop AdamW instead of its fused kernel")  # fmt: skip
     own = p.add_argument_group("a task of your own")
     own.add_argument("--train", help="its training file (.csv, .tsv or .jsonl)")
     own.add_argument("--dev", help="its dev file, scored after training")

@@ -40,6 +40,7 @@ class Protocol:
     adam_eps: float = 1e-8
     max_grad_norm: float = 1.0
     precision: str = "32-true"
+    fused_adamw: bool = True  # torch's fused AdamW kernel (HF Trainer's default optimizer since torch 2.8)
     eval_batch_size: int = 64
     max_train_examples: int | None = None  # a fixed subset (the first N rows), e.g. of SST-2 on a CPU
 
@@ -117,6 +118,7 @@ class SequenceClassifier(pl.LightningModule):
     def configure_optimizers(self) -> Any:
         optimizer = torch.optim.AdamW(
             decay_groups(self.model, self.protocol.weight_decay), lr=self.lr, eps=self.protocol.adam_eps,
+            fused=self.protocol.fused_adamw,
         )  # fmt: skip
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: linear_with_warmup(step, self.warmup_steps, self.total_steps)
