@@ -162,11 +162,26 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def resolve_pretrained(name: str) -> str:
-    """A degen_train run directory means its ``hf/`` export; other paths and hub names pass through."""
+    """A degen_train run directory means its ``hf/`` export; other paths and hub names pass through. A value that
+    looks like a local path but does not exist is refused here, at once, instead of being tried on the hub."""
     path = Path(str(name)).expanduser()
     if (path / "hf" / "config.json").exists():
         return str(path / "hf")
-    return str(path) if path.exists() else str(name)
+    if path.exists():
+        return str(path)
+    if looks_like_local_path(str(name)):
+        raise FileNotFoundError(
+            f"{name}: no such folder ({path.resolve()}); give a run folder, a model folder, or a hub name (ORG/NAME)"
+        )
+    return str(name)
+
+
+def looks_like_local_path(value: str) -> bool:
+    """Starts like a path (/, ./, ../, ~), has more than one '/', or begins with a folder that exists here
+    (`runs/teacher` when ./runs exists): a hub name is NAME or ORG/NAME."""
+    if value.startswith(("/", "./", "../", "~")) or value.count("/") > 1:
+        return True
+    return "/" in value and Path(value.split("/", 1)[0]).is_dir()
 
 
 class RunLogFileHandler(logging.FileHandler):

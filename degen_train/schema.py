@@ -13,6 +13,7 @@ import warnings
 from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 Open = ConfigDict(extra="allow")
@@ -174,7 +175,14 @@ class TrainConfig(BaseModel):
 
 def validate_config(cfg: DictConfig) -> TrainConfig:
     """Check ``cfg`` against the schema; raise one ValueError naming every bad key, value and what is allowed."""
-    raw: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    try:
+        raw: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    except (MissingMandatoryValue, InterpolationToMissingValueError) as error:  # a recipe's ??? (teacher=, start=)
+        missing = str(error).split("Missing mandatory value:")[-1].split("\n")[0].strip()
+        raise ValueError(
+            f"{missing} has no value, and {error.full_key} needs it: give {missing}=... on the command line "
+            f"(the recipe's header says what it is)"
+        ) from None
     try:
         checked = TrainConfig.model_validate(raw)
     except ValidationError as error:

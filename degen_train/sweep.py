@@ -66,18 +66,57 @@ def swept_overrides() -> list[str]:
     return [str(o) for o in HydraConfig.get().overrides.task]
 
 
-def finished_summary(run_dir: Path, max_steps: int) -> dict | None:
+# Keys (or prefixes ending in ".") that cannot change what a finished run measured: a rerun that differs only
+# in these reuses the run. Any other difference is refused, naming it (a sweep rerun with a changed setting).
+NO_EFFECT_ON_RESULT = (
+    "run_dir",
+    "ckpt_path",
+    "trainer.enable_progress_bar",
+    "trainer.enable_model_summary",
+    "trainer.log_every_n_steps",
+    "logger.",
+    "data.num_workers",
+    "data.cache_dir",
+    "callbacks.checkpoint.",
+    "callbacks.preemption.",
+    "push_to_hub.",
+    "allow_slow_precision",
+    "search.",
+)
+
+
+def finished_summary(run_dir: Path, cfg: DictConfig) -> dict | None:
+    """RUN's summary when it finished with this config's steps and settings; None when it did not finish (or ran
+    fewer steps: it resumes). A finished run whose recorded config differs in a key that changes the result is
+    refused, naming each key and both values. Keys only one side has (added by a later version) are not compared."""
     path = run_dir / "summary.json"
     if not path.exists():
         return None
     summary = json.loads(path.read_text())
-    return summary if summary.get("final_step") == max_steps else None
+    if summary.get("final_step") != int(cfg.trainer.max_steps):
+        return None
+    from degen_train.resume_policy import flatten
+
+    before = flatten(summary.get("config") or {})
+    after = flatten(OmegaConf.to_container(cfg, resolve=True))
+    changed = [f"{key}: {before[key]!r} -> {after[key]!r}" for key in sorted(set(before) & set(after))
+               if before[key] != after[key] and not _no_effect(key)]  # fmt: skip
+    if changed:
+        raise ValueError(
+            f"{run_dir} finished before with other settings ({'; '.join(changed)}); its results would be reported "
+            f"for this config. Sweep into a new folder (hydra.sweep.dir=...) or run into another hydra.run.dir"
+        )
+    return summary
+
+
+def _no_effect(key: str) -> bool:
+    return any(key == k or (k.endswith(".") and key.startswith(k)) for k in NO_EFFECT_ON_RESULT)
 
 
 def run_in_sweep(cfg: DictConfig, train: Callable[[DictConfig], dict[str, Any]]) -> float | None:
     """One job of a sweep. A failure is written to RUN/failed.json and does not stop the other jobs."""
     run_dir = Path(cfg.run_dir)
-    done = finished_summary(run_dir, int(cfg.trainer.max_steps))
+    done = finished_summary(run_dir, cfg)
     if done is not None:
         log.info("%s finished before: skipped", run_dir)
         return search_objective(done, cfg.search)

@@ -286,3 +286,21 @@ def test_eval_glue_settings_are_checked_before_training(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"unknown GLUE task 'rtee'"):
         run(tmp_path / "c", "eval.glue=[rtee]", f"eval.glue_dir={tmp_path / 'g'}")
     assert not any((tmp_path / name / "config.yaml").exists() for name in "abc")
+
+
+def test_a_fine_tuned_model_is_kept_and_degen_analyze_reads_it(tmp_path: Path, minilm: Path) -> None:
+    """--save-models: geometry after fine-tuning (Rajaee & Pilehvar 2021) with the same instrument as before."""
+    from degen_train.cli.analyze import analyze
+
+    train = tiny_task(tmp_path, rows=16)
+    arguments = [str(minilm), "--train", str(train), "--dev", str(train), "--text-columns", "premise,hypothesis",
+                 "--out", str(tmp_path / "out"), "--epochs", "1", "--batch-size", "8", "--max-length", "32",
+                 "--lr", "5e-5", "--seeds", "1", "--save-models"]  # fmt: skip
+    finetune(parser().parse_args(arguments))
+    kept = grid.cell_file(tmp_path / "out", "custom", 5e-5, 1).parent / "model"
+    assert (kept / "config.json").exists() and (kept / "tokenizer.json").exists()
+    corpus = write(tmp_path / "sentences.txt", "\n".join(f"the cat number {i} sleeps on the mat" for i in range(40)))
+    after = analyze(kept, corpus=str(corpus), max_sentences=40, out=tmp_path / "after")
+    before = analyze(minilm, corpus=str(corpus), max_sentences=40, out=tmp_path / "before")
+    assert len(after["layers"]) == len(before["layers"]) == 7  # embeddings + MiniLM's 6 layers
+    assert after["layers"][-1]["mean_cosine"] != before["layers"][-1]["mean_cosine"]

@@ -82,6 +82,17 @@ def test_rerunning_a_sweep_skips_finished_runs(grid: Path) -> None:
     assert {p: p.stat().st_mtime_ns for p in grid.glob("*/summary.json")} == stamps
 
 
+def test_rerunning_a_sweep_with_a_changed_setting_is_refused_naming_it(grid: Path) -> None:
+    """Before: `optimizer.lr=0.01` added to the same command printed "finished before: skipped" four times and the
+    report showed the old runs under the new setting."""
+    stamps = {p: p.stat().st_mtime_ns for p in grid.glob("*/summary.json")}
+    result = sweep(grid, "regularizer=cosreg", "regularizer.cosreg.weight=0,1", "seed=1,2", "optimizer.lr=0.01")
+    assert result.returncode != 0
+    assert "finished before with other settings (optimizer.lr: 0.0005 -> 0.01)" in result.stderr
+    assert "Sweep into a new folder (hydra.sweep.dir=...)" in result.stderr
+    assert {p: p.stat().st_mtime_ns for p in grid.glob("*/summary.json")} == stamps
+
+
 def test_a_failed_run_is_recorded_and_the_others_finish(tmp_path: Path) -> None:
     result = sweep(tmp_path, "optimizer.lr=1e-3,-1,2e-3,3e-3")
     assert result.returncode == 1, result.stderr[-3000:]  # the others ran; the command still reports the failure

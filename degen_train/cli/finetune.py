@@ -42,6 +42,8 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{key.replace('_', '-')}", type=kind, default=defaults[key], dest=key)
     p.add_argument("--no-fused-adamw", dest="fused_adamw", action="store_false", default=defaults["fused_adamw"],
                    help="torch's for-loop AdamW instead of its fused kernel")  # fmt: skip
+    p.add_argument("--save-models", action="store_true",
+                   help="keep each cell's fine-tuned model in OUT/TASK/lr=LR/seed=S/model/ (degen-analyze reads it)")
     own = p.add_argument_group("a task of your own")
     own.add_argument("--train", help="its training file (.csv, .tsv or .jsonl)")
     own.add_argument("--dev", help="its dev file, scored after training")
@@ -74,12 +76,15 @@ def finetune(args: argparse.Namespace) -> dict:
             raise ValueError("no GLUE folder: give --data DIR (the folder holding RTE/, SST-2/, ...)")
         tasks = [load_glue_task(name, args.data) for name in (args.tasks or args.default_tasks)]
     return run_grid(model_dir, tasks, learning_rates=rates, seeds=list(range(1, args.seeds + 1)),
-                    protocol=protocol, out=Path(args.out))  # fmt: skip
+                    protocol=protocol, out=Path(args.out), save_models=args.save_models)  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s")
     args = parser().parse_args(argv)
+    from degen_train.quiet import silence_known_noise
+
+    silence_known_noise()
     try:
         summary = finetune(args)
     except (ValueError, OSError) as error:

@@ -85,7 +85,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     check_output_folder(run_dir, "run_dir")
     refuse_writes_into_other_runs(cfg, run_dir)
     refuse_lightning_hpc_checkpoints(run_dir)
-    finished = finished_summary(run_dir, int(cfg.trainer.max_steps)) if cfg.ckpt_path in RESUME_CHOICES else None
+    finished = finished_summary(run_dir, cfg) if cfg.ckpt_path in RESUME_CHOICES else None
     if finished is not None:
         log.info("%s finished at step %d before: nothing to do (summary.json is kept)", run_dir, finished["final_step"])
         return finished

@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from degen_train.finetune.metrics import split_metrics, task_score
 from degen_train.finetune.tasks import Split, Task
+from degen_train.io import atomic_directory
 
 log = logging.getLogger("degen_train.finetune")
 
@@ -192,15 +193,16 @@ def fit_classifier(
         collate_fn=collate,
     )  # fmt: skip
     module = SequenceClassifier(model, lr=lr, protocol=protocol, total_steps=total_steps)
-    trainer = pl.Trainer(
-        max_steps=total_steps, max_epochs=-1, precision=protocol.precision, gradient_clip_val=protocol.max_grad_norm,
-        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0, limit_val_batches=0, use_distributed_sampler=False, accelerator="auto", devices=1,
-    )  # fmt: skip
     lightning_log = logging.getLogger("lightning.pytorch")
     level = lightning_log.level
     lightning_log.setLevel(logging.WARNING)  # "GPU available", "max_steps reached": once per cell is noise
     try:
+        trainer = pl.Trainer(
+            max_steps=total_steps, max_epochs=-1, precision=protocol.precision,
+            gradient_clip_val=protocol.max_grad_norm, logger=False, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+            use_distributed_sampler=False, accelerator="auto", devices=1,
+        )  # fmt: skip
         started = time.perf_counter()
         trainer.fit(module, train_dataloaders=loader)
         seconds = time.perf_counter() - started
@@ -222,9 +224,16 @@ def score_classifier(model: Any, tokenizer: Any, task: Task, protocol: Protocol)
     return dev
 
 
-def finetune_cell(model_dir: Path, task: Task, *, lr: float, seed: int, protocol: Protocol) -> dict[str, Any]:
-    """Fine-tune ``model_dir`` on ``task`` at ``lr`` with ``seed``; returns dev metrics, timing and the settings."""
+def finetune_cell(
+    model_dir: Path, task: Task, *, lr: float, seed: int, protocol: Protocol, save_to: Path | None = None
+) -> dict[str, Any]:
+    """Fine-tune ``model_dir`` on ``task`` at ``lr`` with ``seed``; returns dev metrics, timing and the settings.
+    ``save_to``: also write the fine-tuned model and its tokenizer there (for degen-analyze: geometry after)."""
     model, tokenizer, info = fit_classifier(model_dir, task, lr=lr, seed=seed, protocol=protocol)
     dev = score_classifier(model, tokenizer, task, protocol)
+    if save_to is not None:
+        with atomic_directory(save_to, replace=True) as staging:
+            model.save_pretrained(str(staging))
+            tokenizer.save_pretrained(str(staging))
     return {"task": task.layout.name, "lr": lr, "seed": seed, "dev": dev, "score": task_score(dev), **info,
             "protocol": asdict(protocol)}  # fmt: skip

@@ -30,9 +30,10 @@ def cell_file(out: Path, task: str, lr: float, seed: int) -> Path:
 
 def run_grid(
     model_dir: Path, tasks: Sequence[Task], *, learning_rates: Sequence[float], seeds: Sequence[int],
-    protocol: Protocol, out: Path,
+    protocol: Protocol, out: Path, save_models: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
-    """Every cell not yet done, then the summary (OUT/glue.json, OUT/glue.md); returns the summary."""
+    """Every cell not yet done, then the summary (OUT/glue.json, OUT/glue.md); returns the summary.
+    ``save_models``: each cell also keeps its fine-tuned model in CELL/model/ (degen-analyze reads it)."""
     if not learning_rates:
         raise ValueError("the learning-rate grid is empty: give at least one (--lr 2e-5)")
     if not seeds:
@@ -47,7 +48,8 @@ def run_grid(
             results[task.layout.name].append(json.loads(path.read_text()))
             continue
         log.info("[%d/%d] %s lr=%g seed=%d", index, len(cells), task.layout.name, lr, seed)
-        result = finetune_cell(model_dir, task, lr=lr, seed=seed, protocol=protocol)
+        result = finetune_cell(model_dir, task, lr=lr, seed=seed, protocol=protocol,
+                               save_to=path.parent / "model" if save_models else None)  # fmt: skip
         atomic_write_json(path, result)
         log.info("  %s dev score %.2f (%.0f examples/s)", task.layout.name, result["score"],
                  result["examples_per_second"])  # fmt: skip

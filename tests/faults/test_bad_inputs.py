@@ -36,6 +36,7 @@ CASES = [
     ("+model.hiden_size=64", ValueError, r"model\.hiden_size: not a setting of model \(did you mean model\.hidden_"),
     ("data.path=BAD_JSONL", ValueError, r"bad\.jsonl, line 3, is not JSON \(.*\): fix or remove it"),
     ("data.path=TRUNCATED_PARQUET", ValueError, r"cut\.parquet is not a readable parquet file \(ArrowInvalid: "),
+    ("recipe=tacl", ValueError, r"teacher has no value, and model\.init_from needs it: give teacher=\.\.\. on the"),
     ("run_dir=A_FILE", NotADirectoryError, r"run_dir=.*a_file/run: it lies inside .*a_file, which is a file, not a"),
 ]
 
@@ -103,3 +104,18 @@ def test_the_docs_table_lists_every_case() -> None:
     for override, _, _ in CASES:
         assert f"`{override.split('=')[0].lstrip('+')}" in table, override
     assert re.search(r"crafted pickle", table) and re.search(r"read-only", table)
+
+
+def test_a_missing_local_path_is_named_at_once_not_tried_on_the_hub(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: `teacher=runs/nonexistent` was taken for a hub name: ~15 s of retries, then "couldn't connect"."""
+    from degen_train.io import resolve_pretrained
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    for value in ("runs/nonexistent", "./teacher", "/no/such/run", "a/b/c"):
+        with pytest.raises(FileNotFoundError, match=rf"{re.escape(value)}: no such folder"):
+            resolve_pretrained(value)
+    assert resolve_pretrained("bert-base-uncased") == "bert-base-uncased"
+    assert resolve_pretrained("my-lab/tiny-mlm") == "my-lab/tiny-mlm"  # ORG/NAME, no ./my-lab folder: the hub
