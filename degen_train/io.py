@@ -17,6 +17,26 @@ from typing import IO, Any
 CACHE_ELSEWHERE = "point data.cache_dir at a larger disk"
 
 
+class JsonLineError(ValueError):
+    """A line of a JSON-lines file that is not JSON: its number and the parser's reason."""
+
+    def __init__(self, path: Path, line: int, reason: str) -> None:
+        super().__init__(f"{path}, line {line}, is not JSON ({reason})")
+        self.path, self.line, self.reason = path, line, reason
+
+
+def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, value) of each non-blank line of a JSON-lines file; JsonLineError at the first bad line."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                yield number, json.loads(line)
+            except ValueError as error:
+                raise JsonLineError(path, number, str(error)) from None
+
+
 class DiskFull(OSError):
     """No space left on the device of a named folder; what was being written is gone, nothing else is touched."""
 

@@ -70,6 +70,7 @@ def swept_overrides() -> list[str]:
 # in these reuses the run. Any other difference is refused, naming it (a sweep rerun with a changed setting).
 NO_EFFECT_ON_RESULT = (
     "run_dir",
+    "trainer.default_root_dir",  # where the run lives: a copied or moved run folder is the same run
     "ckpt_path",
     "trainer.enable_progress_bar",
     "trainer.enable_model_summary",

@@ -304,3 +304,13 @@ def test_a_fine_tuned_model_is_kept_and_degen_analyze_reads_it(tmp_path: Path, m
     before = analyze(minilm, corpus=str(corpus), max_sentences=40, out=tmp_path / "before")
     assert len(after["layers"]) == len(before["layers"]) == 7  # embeddings + MiniLM's 6 layers
     assert after["layers"][-1]["mean_cosine"] != before["layers"][-1]["mean_cosine"]
+
+
+def test_a_users_json_lines_task_is_read_and_a_bad_line_named(tmp_path: Path) -> None:
+    rows = [json.dumps({"text": f"sentence {i}", "label": "pos" if i % 2 else "neg"}) for i in range(4)]
+    good = write(tmp_path / "train.jsonl", "\n".join(rows) + "\n")
+    task = load_custom_task("mine", good, good, text_columns=["text"], label_column="label")
+    assert task.layout.labels == ("neg", "pos") and task.train.labels == [0, 1, 0, 1]
+    bad = write(tmp_path / "dev.jsonl", rows[0] + '\n{"text": "cut\n')
+    with pytest.raises(ValueError, match=r"dev\.jsonl, line 2, is not JSON \("):
+        load_custom_task("mine", good, bad, text_columns=["text"], label_column="label")

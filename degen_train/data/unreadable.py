@@ -12,7 +12,7 @@ from pathlib import Path
 
 import datasets
 
-from degen_train.io import disk_full_error, is_disk_full
+from degen_train.io import JsonLineError, disk_full_error, is_disk_full, json_lines
 
 
 def unreadable_corpus_error(error: Exception, files: list[Path], kind: str, key: str) -> Exception:
@@ -56,16 +56,12 @@ def _json_problem(path: Path) -> str | None:
             return None
         except ValueError:
             pass  # a .json file may hold JSON lines too
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as error:
-                return f", line {number}, is not JSON ({error})"
+    try:
+        for number, record in json_lines(path):
             if not isinstance(record, dict):
                 return f", line {number}, is a JSON {type(record).__name__}, not an object with a text field"
+    except JsonLineError as error:
+        return f", line {error.line}, is not JSON ({error.reason})"
     return None
 
 

@@ -11,9 +11,10 @@ and what was expected.
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from degen_train.io import json_lines
 
 REGRESSION = None  # TaskLayout.labels of a regression task
 
@@ -184,18 +185,11 @@ def _read_records(path: Path, needed: list[str]) -> tuple[Path, list[dict]]:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         records = []
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except ValueError as error:
-                    raise ValueError(f"{path}, line {number}: not JSON ({error})") from None
-                lacking = [c for c in needed if c not in record]
-                if lacking:
-                    raise ValueError(f"{path}, line {number}: no {', '.join(map(repr, lacking))} field")
-                records.append(record)
+        for number, record in json_lines(path):  # a line that is not JSON: JsonLineError names the file and line
+            lacking = [c for c in needed if not isinstance(record, dict) or c not in record]
+            if lacking:
+                raise ValueError(f"{path}, line {number}: no {', '.join(map(repr, lacking))} field")
+            records.append(record)
         return path, records
     if suffix not in (".csv", ".tsv"):
         raise ValueError(f"{path}: a task file is .csv, .tsv or .jsonl, not {suffix or 'without a suffix'}")
