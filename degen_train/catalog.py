@@ -11,8 +11,10 @@ then every entry point of the group ``degen_train.terms`` (how a separate packag
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata
+import inspect
 import pkgutil
 from collections.abc import Mapping
 from typing import Any
@@ -39,6 +41,24 @@ def discover_terms() -> dict[str, type[LossTerm]]:
     return TERM_REGISTRY
 
 
+def term_options(term: type[LossTerm]) -> list[str] | None:
+    """The options a term's yaml may set: its constructor's keywords, plus ``weight`` and ``term``; None when the
+    constructor takes ``**kwargs`` (anything goes)."""
+    parameters = inspect.signature(term.__init__).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    own = [p.name for p in parameters if p.name != "self" and p.kind is not inspect.Parameter.VAR_POSITIONAL]
+    return ["weight", "term", *own]
+
+
+def unknown_option_message(section: str, key: str, registered: str, option: str, options: list[str]) -> str:
+    """What to say of ``section.key.option`` when the term has no such option: the close ones, then all of them."""
+    close = difflib.get_close_matches(option, options, n=3, cutoff=0.5)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    listed = ", ".join(options)
+    return f"{section}.{key}.{option} is not an option of loss term {registered}; {hint}its options: {listed}"
+
+
 def build_terms(sections: Mapping[str, Mapping[str, Any] | None]) -> tuple[dict[str, LossTerm], dict[str, float]]:
     """Build terms from config sections, e.g. {"objective": {"mlm": {"weight": 1}}, "regularizer": {}}.
 
@@ -61,6 +81,10 @@ def build_terms(sections: Mapping[str, Mapping[str, Any] | None]) -> tuple[dict[
                 raise ValueError(f"{section}.{key}.weight must be >= 0, got {weight}")
             if key in terms:
                 raise ValueError(f"loss term {key!r} appears in more than one config section")
+            allowed = term_options(registry[registered])
+            for option in options:
+                if allowed is not None and option not in allowed:
+                    raise ValueError(unknown_option_message(section, key, registered, option, allowed))
             try:
                 terms[key] = registry[registered](**options)
             except TypeError as error:

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -86,6 +87,7 @@ def atomic_directory(target: Path, *, replace: bool = False, when_full: str = ""
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         yield staging
+        open_to_umask(staging)
     except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
         if not isinstance(error, DiskFull) and is_disk_full(error):  # name the folder, not "os error 28"
@@ -110,6 +112,18 @@ def atomic_directory(target: Path, *, replace: bool = False, when_full: str = ""
             raise
 
 
+def open_to_umask(folder: Path) -> None:
+    """Give ``folder`` and what is in it the permissions the user's umask allows, as ``cp`` would: mkdtemp makes
+    0700 and some writers (safetensors through save_pretrained) 0600, which keeps colleagues out of an export."""
+    mask = current_umask()
+    os.chmod(folder, 0o777 & ~mask)
+    for path in folder.rglob("*"):
+        if path.is_symlink():
+            continue
+        mode = path.stat().st_mode
+        os.chmod(path, 0o777 & ~mask if path.is_dir() else stat.S_IMODE(mode) | (0o666 & ~mask))
+
+
 def cache_key(*parts: Any) -> str:
     """A short stable hash of ``parts`` (their reprs, separated): the one key maker of every cache."""
     hasher = hashlib.sha256()
@@ -128,8 +142,17 @@ def file_sha256(path: Path, chunk_size: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
+def current_umask() -> int:
+    """This process's umask, read without changing it where Linux shows it (/proc), else set and restored."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @contextmanager
@@ -143,7 +166,7 @@ def staged_file(path: Path, mode: str = "w") -> Iterator[IO]:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, staging = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.chmod(staging, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide run files from collaborators
+        os.chmod(staging, 0o666 & ~current_umask())  # mkstemp's 0600 would hide run files from collaborators
         with os.fdopen(handle, mode) as stream:
             yield stream
             stream.flush()

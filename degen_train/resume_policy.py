@@ -26,6 +26,7 @@ MAY_CHANGE = (
     "export_hf",
     "final_validation",
     "allow_slow_precision",
+    "threads",
     "data.num_workers",
     "data.cache_dir",
     "scheduler.total_steps",

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 Open = ConfigDict(extra="allow")
 
@@ -152,6 +152,7 @@ class TrainConfig(BaseModel):
     seed: int = Field(ge=0)
     ckpt_path: str | None = None
     allow_slow_precision: bool = False
+    threads: Any = "auto"
     masking: MaskingConfig
     data: DataConfig
     model: ModelConfig
@@ -160,6 +161,13 @@ class TrainConfig(BaseModel):
     scheduler: SchedulerConfig
     callbacks: CallbacksConfig | None = None
     objective: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("threads")
+    @classmethod
+    def threads_is_auto_or_a_count(cls, value: Any) -> Any:
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            return value
+        raise ValueError("must be auto (the CPUs this process may use) or a thread count >= 1, e.g. threads=1")
 
     @model_validator(mode="after")
     def sections_agree(self) -> TrainConfig:

@@ -82,6 +82,7 @@ NO_EFFECT_ON_RESULT = (
     "callbacks.preemption.",
     "push_to_hub.",
     "allow_slow_precision",
+    "threads",
     "search.",
 )
 

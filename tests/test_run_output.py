@@ -4,6 +4,8 @@ as trainer.KEY, push_to_hub's dry run, and a report that analyses exported runs 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from transformers import AutoModelForMaskedLM
 from degen_train.build import build_trainer
 from degen_train.cli.report import report
 from degen_train.config import load_config
+from degen_train.io import atomic_directory, atomic_write_json, current_umask
 from tests.conftest import FAST
 from tests.helpers import degen_train, run
 
@@ -24,7 +27,11 @@ def logged_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A run whose stdout and stderr go to a file, as in a batch job."""
     run_dir = tmp_path_factory.mktemp("batch_job") / "run"
     steps = ["trainer.max_steps=10", "trainer.log_every_n_steps=5"]
-    result = degen_train(*QUIET, *steps, "data.tokenizer.vocab_size=1000", f"hydra.run.dir={run_dir}")
+    umask = os.umask(0o022)  # a shared cluster's usual umask: what cp would make readable by the group
+    try:
+        result = degen_train(*QUIET, *steps, "data.tokenizer.vocab_size=1000", f"hydra.run.dir={run_dir}")
+    finally:
+        os.umask(umask)
     assert result.returncode == 0, result.stderr[-3000:]
     return run_dir, result.stdout + result.stderr
 
@@ -34,6 +41,7 @@ def test_output_to_a_file_is_plain_lines(logged_run: tuple[Path, str]) -> None:
     assert "\r" not in output and "\x1b[" not in output  # no progress-bar redraws, no escape codes
     assert "step 5/10 | loss " in output and "step 10/10 | loss " in output and "ETA" in output
     assert "final validation at step 10: val/loss" in output
+    assert "CPU threads per process: " in output and "(threads=auto; " in output  # said once, with why
 
 
 def test_known_noise_is_gone(logged_run: tuple[Path, str]) -> None:
@@ -58,6 +66,30 @@ def test_the_run_ends_with_a_table_saying_where_things_are(logged_run: tuple[Pat
     ):
         assert line in table, line
     assert f"hydra.run.dir={run_dir} ckpt_path=last trainer.max_steps=20" in table
+
+
+def test_run_files_follow_the_users_umask_so_colleagues_can_read_them(logged_run: tuple[Path, str]) -> None:
+    """Issue 24.9: staged writes (mkstemp 0600, mkdtemp 0700) made exports unreadable on a shared cluster."""
+    run_dir, _ = logged_run
+    private = [
+        f"{p.relative_to(run_dir)} {stat.filemode(p.stat().st_mode)}"
+        for p in [run_dir, *run_dir.rglob("*")]
+        if p.stat().st_mode & 0o044 != 0o044 or (p.is_dir() and p.stat().st_mode & 0o011 != 0o011)
+    ]
+    assert not private, private
+
+
+def test_staged_writes_keep_a_private_umask_private(tmp_path: Path) -> None:
+    umask = os.umask(0o077)
+    try:
+        with atomic_directory(tmp_path / "export") as staging:
+            (staging / "weights.bin").write_bytes(b"w")
+        atomic_write_json(tmp_path / "summary.json", {})
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "export").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "summary.json").stat().st_mode) == 0o600
+    assert current_umask() == umask
 
 
 def test_parameter_counts_are_in_the_log_and_the_summary(logged_run: tuple[Path, str]) -> None:

@@ -46,7 +46,7 @@ from degen_train.metrics.probes import read_sts, read_wic  # noqa: E402
 from degen_train.models.backbone import Backbone, build_hf_model, model_family, shape_signature  # noqa: E402
 from degen_train.models.compile import check_compile_available, compile_blocks  # noqa: E402
 from degen_train.module import PretrainModule  # noqa: E402
-from degen_train.overrides import open_trainer_keys  # noqa: E402
+from degen_train.overrides import open_trainer_keys, refuse_unknown_term_options  # noqa: E402
 from degen_train.parallel import full_state_dict  # noqa: E402
 from degen_train.precision import check_precision  # noqa: E402
 from degen_train.provenance import run_provenance  # noqa: E402
@@ -57,6 +57,7 @@ from degen_train.runlock import is_launching_process, refuse_writes_into_other_r
 from degen_train.schema import validate_config  # noqa: E402
 from degen_train.sweep import FAILED_RUNS, finished_summary, run_in_sweep, search_objective, swept_overrides  # noqa: E402
 from degen_train.terms import TermContext, WeightedSum  # noqa: E402
+from degen_train.threads import local_process_count, use_threads  # noqa: E402
 
 log = logging.getLogger("degen_train")
 
@@ -67,6 +68,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     silence_known_noise()  # also when train() is called from Python (tests, notebooks, benchmarks)
     # 1. Everything that can be checked from the config alone, before data or weights; nothing is written.
     validate_config(cfg)
+    use_threads(cfg.get("threads", "auto"), local_process_count(cfg.trainer))
     terms, weights = build_terms({"objective": cfg.objective, "regularizer": cfg.regularizer})
     family = model_family(cfg.model)
     if cfg.model.get("compile"):
@@ -322,6 +324,7 @@ def main() -> None:
         sys.argv = [sys.argv[0], *reproduce_argv(sys.argv[2], sys.argv[3:])]
     silence_known_noise()
     sys.argv = [sys.argv[0], *open_trainer_keys(sys.argv[1:])]  # any Trainer argument as trainer.KEY=VALUE
+    refuse_unknown_term_options(sys.argv[1:])  # a loss option's typo named with the close ones, not "use +key"
     try:
         check_output_folders_in(sys.argv[1:])
     except NotADirectoryError as error:

@@ -38,6 +38,12 @@ CASES = [
     ("data.path=TRUNCATED_PARQUET", ValueError, r"cut\.parquet is not a readable parquet file \(ArrowInvalid: "),
     ("recipe=tacl", ValueError, r"teacher has no value, and model\.init_from needs it: give teacher=\.\.\. on the"),
     ("run_dir=A_FILE", NotADirectoryError, r"run_dir=.*a_file/run: it lies inside .*a_file, which is a file, not a"),
+    (
+        "+regularizer.cosreg.gama=1",
+        ValueError,
+        r"regularizer\.cosreg\.gama is not an option of loss term cosreg; its options: weight, term, matrix, rows",
+    ),
+    ("threads=0", ValueError, r"threads=0: must be auto \(the CPUs this process may use\) or a thread count >= 1"),
 ]
 
 
@@ -72,6 +78,14 @@ def test_a_run_folder_that_is_a_file_is_one_line_from_the_command(tmp_path: Path
     result = degen_train(f"hydra.run.dir={tmp_path / 'a_file'}")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert f"degen-train: error: hydra.run.dir={tmp_path / 'a_file'}: it is a file, not a folder" in result.stderr
+
+
+def test_a_loss_option_typo_names_the_close_options_not_hydras_plus(tmp_path: Path) -> None:
+    """Before: Hydra's "To append to your config use +objective.mlm.wieght=1", which only moved the error."""
+    result = degen_train("objective.mlm.wieght=1", f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 1 and "Traceback" not in result.stderr and "use +" not in result.stderr
+    assert "objective.mlm.wieght is not an option of loss term mlm; did you mean weight?" in result.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_every_problem_is_reported_at_once(tmp_path: Path, drill: list[str]) -> None:
