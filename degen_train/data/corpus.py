@@ -95,8 +95,58 @@ def _load_local(cfg: Any, path_value: str | None, key: str) -> tuple[Any, str, l
     if kind != "text":
         dataset = _select_text_column(dataset, cfg.text_column, str(path))
     dataset = _drop_empty(dataset, str(path), streaming=bool(cfg.streaming))
+    if kind == "text" and not cfg.streaming:  # what the split found, said before a tokenizer is trained on it
+        log.info("corpus %s=%s: %s", key, path, describe_documents(len(dataset), files, unit))
     stats = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
     return dataset, cache_key("local", unit, cfg.text_column, *stats), files
+
+
+def count_lines(files: list[Path], chunk_size: int = 1 << 20) -> int:
+    """Newline-terminated lines (and a last unterminated one) over ``files``, read in chunks."""
+    lines = 0
+    for path in files:
+        last = b"\n"
+        with path.open("rb") as handle:
+            while chunk := handle.read(chunk_size):
+                lines += chunk.count(b"\n")
+                last = chunk[-1:]
+        lines += last != b"\n"
+    return lines
+
+
+UNIT_MEANS = {
+    "line": "each line is a document",
+    "paragraph": "paragraphs are separated by blank lines",
+    "document": "each file is one document",
+}
+
+
+def describe_documents(documents: int, files: list[Path], unit: str) -> str:
+    """What data.document_unit made of text files: documents, files, lines, size."""
+    lines = count_lines(files)
+    size = sum(f.stat().st_size for f in files) / 2**20
+    return (
+        f"{documents} document{'s' * (documents != 1)} (data.document_unit={unit}: {UNIT_MEANS[unit]}) in "
+        f"{len(files)} file{'s' * (len(files) != 1)}, {lines} lines, {size:.1f} MiB"
+    )
+
+
+def too_few_documents(corpus: Corpus, cfg: Any) -> str:
+    """Why a corpus of one document cannot be split into train and validation, and the setting that splits it
+    (before: a 30k tokenizer was trained first, then a bare "the corpus has one document")."""
+    if cfg.source != "text":
+        return "the corpus has one document: it cannot be split into train and validation"
+    where = f"data.path={cfg.path}"
+    files = corpus.provenance.get("files") or []
+    unit = str(cfg.document_unit)
+    found = describe_documents(len(corpus.train), [Path(f["path"]) for f in files], unit) if files else ""
+    lines = count_lines([Path(f["path"]) for f in files]) if files else 0
+    if unit != "line" and lines > 1:
+        better = "data.document_unit=line (each line a document)"
+        if unit == "document":
+            better = "data.document_unit=paragraph (blank lines separate documents) or " + better
+        return f"{where}: {found}; a validation split needs at least 2. Set {better}, or give data.validation_path"
+    return f"{where}: {found}; a validation split needs at least 2: give more text or data.validation_path"
 
 
 def _file_record(path: Path, cache_dir: Path) -> dict[str, Any]:

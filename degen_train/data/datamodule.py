@@ -16,7 +16,7 @@ from transformers import AutoTokenizer
 
 from degen_train.accumulation import AccumulationWindows
 from degen_train.data.collate import CausalLMCollator, MaskedLMCollator
-from degen_train.data.corpus import load_corpus
+from degen_train.data.corpus import load_corpus, too_few_documents
 from degen_train.data.examples import build_examples
 from degen_train.data.sampling import PositionedExamples, ShardedBatches, StepBatchSampler
 from degen_train.data.tokenizer import get_tokenizer, tokenizer_identity
@@ -43,6 +43,8 @@ def prepare_data(
     or a newly trained one, so a fresh machine or cache resumes with the tokenizer the run was trained with."""
     cache_dir = Path(str(cfg.cache_dir)).expanduser()
     corpus = load_corpus(cfg)
+    if corpus.validation is None and not cfg.streaming and len(corpus.train) < 2:  # before a tokenizer is trained
+        raise ValueError(too_few_documents(corpus, cfg))
     if run_tokenizer is not None:
         tokenizer = AutoTokenizer.from_pretrained(str(run_tokenizer))
         log.info("tokenizer: the run's own, %s", run_tokenizer)
@@ -59,8 +61,6 @@ def prepare_data(
         fraction = float(cfg.validation_fraction)
         if not 0 < fraction < 1:
             raise ValueError(f"data.validation_fraction must be in (0, 1), got {fraction}")
-        if len(corpus.train) < 2:
-            raise ValueError("the corpus has one document: it cannot be split into train and validation")
         split = corpus.train.train_test_split(test_size=fraction, seed=int(cfg.split_seed))
         train_docs, validation_docs = split["train"], split["test"]
     identity = cache_key(

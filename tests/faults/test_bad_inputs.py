@@ -5,6 +5,7 @@ Each case is a row of the table in docs/faults.md (a test below keeps the two in
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -43,6 +44,12 @@ CASES = [
         ValueError,
         r"regularizer\.cosreg\.gama is not an option of loss term cosreg; its options: weight, term, matrix, rows",
     ),
+    (
+        "data.path=LINES_WITHOUT_BLANKS",
+        ValueError,
+        r"lines\.txt: 1 document \(data\.document_unit=paragraph: paragraphs are separated by blank lines\) in 1 file, "
+        r"300 lines, 0\.0 MiB; a validation split needs at least 2\. Set data\.document_unit=line",
+    ),
     ("threads=0", ValueError, r"threads=0: must be auto \(the CPUs this process may use\) or a thread count >= 1"),
 ]
 
@@ -64,12 +71,18 @@ def test_bad_input_is_named(tmp_path: Path, drill: list[str], override: str, err
         whole = (tmp_path / "whole.parquet").read_bytes()
         (tmp_path / "cut.parquet").write_bytes(whole[: len(whole) // 2])  # a copy that stopped halfway
         override = f"data.path={tmp_path / 'cut.parquet'}"
+    elif override == "data.path=LINES_WITHOUT_BLANKS":  # a user's corpus: one sentence per line, no blank line
+        (tmp_path / "lines.txt").write_text("".join(f"sentence number {i} of my corpus\n" for i in range(300)))
+        override = f"data.path={tmp_path / 'lines.txt'}"
     elif override == "run_dir=A_FILE":
         (tmp_path / "a_file").write_text("not a folder")
         run_dir, override = tmp_path / "a_file" / "run", "seed=0"
+    tokenizers = Path(os.environ["DEGEN_TRAIN_CACHE"]) / "tokenizers"
+    trained_before = set(tokenizers.glob("*")) if tokenizers.exists() else set()
     with pytest.raises(error, match=message):
         run(run_dir, *drill, override)
     assert not (tmp_path / "run" / "config.yaml").exists()  # nothing of a run was written
+    assert (set(tokenizers.glob("*")) if tokenizers.exists() else set()) == trained_before  # nor a tokenizer trained
 
 
 def test_a_run_folder_that_is_a_file_is_one_line_from_the_command(tmp_path: Path) -> None:
