@@ -37,9 +37,8 @@ def open_trainer_keys(overrides: Sequence[str]) -> list[str]:
             raise SystemExit(
                 f"trainer.{key} is not a lightning.pytorch.Trainer argument; did you mean: {', '.join(close)}?"
             )
-        rewritten.append(override)
+        rewritten.append("++" + override)
     return rewritten
-
 
 
 def refuse_unknown_term_options(overrides: Sequence[str]) -> None:

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 
 # (logger name, message start) of log records that say nothing about the run.
-DROPPED_RECORDS = (("lightning.pytorch.utilities.rank_zero", "💡 Tip:"),)
-# Deprecations raised inside libraries we pin, about code we do not own.
-IGNORED_WARNINGS = (r".*isinstance\(treespec, LeafSpec\)` is deprecated",)
+# Lightning's lines about accelerators this machine does not have ("GPU available: False, used: False") go; the
+# line about the one in use stays.
+DROPPED_RECORDS = (
+    ("lightning.pytorch.utilities.rank_zero", "💡 Tip:"),
+    ("lightning.pytorch.utilities.rank_zero", "GPU available: False"),
+    ("lightning.pytorch.utilities.rank_zero", "TPU available: False"),
+    ("lightning.pytorch.utilities.rank_zero", "HPU available: False"),
+)
+# Deprecations raised inside libraries we pin, about code we do not own; and Lightning's "checkpoint directory
+# exists and is not empty", which every resume triggers by design (a fresh run into another run's folder is
+# refused by runlock before Lightning gets there).
+IGNORED_WARNINGS = (
+    r".*isinstance\(treespec, LeafSpec\)` is deprecated",
+    r"Checkpoint directory .* exists and is not empty",
+)
 
 
 class _DropMessages(logging.Filter):
@@ -33,3 +46,7 @@ def silence_known_noise() -> None:
         logging.getLogger(name).addFilter(_DropMessages(prefix))
     for pattern in IGNORED_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)
+    if not sys.stderr.isatty():  # datasets' Map/Filter bars are carriage-return redraws in a batch log
+        import datasets
+
+        datasets.disable_progress_bars()

@@ -31,6 +31,8 @@ MAY_CHANGE = (
     "data.cache_dir",
     "scheduler.total_steps",
 )
+# Keys every resume changes (it names the checkpoint; a copied run lives elsewhere): not worth a warning.
+UNREMARKABLE = ("ckpt_path", "run_dir", "trainer.default_root_dir")
 # Trainer keys that are part of the data's order and the optimisation, never changed by a resume.
 MUST_STAY = ("trainer.accumulate_grad_batches", "trainer.gradient_clip_val", "trainer.gradient_clip_algorithm")
 TERM_WEIGHT = ("objective.", "regularizer.")  # objective.NAME.weight / regularizer.NAME.weight: a weight schedule
@@ -63,7 +65,7 @@ def resume_changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[
     old, new = flatten(before), flatten(after)
     refused, allowed = [], []
     for key in sorted(set(old) | set(new)):
-        if old.get(key) == new.get(key):
+        if old.get(key) == new.get(key) or key in UNREMARKABLE:
             continue
         line = f"{key}: {old.get(key)!r} -> {new.get(key)!r}"
         weight = key.startswith(TERM_WEIGHT) and key.endswith(".weight")

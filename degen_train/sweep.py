@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,10 @@ from degen_train.io import atomic_write_json, cache_key
 
 log = logging.getLogger("degen_train.sweep")
 FAILED = "failed.json"
-FAILED_RUNS: list[str] = []  # runs of this process's sweep that failed: the command exits non-zero
+# What became of each job of this process's sweep, for the line the sweep ends with; a failure makes the command exit
+# non-zero.
+SWEEP_OUTCOMES: dict[str, list[str]] = {"trained": [], "skipped": [], "failed": []}
+FAILED_RUNS = SWEEP_OUTCOMES["failed"]
 
 
 def swept_keys(root: Any = None, argv: list[str] | None = None) -> set[str]:
@@ -121,6 +125,7 @@ def run_in_sweep(cfg: DictConfig, train: Callable[[DictConfig], dict[str, Any]])
     done = finished_summary(run_dir, cfg)
     if done is not None:
         log.info("%s finished before: skipped", run_dir)
+        SWEEP_OUTCOMES["skipped"].append(str(run_dir))
         return search_objective(done, cfg.search)
     if cfg.ckpt_path is None:  # a run stopped before the end resumes from its newest good checkpoint
         with open_dict(cfg):
@@ -146,7 +151,23 @@ def run_in_sweep(cfg: DictConfig, train: Callable[[DictConfig], dict[str, Any]])
             },
         )
         return None
+    SWEEP_OUTCOMES["trained"].append(str(run_dir))
     return search_objective(summary, cfg.search)
+
+
+def sweep_summary_line() -> str | None:
+    """'sweep of 4 runs in DIR: 3 trained, 1 finished before (skipped), 0 failed; compare them: degen-report DIR', or
+    None when no sweep ran in this process."""
+    runs = [run for outcome in SWEEP_OUTCOMES.values() for run in outcome]
+    if not runs:
+        return None
+    folder = Path(os.path.commonpath(runs)) if len(runs) > 1 else Path(runs[0]).parent
+    counts = ", ".join(
+        f"{len(SWEEP_OUTCOMES[k])} {label}"
+        for k, label in (("trained", "trained"), ("skipped", "finished before (skipped)"), ("failed", "failed"))
+    )
+    failed = " (see RUN/failed.json: " + ", ".join(SWEEP_OUTCOMES["failed"]) + ")" if FAILED_RUNS else ""
+    return f"sweep of {len(runs)} runs in {folder}: {counts}{failed}; compare them: degen-report {folder}"
 
 
 def search_objective(summary: dict[str, Any], search: Any) -> float:

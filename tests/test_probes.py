@@ -52,6 +52,10 @@ def test_sts_errors_name_file_and_line(tmp_path: Path) -> None:
     no_column.write_text("left,right,score\nx,y,1\n")
     with pytest.raises(ValueError, match=r"needs two sentence columns .*columns are: left, right, score"):
         read_sts(no_column)
+    prose = tmp_path / "LICENSE.txt"  # not a table: before, a TypeError from the message's own join
+    prose.write_text("Permission is hereby granted, free of charge, to any person\nobtaining a copy, of this\n")
+    with pytest.raises(ValueError, match=r"LICENSE\.txt: needs two sentence columns .*columns are: Permission is"):
+        read_sts(prose)
 
 
 def test_wic_reader_and_errors(tmp_path: Path) -> None:

@@ -46,7 +46,8 @@ def test_output_to_a_file_is_plain_lines(logged_run: tuple[Path, str]) -> None:
 
 def test_known_noise_is_gone(logged_run: tuple[Path, str]) -> None:
     _, output = logged_run
-    for noise in ("💡 Tip", "LeafSpec", "Writing model shards", "Total FLOPs: 0", "Loading weights"):
+    noises = ("💡 Tip", "LeafSpec", "Writing model shards", "Total FLOPs: 0", "Loading weights", "GPU available: False")
+    for noise in (*noises, "TPU available: False", "Map:", "Filter:"):
         assert noise not in output, noise
 
 
@@ -90,6 +91,28 @@ def test_staged_writes_keep_a_private_umask_private(tmp_path: Path) -> None:
     assert stat.S_IMODE((tmp_path / "export").stat().st_mode) == 0o700
     assert stat.S_IMODE((tmp_path / "summary.json").stat().st_mode) == 0o600
     assert current_umask() == umask
+
+
+def test_a_pretrained_load_is_one_plain_line_naming_what_starts_untrained(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture
+) -> None:
+    """Before: transformers' coloured LOAD REPORT table and a progress bar, raw escape codes in a batch log."""
+    from transformers import BertConfig, BertModel
+
+    from degen_train.models.loading import load_pretrained
+
+    shape = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 37}
+    BertModel(BertConfig(vocab_size=100, **shape)).save_pretrained(tmp_path / "encoder")
+    capfd.readouterr()
+    with caplog.at_level("INFO", logger="degen_train"):
+        model = load_pretrained(AutoModelForMaskedLM, str(tmp_path / "encoder"), "model.init_from")
+    printed = capfd.readouterr()
+    assert "LOAD REPORT" not in printed.out + printed.err and "\x1b[" not in printed.out + printed.err
+    assert (
+        f"model.init_from: weights from {tmp_path / 'encoder'}; newly initialised: cls.predictions (6); "
+        "in the checkpoint but not used: pooler.dense (2)"
+    ) in caplog.text
+    assert model.config.hidden_size == 32
 
 
 def test_parameter_counts_are_in_the_log_and_the_summary(logged_run: tuple[Path, str]) -> None:

@@ -79,6 +79,8 @@ def test_rerunning_a_sweep_skips_finished_runs(grid: Path) -> None:
     result = sweep(grid, "regularizer=cosreg", "regularizer.cosreg.weight=0,1", "seed=1,2")
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr.count("finished before: skipped") + result.stdout.count("finished before: skipped") == 4
+    outcome = f"sweep of 4 runs in {grid}: 0 trained, 4 finished before (skipped), 0 failed; compare them: "
+    assert outcome in result.stdout
     assert {p: p.stat().st_mtime_ns for p in grid.glob("*/summary.json")} == stamps
 
 
@@ -96,7 +98,8 @@ def test_rerunning_a_sweep_with_a_changed_setting_is_refused_naming_it(grid: Pat
 def test_a_failed_run_is_recorded_and_the_others_finish(tmp_path: Path) -> None:
     result = sweep(tmp_path, "optimizer.lr=1e-3,-1,2e-3,3e-3")
     assert result.returncode == 1, result.stderr[-3000:]  # the others ran; the command still reports the failure
-    assert "1 run(s) of this sweep failed" in result.stdout
+    assert f"sweep of 4 runs in {tmp_path}: 3 trained, 0 finished before (skipped), 1 failed" in result.stdout
+    assert result.stdout.rstrip().endswith(f"compare them: degen-report {tmp_path}")
     failed = list(tmp_path.glob("*/failed.json"))
     assert len(failed) == 1
     assert "optimizer.lr=-1: Input should be greater than 0" in json.loads(failed[0].read_text())["error"]

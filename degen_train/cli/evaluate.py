@@ -35,6 +35,7 @@ def evaluate(
     sts_sets = {Path(p).stem: read_sts(p) for p in sts}
     wic_items = read_wic(wic) if wic is not None else None
     fit_items = read_wic(wic_fit) if wic_fit is not None else None
+    log.info("degen-eval: loading %s", model)
     encoder = load_encoder(model, batch_size=batch_size, max_length=max_length)
     Path(out).mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"model": str(encoder.source), "layer": layer, "pooling": pooling}
@@ -43,6 +44,7 @@ def evaluate(
         for name, pairs in sts_sets.items():
             if limit:
                 pairs = type(pairs)(pairs.first[:limit], pairs.second[:limit], pairs.scores[:limit])
+            log.info("degen-eval: STS %s, %d pairs (%s pooling, layer %s)", name, len(pairs.scores), pooling, layer)
             result["sts"][name] = sts_scores(
                 pairs,
                 lambda s: sentence_vectors(encoder, s, layer=layer, pooling=pooling),
@@ -51,6 +53,7 @@ def evaluate(
     if wic_items is not None:
         if limit:
             wic_items = type(wic_items)(wic_items.words[:limit], wic_items.positions[:limit], wic_items.labels[:limit])
+        log.info("degen-eval: WiC, %d items%s", len(wic_items.labels), f" (fit on {wic_fit})" if fit_items else "")
         fit = (fit_items, wic_vectors(encoder, fit_items)) if fit_items is not None else None
         result["wic"] = wic_scores(wic_items, wic_vectors(encoder, wic_items), fit=fit)
     result["truncated_sequences"] = encoder.truncated

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import re
+import textwrap
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -10,13 +12,30 @@ from omegaconf import OmegaConf
 from degen_train.catalog import discover_terms
 from degen_train.cli.paths import config_dir
 
+# A full stop and a space end a sentence, except after an abbreviation ("et al. 2022", "e.g. x", "vs. y").
+SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)(?<!\bcf)[.!?](?=\s)")
 
-def first_comment(path: Path) -> str:
-    """The first comment line of a yaml that is not a Hydra package directive."""
+
+def first_sentence(path: Path) -> str:
+    """The first sentence of a yaml's opening comment (it may run over several lines), never cut mid-sentence."""
+    words: list[str] = []
     for line in path.read_text().splitlines():
-        if line.startswith("#") and "@package" not in line:
-            return line.lstrip("# ").strip()
-    return ""
+        if not line.startswith("#"):
+            if words:
+                break
+            continue
+        if "@package" in line:
+            continue
+        text = line.lstrip("#").strip()
+        if not text and words:
+            break
+        if text.endswith(":"):  # a line that introduces an example command: the sentence is what came before
+            words.append(text[:-1] + ".")
+            break
+        words.append(text)
+    paragraph = " ".join(w for w in words if w)
+    end = SENTENCE_END.search(paragraph)
+    return paragraph[: end.end()] if end else paragraph
 
 
 def term_switches(cls: type) -> str:
@@ -38,7 +57,9 @@ def listing() -> str:
     conf = config_dir()
     lines = ["recipes (recipe=NAME):"]
     for path in sorted((conf / "recipe").glob("*.yaml")):
-        lines.append(f"  {path.stem:<18} {first_comment(path)}")
+        described = textwrap.wrap(first_sentence(path), width=100) or [""]
+        lines.append(f"  {path.stem:<18} {described[0]}")
+        lines.extend(f"  {'':<18} {more}" for more in described[1:])
     lines.append("model presets (model=NAME):")
     for path in sorted((conf / "model").glob("*.yaml")):
         sizes = OmegaConf.load(path)
@@ -48,12 +69,15 @@ def listing() -> str:
         lines.append(f"  {path.stem:<18} {shape}")
     lines.append("loss terms (objective.NAME.KEY=VALUE or regularizer.NAME.KEY=VALUE; every term takes weight=):")
     for name, cls in sorted(discover_terms().items()):
-        summary = (inspect.getdoc(cls) or "").splitlines()[0]
+        summary = " ".join((inspect.getdoc(cls) or "").split("\n\n")[0].split())  # the docstring's first paragraph
         family = f" [{cls.family} only]" if cls.family else ""
-        lines.append(f"  {name:<18} {summary}{family}")
+        described = textwrap.wrap(summary + family, width=100) or [""]
+        lines.append(f"  {name:<18} {described[0]}")
+        lines.extend(f"  {'':<18} {more}" for more in described[1:])
         switches = term_switches(cls)
         if switches:
-            lines.append(f"  {'':<18}   switches: {switches}")
+            wrapped = textwrap.wrap(f"switches: {switches}", width=98, subsequent_indent=" " * 10)
+            lines.extend(f"  {'':<18}   {part}" for part in wrapped)
     for group in ("objective", "regularizer", "data", "optimizer", "scheduler", "strategy", "logger", "cluster"):
         choices = sorted(p.stem for p in (conf / group).glob("*.yaml"))
         lines.append(f"{group}=: {', '.join(choices)}")

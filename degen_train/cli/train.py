@@ -55,7 +55,14 @@ from degen_train.resume_policy import check_resume  # noqa: E402
 from degen_train.run_table import end_of_run_table, human, parameter_counts  # noqa: E402
 from degen_train.runlock import is_launching_process, refuse_writes_into_other_runs, run_dir_lock  # noqa: E402
 from degen_train.schema import validate_config  # noqa: E402
-from degen_train.sweep import FAILED_RUNS, finished_summary, run_in_sweep, search_objective, swept_overrides  # noqa: E402
+from degen_train.sweep import (  # noqa: E402
+    FAILED_RUNS,
+    finished_summary,
+    run_in_sweep,
+    search_objective,
+    sweep_summary_line,
+    swept_overrides,
+)
 from degen_train.terms import TermContext, WeightedSum  # noqa: E402
 from degen_train.threads import local_process_count, use_threads  # noqa: E402
 
@@ -330,8 +337,10 @@ def main() -> None:
     except NotADirectoryError as error:
         sys.exit(f"degen-train: error: {error}")
     _hydra_main()
+    summary_line = sweep_summary_line()
+    if summary_line:
+        print(summary_line)
     if FAILED_RUNS:  # the other runs of the sweep ran; the command still says that some failed
-        print(f"{len(FAILED_RUNS)} run(s) of this sweep failed (see RUN/failed.json): {', '.join(FAILED_RUNS)}")
         sys.exit(1)
 
 

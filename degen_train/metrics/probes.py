@@ -72,13 +72,13 @@ def _is_number(text: str) -> bool:
 def _from_records(records: list[dict], path: Path, header_line: int) -> SentencePairs:
     if not records:
         raise ValueError(f"{path} has no rows")
-    columns = list(records[0])
+    columns = [str(c) for c in records[0] if c is not None]  # csv's None key: a row longer than the header
     sentences = next(((a, b) for a, b in SENTENCE_COLUMNS if a in columns and b in columns), None)
     score = next((c for c in SCORE_COLUMNS if c in columns), None)
     if sentences is None or score is None:
         raise ValueError(
             f"{path}: needs two sentence columns ({' / '.join('+'.join(p) for p in SENTENCE_COLUMNS)}) "
-            f"and a score column ({', '.join(SCORE_COLUMNS)}); columns are: {', '.join(columns)}"
+            f"and a score column ({', '.join(SCORE_COLUMNS)}); columns are: {', '.join(columns) or '(none)'}"
         )
     pairs = SentencePairs([], [], [])
     for number, record in enumerate(records, header_line + 1):

@@ -21,6 +21,7 @@ from transformers import (
 
 from degen_train.io import resolve_pretrained
 from degen_train.models.architectures import ARCHITECTURES, Architecture, architecture, architecture_of
+from degen_train.models.loading import load_pretrained
 from degen_train.types import ForwardOutput
 
 FAMILIES = ("encoder", "decoder")
@@ -81,7 +82,8 @@ def build_hf_model(cfg: Any, *, tokenizer: Any, with_nsp_head: bool) -> PreTrain
             if with_nsp_head
             else AutoModelForMaskedLM
         )
-        model = loader.from_pretrained(resolve_pretrained(cfg.init_from), attn_implementation=cfg.attention)
+        source = resolve_pretrained(cfg.init_from)
+        model = load_pretrained(loader, source, "model.init_from", attn_implementation=cfg.attention)
         if model.get_input_embeddings().num_embeddings < len(tokenizer):
             raise ValueError(
                 f"model.init_from={cfg.init_from} has {model.get_input_embeddings().num_embeddings} embeddings "

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from transformers import AutoConfig, AutoModel
 
 from degen_train.io import resolve_pretrained
+from degen_train.models.loading import load_pretrained
 from degen_train.terms import LossTerm, TermContext, distributed_mean, register_term
 from degen_train.types import ForwardOutput, TermOutput
 
@@ -88,7 +89,7 @@ class TokenContrastiveTerm(LossTerm):
     def setup(self, context: TermContext) -> None:
         model_type = AutoConfig.from_pretrained(self.teacher_path).model_type
         pooler = {"add_pooling_layer": False} if model_type in ("bert", "roberta") else {}  # no pooler to skip
-        teacher = AutoModel.from_pretrained(self.teacher_path, **pooler)
+        teacher = load_pretrained(AutoModel, self.teacher_path, "TaCL teacher", **pooler)
         config = teacher.config
         if config.hidden_size != context.hidden_size:
             raise ValueError(

@@ -131,7 +131,8 @@ def test_a_sweep_whose_runs_failed_exits_non_zero_with_the_count(tmp_path: Path)
         "-m", "data=text", "data.path=/nonexistent/a.txt,/nonexistent/b.txt", f"hydra.sweep.dir={tmp_path}"
     )
     assert result.returncode == 1, result.stderr[-2000:]
-    assert "2 run(s) of this sweep failed" in result.stdout
+    outcome = f"sweep of 2 runs in {tmp_path}: 0 trained, 0 finished before (skipped), 2 failed (see RUN/failed.json"
+    assert outcome in result.stdout
     assert len(list(tmp_path.glob("*/failed.json"))) == 2
 
 

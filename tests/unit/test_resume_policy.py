@@ -50,7 +50,8 @@ def test_what_the_run_may_change_on_the_way_is_allowed() -> None:
     after = changed(trainer__max_steps=20, data__num_workers=2, trainer__precision="bf16-mixed", run_dir="/runs/b")
     after["regularizer"] = {"cosreg": {"weight": 0.5, "matrix": "output"}}  # a weight schedule
     refused, allowed = resume_changes(BEFORE, after)
-    assert refused == [] and len(allowed) == 5
+    assert refused == [] and len(allowed) == 4  # run_dir is allowed and unremarkable: a copied run lives elsewhere
+    assert not any(line.startswith("run_dir") for line in allowed)
     # Another process layout with the same global batch (2 × 8 -> 1 × 16): the supported cross-count resume.
     assert resume_changes(BEFORE, changed(data__batch_size=16, trainer__devices=1))[0] == []
 

@@ -1,0 +1,34 @@
+"""degen-train --list: each recipe's first sentence whole (issue 24.8: descriptions were cut mid-sentence)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from degen_train.cli.listing import first_sentence, listing
+from degen_train.cli.paths import config_dir
+
+
+def test_the_first_sentence_runs_over_lines_and_stops_at_its_end(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.yaml"
+    header = ["# @package _global_", "# TaCL (Su et al. 2021) pretraining, e.g. from a", "# teacher run. Two."]
+    recipe.write_text("\n".join(header) + "\n")
+    assert first_sentence(recipe) == "TaCL (Su et al. 2021) pretraining, e.g. from a teacher run."
+    recipe.write_text("# Every method as one sweep:\n#   degen-train -m recipe=x\nseed: 0\n")
+    assert first_sentence(recipe) == "Every method as one sweep."
+
+
+def test_every_recipe_description_in_the_listing_is_a_whole_sentence() -> None:
+    text = listing()
+    recipes = text[: text.index("model presets")].splitlines()[1:]
+    described: dict[str, str] = {}
+    name = ""
+    for line in recipes:
+        if line[2] != " ":
+            name = line.split()[0]
+            described[name] = line[21:]
+        else:
+            described[name] += " " + line.strip()
+    assert set(described) == {p.stem for p in (config_dir() / "recipe").glob("*.yaml")}
+    for name, description in described.items():
+        assert description.rstrip().endswith((".", ".)")), (name, description)
+    assert max(len(line) for line in text.splitlines()) <= 124
