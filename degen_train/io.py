@@ -204,6 +204,11 @@ def atomic_write_text(path: Path, text: str) -> None:
         stream.write(text)
 
 
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    with staged_file(path, "wb") as stream:
+        stream.write(data)
+
+
 def resolve_pretrained(name: str) -> str:
     """A degen_train run directory means its ``hf/`` export; other paths and hub names pass through. A value that
     looks like a local path but does not exist is refused here, at once, instead of being tried on the hub."""

@@ -106,7 +106,7 @@ def finished_summary(run_dir: Path, cfg: DictConfig) -> dict | None:
     before = flatten(summary.get("config") or {})
     after = flatten(OmegaConf.to_container(cfg, resolve=True))
     changed = [f"{key}: {before[key]!r} -> {after[key]!r}" for key in sorted(set(before) & set(after))
-               if before[key] != after[key] and not _no_effect(key)]  # fmt: skip
+               if before[key] != after[key] and not has_no_effect_on_result(key)]  # fmt: skip
     if changed:
         raise ValueError(
             f"{run_dir} finished before with other settings ({'; '.join(changed)}); its results would be reported "
@@ -115,7 +115,8 @@ def finished_summary(run_dir: Path, cfg: DictConfig) -> dict | None:
     return summary
 
 
-def _no_effect(key: str) -> bool:
+def has_no_effect_on_result(key: str) -> bool:
+    """Whether changing ``key`` leaves the run's result as it was (NO_EFFECT_ON_RESULT)."""
     return any(key == k or (k.endswith(".") and key.startswith(k)) for k in NO_EFFECT_ON_RESULT)
 
 

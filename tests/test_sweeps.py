@@ -56,8 +56,12 @@ def test_grid_report_has_one_row_per_run_matching_its_summary(grid: Path) -> Non
     # Headline columns first: swept values, validation loss and perplexity, each term's own value.
     with open(grid / "report" / "runs.csv", newline="") as handle:
         header = next(csv.reader(handle))
-    assert header[:6] == ["run", "status", "regularizer.cosreg.weight", "seed", "val_loss", "val_perplexity"]
-    assert {"val/cosreg/loss", "train/cosreg/loss", "val/mlm/loss"} <= set(header[6:10])
+    assert header[:8] == [
+        "run", "status", "regularizer.cosreg.weight", "seed", "objective", "val_objective_loss", "val_perplexity",
+        "val_loss",
+    ]  # fmt: skip
+    assert {"val/cosreg/loss", "train/cosreg/loss", "val/mlm/loss"} <= set(header[8:12])
+    assert all(float(r["val_objective_loss"]) == float(r["val/mlm/loss"]) for r in rows.values())
     baseline = [r for r in rows.values() if r["regularizer.cosreg.weight"] == "0"]
     assert all(float(r["val/cosreg/loss"]) > 0 for r in baseline)  # weight 0: computed and reported, not optimised
     # Mean and std over seeds are numbers in their own columns.
@@ -71,7 +75,32 @@ def test_grid_report_has_one_row_per_run_matching_its_summary(grid: Path) -> Non
     assert "val_perplexity against embedding IsoScore" in html
     markdown = (grid / "report" / "report.md").read_text()
     assert "regularizer=cosreg" in markdown.split("\n")[2]
-    assert "- val_loss (lower is better): regularizer.cosreg.weight=" in markdown
+    assert "- val_objective_loss (lower is better): regularizer.cosreg.weight=" in markdown
+    assert "tokens_per_s (" not in markdown and "mfu (" not in markdown  # the machine's load is not crowned
+    headline = markdown[markdown.index("## Headline") : markdown.index("## Figures")]
+    assert "val_objective_loss mean" in headline and "tokens_per_s" not in headline and "train/" not in headline
+    figures = re.findall(r"!\[([^]]+)\]\((figures/[^)]+\.png)\)", markdown)
+    assert any("validation loss of the objective" in name for name, _ in figures)
+    assert all((grid / "report" / path).stat().st_size > 1000 for _, path in figures)
+
+
+def test_the_ranking_is_by_the_objectives_own_loss_not_loss_plus_regularizer(tmp_path: Path) -> None:
+    """Before: "best val_loss" crowned a weight-0 baseline, whose val_loss leaves its regularizer out."""
+    for weight, mle, cos in (("0", 4.0, 0.5), ("1", 3.9, 0.2)):
+        run = tmp_path / f"w{weight}"
+        run.mkdir()
+        (run / "config.yaml").write_text("seed: 0\n")
+        (run / "overrides.json").write_text(json.dumps([f"regularizer.cosreg.weight={weight}"]))
+        summary = {
+            "config": {"objective": {"mle": {"weight": 1.0}}, "regularizer": {"cosreg": {"weight": float(weight)}}},
+            "final_step": 10, "val_loss": mle + float(weight) * cos, "val_terms": {"mle": mle, "cosreg": cos},
+            "tokens_per_s": 1000.0 if weight == "0" else 10.0, "mfu": 0.5 if weight == "0" else 0.1,
+        }  # fmt: skip
+        (run / "summary.json").write_text(json.dumps(summary))
+    report([tmp_path], run_analysis=False)
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert "- val_objective_loss (lower is better): regularizer.cosreg.weight=1 — 3.9" in markdown
+    assert "val_loss (" not in markdown and "tokens_per_s (" not in markdown
 
 
 def test_rerunning_a_sweep_skips_finished_runs(grid: Path) -> None:
@@ -164,7 +193,7 @@ def test_the_report_renders_in_a_real_browser(grid: Path, tmp_path: Path) -> Non
     dom = subprocess.run([*flags, "--dump-dom", page], capture_output=True, text=True, timeout=180).stdout
     images = re.search(r'data-images="(\d+)/(\d+)"', dom)
     assert images and int(images[2]) >= 3 and images[1] == images[2], dom[:2000]  # all decoded
-    assert 'data-tables="2"' in dom  # the runs, and the mean ± std over seeds
+    assert 'data-tables="3"' in dom  # the headline, every run, and the mean ± std over seeds
     shot = tmp_path / "report.png"
     subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1400,2400", page], capture_output=True, timeout=180)
     pixels = matplotlib.image.imread(shot)

@@ -33,6 +33,7 @@ from degen_train.metrics.isotropy import (
     top_k_variance_share,
 )
 from degen_train.metrics.transforms import clip_outliers, fit_whitening
+from degen_train.sweep import has_no_effect_on_result
 
 log = logging.getLogger("degen_train.analyze")
 
@@ -111,11 +112,19 @@ def random_pair_cosines(vectors: torch.Tensor, count: int = 20000, seed: int = 0
 
 
 def model_name(path: Path) -> str:
-    """A run's folder name and its final step (from summary.json), or the model folder's name."""
-    summary = path / "summary.json"
-    if summary.exists():
-        return f"{path.name}, step {json.loads(summary.read_text()).get('final_step')}"
-    return path.name
+    """What a figure's title calls a run: what sets it apart (its swept overrides, else its loss terms) and its final
+    step, never a time-stamped folder name; a model folder that is no run: its name."""
+    summary_file = path / "summary.json"
+    if not summary_file.exists():
+        return path.name
+    summary = json.loads(summary_file.read_text())
+    overrides_file = path / "overrides.json"
+    overrides = json.loads(overrides_file.read_text()) if overrides_file.exists() else []
+    config = summary.get("config") or {}
+    terms = [*(config.get("objective") or {}), *(config.get("regularizer") or {})]
+    shown = [o.lstrip("+~") for o in overrides if not has_no_effect_on_result(o.lstrip("+~").split("=")[0])]
+    label = ", ".join(shown) or " + ".join(terms) or path.name
+    return f"{label}, step {summary.get('final_step')}"
 
 
 def analyze(
@@ -253,14 +262,20 @@ def pictures(
     last, layers = torch.cat(per_layer[-1]), result["layers"]
     drawn = {
         "cone": plots.cone_plot(vocab, counts, out_dir / "cone.png", title=f"embedding rows: {title}"),
-        "spectrum": plots.spectrum_plot(spectra, out_dir / "spectrum.png"),
-        "layer_cosine": plots.layer_cosine_plot(curves, out_dir / "layer_cosine.png"),
+        "spectrum": plots.spectrum_plot(spectra, out_dir / "spectrum.png", title=f"singular values: {title}"),
+        "layer_cosine": plots.layer_cosine_plot(
+            curves, out_dir / "layer_cosine.png", title=f"anisotropy per layer: {title}"
+        ),
         "cosine_histogram": plots.cosine_histogram(
             {"embeddings": random_pair_cosines(vocab), "last layer": random_pair_cosines(last)},
             out_dir / "cosine_histogram.png",
+            title=f"cosine of random pairs: {title}",
         ),
         "dimension_means": plots.dimension_means_plot(
-            outlier_dimensions(last)["means"], layers[-1]["outlier_dims"], out_dir / "dimension_means.png"
+            outlier_dimensions(last)["means"],
+            layers[-1]["outlier_dims"],
+            out_dir / "dimension_means.png",
+            title=f"mean value per dimension: {title}",
         ),
     }
     return {name: str(p) for name, p in drawn.items()}

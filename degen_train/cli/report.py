@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import logging
+import re
 from collections.abc import Sequence
 from html import escape
 from pathlib import Path
@@ -11,12 +13,12 @@ from typing import Any
 
 import pandas as pd
 
-from degen_train.io import atomic_write_text
+from degen_train.io import atomic_write_bytes, atomic_write_text
 from degen_train.report.figures import cone_images, loss_curves, metric_against_swept, tradeoff
-from degen_train.report.table import SWEPT, best_settings, collect, find_runs, seed_groups
+from degen_train.report.table import SWEPT, best_settings, collect, find_runs, headline_columns, seed_groups
 
 log = logging.getLogger("degen_train.report")
-PLOTTED = ("val_loss", "val_perplexity", "isotropy/embedding/mean_cosine", "isotropy/embedding/isoscore")
+PLOTTED = ("val_objective_loss", "val_perplexity", "isotropy/embedding/mean_cosine", "isotropy/embedding/isoscore")
 # Marks on <body> how many images decoded and how many tables the page has (read by the browser test).
 RENDER_CHECK = (
     "<script>addEventListener('load',()=>{const i=[...document.images];"
@@ -64,15 +66,12 @@ def report(
     if not grouped.empty:
         atomic_write_text(out_dir / "seeds.csv", shown(grouped).to_csv(index=False))
     settings = ", ".join(f"{k}={v}" for k, v in sorted(common.items())) or "none"
-    text = [f"# Sweep report\n\nCommon overrides: {settings}\n", *(f"- {p}" for p in problems)]
-    text += ["## Best setting per metric\n", *(f"- {line}" for line in best), ""] if best else []
-    text += ["## Runs\n", shown(table).to_markdown(index=False, floatfmt=".4g"), ""]
-    if not grouped.empty:
-        text += ["## Mean ± std over seeds\n", shown(grouped).to_markdown(index=False, floatfmt=".4g"), ""]
-    atomic_write_text(out_dir / "report.md", "\n".join(text))
+    headline = grouped if not grouped.empty else table
+    headline = headline[headline_columns(headline.columns)]
     plotted = [m for m in PLOTTED if m in table and table[m].notna().any()]
     images = {
         "train/loss per run": loss_curves(table),
+        "validation loss of the objective's own terms per run": loss_curves(table, "val"),
         "val_perplexity against embedding IsoScore (one point per setting)": tradeoff(
             grouped, table, x="isotropy/embedding/isoscore", y="val_perplexity"
         ),
@@ -82,12 +81,41 @@ def report(
         images["GLUE average (after fine-tuning) against embedding IsoScore (one point per setting)"] = tradeoff(
             grouped, table, x="isotropy/embedding/isoscore", y="glue/average"
         )
-    atomic_write_text(out_dir / "report.html", html_page(table, grouped, settings, best, images, cone_images(table)))
+    cones = cone_images(table)
+    figures = save_figures(out_dir / "figures", {**{k: v for k, v in images.items() if v}, **cones})
+    text = [f"# Sweep report\n\nCommon overrides: {settings}\n", *(f"- {p}" for p in problems)]
+    text += ["## Best setting per metric\n", *(f"- {line}" for line in best), ""] if best else []
+    text += ["## Headline\n", shown(headline).to_markdown(index=False, floatfmt=".4g"), ""]
+    text += ["## Figures\n", *(f"![{name}]({path})\n" for name, path in figures.items())]
+    text += ["## All runs, every column\n", shown(table).to_markdown(index=False, floatfmt=".4g"), ""]
+    if not grouped.empty:
+        text += ["## Mean ± std over seeds, every column\n", shown(grouped).to_markdown(index=False, floatfmt=".4g")]
+    atomic_write_text(out_dir / "report.md", "\n".join(text) + "\n")
+    page = html_page(table, grouped, headline, settings, best, images, cones)
+    atomic_write_text(out_dir / "report.html", page)
     return {"rows": table.to_dict("records"), "grouped": grouped.to_dict("records"), "out": str(out_dir)}
 
 
+def save_figures(folder: Path, images: dict[str, str]) -> dict[str, str]:
+    """Each base64 PNG as folder/NN-name.png; {caption: path relative to the report} for report.md's links."""
+    folder.mkdir(parents=True, exist_ok=True)
+    saved = {}
+    for index, (name, data) in enumerate(images.items(), 1):
+        slug = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")[:60]
+        path = folder / f"{index:02d}-{slug}.png"
+        atomic_write_bytes(path, base64.b64decode(data))
+        saved[name] = f"{folder.name}/{path.name}"
+    return saved
+
+
 def html_page(
-    table: pd.DataFrame, grouped: pd.DataFrame, settings: str, best: list[str], images: dict, cones: dict
+    table: pd.DataFrame,
+    grouped: pd.DataFrame,
+    headline: pd.DataFrame,
+    settings: str,
+    best: list[str],
+    images: dict,
+    cones: dict,
 ) -> str:
     html = [
         f"<!doctype html><meta charset='utf-8'><title>degen_train sweep report</title><style>{STYLE}</style>",
@@ -97,9 +125,7 @@ def html_page(
     ]
     if best:
         html += ["<h2>Best setting per metric</h2><ul>", *(f"<li>{escape(line)}</li>" for line in best), "</ul>"]
-    html += ["<h2>Runs</h2>", html_table(table)]
-    if not grouped.empty:
-        html += ["<h2>Mean ± std over seeds</h2>", html_table(grouped)]
+    html += ["<h2>Headline</h2>", html_table(headline)]
     html.append("<h2>Plots</h2>")
     html += [
         f"<figure><img src='data:image/png;base64,{data}'><figcaption>{escape(name)}</figcaption></figure>"
@@ -109,9 +135,12 @@ def html_page(
     if cones:
         html.append("<h2>Cone plots</h2>")
         html += [
-            f"<figure><img width=320 src='data:image/png;base64,{d}'><figcaption>{escape(n)}</figcaption></figure>"
+            f"<figure><img width=480 src='data:image/png;base64,{d}'><figcaption>{escape(n)}</figcaption></figure>"
             for n, d in cones.items()
         ]
+    html += ["<h2>All runs, every column</h2>", html_table(table)]
+    if not grouped.empty:
+        html += ["<h2>Mean ± std over seeds, every column</h2>", html_table(grouped)]
     return "\n".join(html)
 
 

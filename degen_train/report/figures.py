@@ -30,26 +30,40 @@ def setting_label(row: pd.Series) -> str:
     return ", ".join(f"{c.removeprefix(SWEPT)}={row[c]}" for c in swept) or str(row.get("run", "all"))
 
 
-def loss_curves(table: pd.DataFrame) -> str | None:
-    """train/loss of every run against the step, with markers (short runs have few points)."""
+def logged_curve(row: pd.Series, split: str) -> pd.DataFrame | None:
+    """(step, value) of a run's logged ``split`` loss: train/loss, or for val the objective's own terms summed
+    (val/TERM/loss of each objective term; val/loss when the objective is not known), so that runs with and
+    without a regularizer compare on the same loss."""
+    path = Path(row["path"]) / "logs" / "metrics.csv"
+    if not path.exists():
+        return None
+    logged = pd.read_csv(path)
+    objective = str(row.get("objective") or "")
+    columns = [f"val/{term}/loss" for term in objective.split("+")] if split == "val" and objective else []
+    if not columns or not all(c in logged for c in columns):
+        columns = [f"{split}/loss"]
+    if not all(c in logged for c in columns):
+        return None
+    points = logged[["step", *columns]].dropna()
+    return pd.DataFrame({"step": points["step"], "value": points[columns].sum(axis=1)}) if len(points) else None
+
+
+def loss_curves(table: pd.DataFrame, split: str = "train") -> str | None:
+    """The ``split`` loss of every run against the step, with markers (short runs have few points)."""
     figure, axis = plt.subplots(figsize=(7, 4))
     drawn = 0
     for index, (_, row) in enumerate(table.iterrows()):
-        path = Path(row["path"]) / "logs" / "metrics.csv"
-        if not path.exists():
+        points = logged_curve(row, split)
+        if points is None:
             continue
-        logged = pd.read_csv(path)
-        if "train/loss" not in logged:
-            continue
-        points = logged[["step", "train/loss"]].dropna()
-        axis.plot(points["step"], points["train/loss"], marker=MARKERS[index % len(MARKERS)], ms=3, lw=1,
+        axis.plot(points["step"], points["value"], marker=MARKERS[index % len(MARKERS)], ms=3, lw=1,
                   label=setting_label(row))  # fmt: skip
         drawn += 1
     if not drawn:
         plt.close(figure)
         return None
     axis.set_xlabel("step")
-    axis.set_ylabel("train/loss")
+    axis.set_ylabel("train/loss" if split == "train" else "validation loss of the objective's own terms")
     axis.legend(fontsize=6)
     return png(figure)
 

@@ -13,16 +13,16 @@ from degen_train.sweep import FAILED
 
 SEED_KEYS = ("seed",)
 SWEPT = "swept:"  # column prefix of a swept override
-# Headline metrics, in the order a reader looks for them, and which way is better.
+# Headline metrics, in the order a reader looks for them, and which way is better. Ranked by the objective's own
+# validation loss, never by val_loss (objective + weighted regularizers: a weight-0 baseline would win by leaving its
+# regularizer out), and never by tokens/s or MFU, which measure the machine's load as much as the method.
 HEADLINE = {
-    "val_loss": "min",
+    "val_objective_loss": "min",
     "val_perplexity": "min",
     "isotropy/embedding/mean_cosine": "min",
     "isotropy/embedding/isoscore": "max",
     "wic/accuracy": "max",
     "glue/average": "max",
-    "tokens_per_s": "max",
-    "mfu": "max",
 }
 SUMMARY_KEYS = ("final_step", "val_loss", "val_perplexity", "train_loss", "tokens_per_s", "mfu", "mfu_total")
 
@@ -78,6 +78,11 @@ def run_row(run: Path) -> dict[str, Any]:
     row |= {k: summary.get(k) for k in SUMMARY_KEYS}
     # Every term's own value, weighted or not: a weight-0 baseline still reports its regularizer.
     row |= {f"val/{k}/loss": v for k, v in (summary.get("val_terms") or {}).items()}
+    objective = list((summary.get("config") or {}).get("objective") or {})
+    own = [(summary.get("val_terms") or {}).get(term) for term in objective]
+    if objective and None not in own:  # the objective's terms, unweighted: the same loss with or without regularizers
+        row["objective"] = "+".join(objective)
+        row["val_objective_loss"] = sum(own)
     row |= {f"train/{k}/loss": v for k, v in (summary.get("train_terms") or {}).items()}
     row |= summary.get("isotropy", {})
     analysis = run / "analysis" / "metrics.json"
@@ -126,11 +131,25 @@ def headline_order(columns: Sequence[str]) -> list[str]:
     probes += sorted(c for c in columns if c.startswith("glue/") and c != "glue/average")
     probes += ["glue/average"] if "glue/average" in columns else []
     analysis = sorted(c for c in columns if c.startswith("analysis/"))
-    first = ["run", "status", *swept, "val_loss", "val_perplexity", *terms]
+    first = ["run", "status", *swept, "objective", "val_objective_loss", "val_perplexity", "val_loss", *terms]
     first += ["isotropy/embedding/mean_cosine", "isotropy/embedding/isoscore", *analysis, *probes]
     first += ["tokens_per_s", "mfu"]
     first = [c for c in dict.fromkeys(first) if c in columns]
     return first + [c for c in columns if c not in first]
+
+
+def headline_columns(columns: Sequence[str]) -> list[str]:
+    """The few columns a reader compares: the setting, the objective's own loss and perplexity, the geometry and
+    the probes (the full table has the rest)."""
+    columns = list(columns)
+    keep = ("run", "status", "seeds", "objective", "val_objective_loss", "val_perplexity")
+    keep += ("isotropy/embedding/mean_cosine", "isotropy/embedding/isoscore", "wic/accuracy", "glue/average")
+    chosen = []
+    for column in columns:
+        base = str(column).removesuffix(" mean").removesuffix(" std")
+        if str(column).startswith(SWEPT) or base in keep or base.startswith("sts/"):
+            chosen.append(column)
+    return chosen
 
 
 def seed_groups(table: pd.DataFrame) -> pd.DataFrame:
