@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,19 @@ def test_eval_cli_reports_a_bad_model_path(tmp_path: Path, capsys: pytest.Captur
     with pytest.raises(SystemExit):
         eval_main([str(tmp_path / "nothing"), "--sts", str(tmp_path / "s.jsonl"), "--out", str(tmp_path)])
     assert "is neither a degen_train run directory" in capsys.readouterr().err
+
+
+def test_eval_perplexity_of_an_encoder_run_is_its_pseudo_perplexity(
+    tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    text = tmp_path / "held_out.txt"
+    text.write_text("the cat sat on the mat\n\nhelp on topics and modules\n")
+    eval_main([str(tiny_run), "--perplexity", str(text), "--out", str(tmp_path / "eval")])
+    scored = json.loads((tmp_path / "eval" / "eval.json").read_text())["perplexity"]["held_out"]
+    assert scored["kind"] == "pseudo_perplexity" and scored["documents"] == 2 and scored["tokens"] >= 9
+    assert scored["value"] == pytest.approx(math.exp(scored["nll_per_token"]))
+    printed = capsys.readouterr().out
+    assert f"held_out: pseudo-perplexity (Salazar et al. 2020) {scored['value']:.4g}" in printed
 
 
 def test_eval_on_our_run_counts_truncation(tiny_run: Path, tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""degen-eval MODEL --sts FILE [--sts FILE ...] [--wic DIR] --out DIR: STS (Spearman × 100) and WiC accuracy."""
+"""degen-eval MODEL [--sts FILE ...] [--wic DIR] [--perplexity FILE ...] --out DIR: STS (Spearman × 100), WiC
+accuracy, and the perplexity (decoders) or pseudo-perplexity (encoders) of text files."""
 
 from __future__ import annotations
 
@@ -27,10 +28,16 @@ def evaluate(
     batch_size: int = 32,
     max_length: int | None = None,
     limit: int | None = None,
+    perplexity_files: Sequence[str | Path] = (),
+    perplexity_unit: str = "line",
+    stride: int | None = None,
 ) -> dict[str, Any]:
-    """Score ``model`` on STS files and a WiC directory; writes OUT/eval.json and returns its content."""
-    if not sts and wic is None:
-        raise ValueError("nothing to evaluate: give --sts FILE and/or --wic DIR")
+    """Score ``model`` on STS files, a WiC directory and the perplexity of text files; writes OUT/eval.json and
+    returns its content."""
+    if not sts and wic is None and not perplexity_files:
+        raise ValueError("nothing to evaluate: give --sts FILE, --wic DIR and/or --perplexity FILE")
+    if not sts and wic is None:  # perplexity alone needs no encoder: its LM head is loaded by itself
+        return _perplexity_only(model, perplexity_files, out, perplexity_unit, max_length, stride, limit)
     # Read every input first: a bad file fails before the model is loaded.
     sts_sets = {Path(p).stem: read_sts(p) for p in sts}
     wic_items = read_wic(wic) if wic is not None else None
@@ -56,9 +63,47 @@ def evaluate(
         log.info("degen-eval: WiC, %d items%s", len(wic_items.labels), f" (fit on {wic_fit})" if fit_items else "")
         fit = (fit_items, wic_vectors(encoder, fit_items)) if fit_items is not None else None
         result["wic"] = wic_scores(wic_items, wic_vectors(encoder, wic_items), fit=fit)
+    if perplexity_files:
+        result["perplexity"] = _perplexities(
+            encoder.source, perplexity_files, perplexity_unit, max_length, stride, limit
+        )
     result["truncated_sequences"] = encoder.truncated
     if encoder.truncated:
         log.warning("%d sequences were longer than %d tokens and were truncated", encoder.truncated, encoder.max_length)
+    atomic_write_json(Path(out) / "eval.json", result)
+    return result
+
+
+def _perplexities(
+    model_dir: Any, files: Sequence[str | Path], unit: str, window: int | None, stride: int | None, limit: int | None
+) -> dict[str, dict]:
+    from degen_train.metrics.perplexity import as_dict, perplexity
+
+    scores = {}
+    for path in files:
+        log.info("degen-eval: perplexity of %s", path)
+        scores[Path(path).stem] = as_dict(
+            perplexity(model_dir, path, unit=unit, window=window, stride=stride, limit=limit)
+        )
+    return scores
+
+
+def _perplexity_only(
+    model: str | Path,
+    files: Sequence[str | Path],
+    out: str | Path,
+    unit: str,
+    window: int | None,
+    stride: int | None,
+    limit: int | None,
+) -> dict[str, Any]:
+    from degen_train.metrics.encode import model_folder
+    from degen_train.metrics.perplexity import read_documents
+
+    for path in files:  # a bad file fails before the model is loaded
+        read_documents(path, unit)
+    model_dir = model_folder(model)
+    result = {"model": str(model_dir), "perplexity": _perplexities(model_dir, files, unit, window, stride, limit)}
     atomic_write_json(Path(out) / "eval.json", result)
     return result
 
@@ -71,7 +116,17 @@ def wic_vectors(encoder: Any, items: Any) -> tuple[Any, Any]:
 
 
 def format_table(result: dict[str, Any]) -> str:
-    lines = [f"{'task':<24}" + "".join(f"{m:>10}" for m in MODES) + f"{'n':>8}"]
+    lines = []
+    for name, scored in result.get("perplexity", {}).items():
+        what = "pseudo-perplexity (Salazar et al. 2020)" if scored["kind"] == "pseudo_perplexity" else "perplexity"
+        context = f"window {scored['window']}" + (f", stride {scored['stride']}" if scored["stride"] else "")
+        lines.append(
+            f"{name}: {what} {scored['value']:.4g} (NLL {scored['nll_per_token']:.4f}/token over {scored['tokens']} "
+            f"tokens of {scored['documents']} documents; {context})"
+        )
+    if "sts" not in result and "wic" not in result:
+        return "\n".join(lines)
+    lines.append(f"{'task':<24}" + "".join(f"{m:>10}" for m in MODES) + f"{'n':>8}")
     for name, scores in result.get("sts", {}).items():
         lines.append(f"{'STS ' + name:<24}" + "".join(f"{scores[m]:>10.2f}" for m in MODES) + f"{scores['n']:>8}")
     if "wic" in result:
@@ -102,6 +157,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=None)
     parser.add_argument("--limit", type=int, default=None, help="only the first N items of each set")
+    parser.add_argument(
+        "--perplexity",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a text file (repeatable): perplexity for decoders (exact, windows of --max-length tokens), "
+        "pseudo-perplexity for encoders (each token masked in turn: one forward pass per token)",
+    )
+    parser.add_argument(
+        "--document-unit", default="line", choices=["line", "paragraph"], help="--perplexity's documents"
+    )
+    parser.add_argument("--stride", type=int, default=None, help="decoders: window step (default: the window)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     layer = int(args.layer) if args.layer.lstrip("-").isdigit() else args.layer
@@ -117,6 +184,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             batch_size=args.batch_size,
             max_length=args.max_length,
             limit=args.limit,
+            perplexity_files=args.perplexity,
+            perplexity_unit=args.document_unit,
+            stride=args.stride,
         )
     except (ValueError, FileNotFoundError) as error:
         parser.exit(2, f"degen-eval: error: {error}\n")
