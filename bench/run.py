@@ -12,7 +12,18 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import datasets  # noqa: E402
 
-from bench import analysis, chunked_ce, finetune, losses, methods, metrics, parallel, reliability, spine  # noqa: E402
+from bench import (  # noqa: E402
+    analysis,
+    chunked_ce,
+    finetune,
+    losses,
+    methods,
+    metrics,
+    parallel,
+    recipes,
+    reliability,
+    spine,
+)
 from degen_train.precision import cpu_description  # noqa: E402
 
 datasets.disable_progress_bars()
@@ -29,6 +40,7 @@ def main() -> None:
         "parallel",
         "methods",
         "finetune",
+        "recipes",
     }
     machine = cpu_description()
     bf16 = f"yes ({', '.join(machine['bf16_flags'])})" if machine["native_bf16"] else "no: bf16 rows are emulated"
@@ -51,6 +63,8 @@ def main() -> None:
         methods.main()
     if "finetune" in wanted:
         finetune.main()
+    if "recipes" in wanted:
+        recipes.main()
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,18 @@ def _cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     os.environ["DEGEN_TRAIN_CACHE"] = str(cache)
     os.environ.setdefault("HF_DATASETS_CACHE", str(cache / "hf_datasets"))
     return cache
+
+
+@pytest.fixture(autouse=True)
+def _threads_setting_stays_in_its_test() -> Iterator[None]:
+    """An in-process run exports OMP_NUM_THREADS for its children (threads=auto); later tests' subprocesses must
+    not take it for one the user exported."""
+    exported = os.environ.get("OMP_NUM_THREADS")
+    yield
+    if exported is None:
+        os.environ.pop("OMP_NUM_THREADS", None)
+    else:
+        os.environ["OMP_NUM_THREADS"] = exported
 
 
 def shared_data(*parts: str) -> Path:

@@ -153,6 +153,8 @@ def analyze(
         layers, curves = layer_analysis(per_layer)
     result["layers"] = layers
     last = torch.cat(per_layer[-1])
+    with timed(timings, "outliers"):
+        result["outliers"] = outlier_analysis(encoder, per_layer, ids, luo_dims=layers[-1]["outlier_dims"])
     with timed(timings, "negative_direction_lp"):
         sample = last[torch.randperm(len(last), generator=torch.Generator().manual_seed(0))[:2000]]
         result["last_layer_uniformly_negative_direction"] = uniformly_negative_direction(sample)
@@ -168,6 +170,37 @@ def analyze(
     result["timings_s"] = timings
     atomic_write_json(out_dir / "metrics.json", result)
     return result
+
+
+def outlier_analysis(
+    encoder: Any, per_layer: list[list[torch.Tensor]], ids: list[torch.Tensor], *, luo_dims: list[int], limit: int = 256
+) -> dict[str, Any]:
+    """Kurtosis, ∞-norm and massive activations per layer, the attention-sink rate and head entropies
+    (metrics/outliers.py) on the first ``limit`` sentences, and which massive-activation dimensions are Luo et al.'s
+    outlier dimensions of the last layer. Attention maps need the eager attention path: the model is switched to
+    it for this pass and back."""
+    from degen_train.metrics.outliers import outlier_summary
+
+    model = encoder.model
+    count = min(limit, len(ids))
+    attentions: list[list[torch.Tensor] | None] = [None] * count
+    before = getattr(model.config, "_attn_implementation", None)
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation("eager")
+        device = next(model.parameters()).device
+        try:
+            with torch.no_grad():
+                for index in range(count):
+                    output = model(input_ids=ids[index][None].to(device), output_attentions=True)
+                    attentions[index] = [a.float().cpu() for a in output.attentions] if output.attentions else None
+        finally:
+            if before:
+                model.set_attn_implementation(before)
+    sequences = [([layer[i][None].float() for layer in per_layer], attentions[i]) for i in range(count)]
+    summary = outlier_summary(sequences)
+    summary["sequences"] = count
+    summary["massive_dims_among_luo_outlier_dims"] = sorted(set(summary["massive_dims"]) & set(luo_dims))
+    return summary
 
 
 def is_decoder(model: Any) -> bool:
