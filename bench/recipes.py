@@ -18,7 +18,8 @@ from degen_train.config import load_config
 
 # One-run recipes (the sweeps ablation_cosreg, compare_methods and search_cosreg are made of these). simctg is
 # left out: its authors' setting (GPT-2 small, 32 × 256 tokens per micro-batch) was killed by the kernel at 22 GB
-# resident on this 24 GiB machine; it needs a GPU's memory or data.batch_size=8 with accumulate_grad_batches=16.
+# resident on this 24 GiB machine; it needs a GPU's memory or data.batch_size=8 with accumulate_grad_batches=16
+# (7.3 GB resident here).
 RECIPES = [
     "bert_mlm", "bert_mlm_nsp", "electra", "coco_lm", "istar", "tacl", "simcse",
     "gpt2_mle", "gao_cosreg", "unlikelihood", "agg", "spectrum_control",
