@@ -114,7 +114,7 @@ class _AppendingWriter(ExperimentWriter):
             if logged_at < step:
                 return True
             keys = [k for k, v in row.items() if k and v and k != "step"]
-            if logged_at == step and keys and all(k.startswith("isotropy/") for k in keys):
+            if logged_at == step and keys and all(k.startswith(("isotropy/", "outliers/")) for k in keys):
                 return True  # stamped with the step count it measured, which the checkpoint at ``step`` includes
             return only_validation and not any(k.startswith("val/") for k in keys)
 

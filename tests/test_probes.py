@@ -127,7 +127,7 @@ def test_analyze_minilm_writes_metrics_and_pictures(minilm: Path, tmp_path: Path
     result = analyze(minilm, out=tmp_path, max_sentences=40)
     assert len(result["layers"]) == 7  # embeddings + 6 layers
     assert 0 < result["embedding"]["isoscore"] < 1
-    for name in ("cone", "spectrum", "layer_cosine", "cosine_histogram", "dimension_means"):
+    for name in ("cone", "spectrum", "layer_cosine", "cosine_histogram", "dimension_means", "outliers"):
         assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
     recorded = json.loads((tmp_path / "metrics.json").read_text())
     assert recorded["sentences"] == 40
@@ -153,4 +153,38 @@ def test_analyze_a_run_of_ours_and_the_training_monitor(tiny_run: Path) -> None:
     summary = json.loads((tiny_run / "summary.json").read_text())
     assert {"isotropy/embedding/mean_cosine", "isotropy/layer_2/self_similarity"} <= set(summary["isotropy"])
     header = (tiny_run / "logs" / "metrics.csv").read_text().splitlines()[0]
-    assert "isotropy/layer_0/mean_cosine" in header
+    assert "isotropy/layer_0/mean_cosine" in header and "outliers/layer_2/kurtosis" in header
+    monitored = summary["isotropy"]  # the monitor's last measurement; layer 0 is the embeddings, left out of the max
+    assert monitored["outliers/max_kurtosis"] == max(monitored[f"outliers/layer_{i}/kurtosis"] for i in (1, 2))
+    assert 1 < monitored["outliers/max_kurtosis"] < 10 and monitored["outliers/massive_activations"] == 0
+
+
+def test_w8a8_gap_of_a_real_bert_and_of_a_run_of_ours(minilm: Path, tiny_run: Path, tmp_path: Path) -> None:
+    """The quantization probe on a model with Luo's outlier dimension (all-MiniLM-L6-v2, last layer) and on our own
+    tiny run: both scores in float and W8A8, their gap, in eval.json and one printed line."""
+    from degen_train.metrics.w8a8_probe import w8a8_gap_of_export
+
+    text = shared_data("wikitext-2", "valid.txt")
+    pairs = tmp_path / "sts.csv"  # the first 200 pairs of STS-B dev
+    lines = shared_data("sts-b", "sts-dev.csv").read_text(encoding="utf-8").splitlines()[:200]
+    pairs.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    real = w8a8_gap_of_export(minilm, text, sts_file=pairs, batch_size=2, limit_blocks=8)
+    assert real["calibration_blocks"] == 32 and real["scored_blocks"] == 8  # 16 batches of 2 calibrate
+    assert 80 < real["w8a8"]["sts_spearman"] < real["float"]["sts_spearman"]  # measured 93.70 -> 93.20
+    assert real["sts_gap"] == pytest.approx(real["w8a8"]["sts_spearman"] - real["float"]["sts_spearman"])
+    assert "cls.predictions.transform.dense.weight" in real["untrained_weights"]  # a sentence model: no MLM head
+    ours = evaluate(tiny_run, w8a8=text, out=tmp_path / "eval")
+    gap = json.loads((tmp_path / "eval" / "eval.json").read_text())["w8a8"]
+    assert gap == ours["w8a8"] and gap["kind"] == "masked_lm_perplexity" and "untrained_weights" not in gap
+    assert gap["scored_blocks"] == 64 and gap["float"]["tokens"] == gap["w8a8"]["tokens"]  # the same fixed masks
+    assert gap["perplexity_gap"] == pytest.approx(gap["w8a8"]["perplexity"] - gap["float"]["perplexity"])
+    assert "W8A8: masked-LM perplexity " in format_table(ours)
+
+
+def test_w8a8_needs_enough_text_and_says_how_much(tiny_run: Path, tmp_path: Path) -> None:
+    short = tmp_path / "short.txt"
+    short.write_text("a few words only\n")
+    with pytest.raises(ValueError, match=r"16 batches of 8 calibrate .*give a file of more than 16512 tokens"):
+        evaluate(tiny_run, w8a8=short, out=tmp_path)
+    with pytest.raises(FileNotFoundError, match="W8A8 text file .*missing.txt does not exist"):
+        evaluate(tiny_run, w8a8=tmp_path / "missing.txt", out=tmp_path)

@@ -52,6 +52,7 @@ def test_grid_report_has_one_row_per_run_matching_its_summary(grid: Path) -> Non
             summary["isotropy"]["isotropy/embedding/mean_cosine"], rel=1e-3
         )
         assert row["regularizer.cosreg.weight"] in ("0", "1") and row["seed"] in ("1", "2")
+        assert float(row["outliers/max_kurtosis"]) == pytest.approx(summary["isotropy"]["outliers/max_kurtosis"])
     assert len(result["grouped"]) == 2 and all(g["seeds"] == 2 for g in result["grouped"])
     # Headline columns first: swept values, validation loss and perplexity, each term's own value.
     with open(grid / "report" / "runs.csv", newline="") as handle:
@@ -97,7 +98,14 @@ def test_the_ranking_is_by_the_objectives_own_loss_not_loss_plus_regularizer(tmp
             "tokens_per_s": 1000.0 if weight == "0" else 10.0, "mfu": 0.5 if weight == "0" else 0.1,
         }  # fmt: skip
         (run / "summary.json").write_text(json.dumps(summary))
+        (run / "analysis").mkdir()  # degen-analyze's numbers on the export, outliers included
+        layers = [{"mean_cosine": 0.3, "self_similarity": 0.5}]
+        outliers = {"max_kurtosis": 20.0 + float(weight), "max_inf_norm": 9.0, "attention_sink_rate": 55.0}
+        (run / "analysis" / "metrics.json").write_text(json.dumps({"layers": layers, "outliers": outliers}))
     report([tmp_path], run_analysis=False)
+    with open(tmp_path / "report" / "runs.csv", newline="") as handle:
+        rows = {r["run"]: r for r in csv.DictReader(handle)}
+    assert float(rows["w1"]["analysis/max_kurtosis"]) == 21 and float(rows["w0"]["analysis/attention_sink_rate"]) == 55
     markdown = (tmp_path / "report" / "report.md").read_text()
     assert "- val_objective_loss (lower is better): regularizer.cosreg.weight=1 — 3.9" in markdown
     assert "val_loss (" not in markdown and "tokens_per_s (" not in markdown

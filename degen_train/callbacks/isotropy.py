@@ -1,4 +1,5 @@
-"""Measure degeneration while training: embedding-matrix and per-layer isotropy every N steps."""
+"""Measure degeneration while training: embedding-matrix and per-layer isotropy, and the hidden states' outliers
+(kurtosis, ∞-norm, massive activations), every N steps."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from lightning.pytorch.callbacks import Callback
 
 from degen_train.metrics.isotropy import VectorMoments, isoscore, mean_pairwise_cosine, outlier_dimensions
 from degen_train.metrics.isotropy import self_similarity as sequence_self_similarity
+from degen_train.metrics.outliers import massive_activations, sequence_inf_norm, sequence_kurtosis
 from degen_train.parallel import gathered
 
 
@@ -22,9 +24,22 @@ def embedding_metrics(weights: torch.Tensor) -> dict[str, float]:
     }
 
 
+def layer_outliers(sequences: list[torch.Tensor]) -> dict[str, float]:
+    """One layer's mean kurtosis and ∞-norm over unpadded sequences (each (T, d)) and its massive activations."""
+    states = [x[None] for x in sequences]
+    return {
+        "kurtosis": float(torch.cat([sequence_kurtosis(x) for x in states]).mean()),
+        "inf_norm": float(torch.cat([sequence_inf_norm(x) for x in states]).mean()),
+        "massive": float(sum(massive_activations(x)["count"] for x in states)),
+    }
+
+
 class IsotropyMonitor(Callback):
     """Every ``every_n_steps`` optimizer steps (and at the end): isotropy of the input embeddings and of the
-    contextual vectors of a fixed validation probe batch, per layer. Logged as ``isotropy/...``."""
+    contextual vectors of a fixed validation probe batch, per layer, logged as ``isotropy/...``; the same vectors'
+    kurtosis and ∞-norm per layer (mean over the probe's sequences, Bondarenko et al. 2023) and massive activations
+    (Sun et al. 2024), logged as ``outliers/...``. The attention-sink rate needs attention maps (the eager path):
+    ``degen-analyze`` measures it on the export."""
 
     def __init__(self, every_n_steps: int = 100, probe_size: int = 32) -> None:
         if every_n_steps < 1 or probe_size < 1:
@@ -85,12 +100,20 @@ class IsotropyMonitor(Callback):
             layers = backbone.encode(probe, all_layers=True).hidden_states
             backbone.train(was_training)
             mask = probe["attention_mask"].bool()
+            outliers: dict[str, list[float]] = {"kurtosis": [], "inf_norm": [], "massive": []}
             for index, hidden in enumerate(layers):
                 sequences = [h[m].float().cpu() for h, m in zip(hidden, mask, strict=True)]
                 metrics[f"isotropy/layer_{index}/mean_cosine"] = mean_pairwise_cosine(torch.cat(sequences))
                 metrics[f"isotropy/layer_{index}/self_similarity"] = sequence_self_similarity(sequences)[
                     "self_similarity"
                 ]
+                for name, value in layer_outliers(sequences).items():
+                    metrics[f"outliers/layer_{index}/{name}"] = value
+                    outliers[name].append(value)
+            blocks = slice(1, None) if len(layers) > 1 else slice(None)  # the transformer layers, as Bondarenko
+            metrics["outliers/max_kurtosis"] = max(outliers["kurtosis"][blocks])
+            metrics["outliers/max_inf_norm"] = max(outliers["inf_norm"][blocks])
+            metrics["outliers/massive_activations"] = sum(outliers["massive"])
         self.latest = metrics
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)

@@ -310,6 +310,9 @@ def pictures(
             out_dir / "dimension_means.png",
             title=f"mean value per dimension: {title}",
         ),
+        "outliers": plots.outliers_per_layer_plot(
+            result["outliers"]["layers"], out_dir / "outliers.png", title=f"outliers per layer: {title}"
+        ),
     }
     return {name: str(p) for name, p in drawn.items()}
 

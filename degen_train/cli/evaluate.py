@@ -1,5 +1,6 @@
-"""degen-eval MODEL [--sts FILE ...] [--wic DIR] [--perplexity FILE ...] --out DIR: STS (Spearman × 100), WiC
-accuracy, and the perplexity (decoders) or pseudo-perplexity (encoders) of text files."""
+"""degen-eval MODEL [--sts FILE ...] [--wic DIR] [--perplexity FILE ...] [--w8a8 FILE] --out DIR: STS (Spearman ×
+100), WiC accuracy, the perplexity (decoders) or pseudo-perplexity (encoders) of text files, and the W8A8
+quantization gap (perplexity, and STS with --sts)."""
 
 from __future__ import annotations
 
@@ -31,13 +32,19 @@ def evaluate(
     perplexity_files: Sequence[str | Path] = (),
     perplexity_unit: str = "line",
     stride: int | None = None,
+    w8a8: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Score ``model`` on STS files, a WiC directory and the perplexity of text files; writes OUT/eval.json and
-    returns its content."""
-    if not sts and wic is None and not perplexity_files:
-        raise ValueError("nothing to evaluate: give --sts FILE, --wic DIR and/or --perplexity FILE")
+    """Score ``model`` on STS files, a WiC directory, the perplexity of text files and its W8A8 quantization gap on
+    a text file; writes OUT/eval.json and returns its content."""
+    if not sts and wic is None and not perplexity_files and w8a8 is None:
+        raise ValueError("nothing to evaluate: give --sts FILE, --wic DIR, --perplexity FILE and/or --w8a8 FILE")
+    if w8a8 is not None:  # a bad file fails before any model is loaded
+        from degen_train.metrics.perplexity import read_documents
+
+        read_documents(w8a8, perplexity_unit, what="W8A8 text file")
     if not sts and wic is None:  # perplexity alone needs no encoder: its LM head is loaded by itself
-        return _perplexity_only(model, perplexity_files, out, perplexity_unit, max_length, stride, limit)
+        result = _perplexity_only(model, perplexity_files, out, perplexity_unit, max_length, stride, limit)
+        return _with_w8a8(result, w8a8, None, perplexity_unit, out)
     # Read every input first: a bad file fails before the model is loaded.
     sts_sets = {Path(p).stem: read_sts(p) for p in sts}
     wic_items = read_wic(wic) if wic is not None else None
@@ -71,6 +78,20 @@ def evaluate(
     if encoder.truncated:
         log.warning("%d sequences were longer than %d tokens and were truncated", encoder.truncated, encoder.max_length)
     atomic_write_json(Path(out) / "eval.json", result)
+    return _with_w8a8(result, w8a8, sts[0] if sts else None, perplexity_unit, out)
+
+
+def _with_w8a8(
+    result: dict[str, Any], text: str | Path | None, sts_file: str | Path | None, unit: str, out: str | Path
+) -> dict[str, Any]:
+    """``result`` with the W8A8 gap of its model on ``text`` (and on the first STS file), rewritten to eval.json."""
+    if text is None:
+        return result
+    from degen_train.metrics.w8a8_probe import w8a8_gap_of_export
+
+    log.info("degen-eval: W8A8 quantization gap on %s (16 batches calibrate, the next blocks are scored)", text)
+    result["w8a8"] = w8a8_gap_of_export(result["model"], text, sts_file=sts_file, unit=unit)
+    atomic_write_json(Path(out) / "eval.json", result)
     return result
 
 
@@ -103,7 +124,10 @@ def _perplexity_only(
     for path in files:  # a bad file fails before the model is loaded
         read_documents(path, unit)
     model_dir = model_folder(model)
-    result = {"model": str(model_dir), "perplexity": _perplexities(model_dir, files, unit, window, stride, limit)}
+    result: dict[str, Any] = {"model": str(model_dir)}
+    if files:
+        result["perplexity"] = _perplexities(model_dir, files, unit, window, stride, limit)
+    Path(out).mkdir(parents=True, exist_ok=True)
     atomic_write_json(Path(out) / "eval.json", result)
     return result
 
@@ -117,6 +141,16 @@ def wic_vectors(encoder: Any, items: Any) -> tuple[Any, Any]:
 
 def format_table(result: dict[str, Any]) -> str:
     lines = []
+    if "w8a8" in result:
+        gap = result["w8a8"]
+        what = "masked-LM perplexity" if gap["kind"] == "masked_lm_perplexity" else "perplexity"
+        line = (
+            f"W8A8: {what} {gap['float']['perplexity']:.4g} -> {gap['w8a8']['perplexity']:.4g} "
+            f"(gap {gap['perplexity_gap']:+.4g}; {gap['scored_blocks']} blocks of {gap['block']} tokens)"
+        )
+        if "sts_gap" in gap:
+            line += f"; STS {gap['float']['sts_spearman']:.2f} -> {gap['w8a8']['sts_spearman']:.2f}"
+        lines.append(line + (f" [{gap['perplexity_note']}]" if "perplexity_note" in gap else ""))
     for name, scored in result.get("perplexity", {}).items():
         what = "pseudo-perplexity (Salazar et al. 2020)" if scored["kind"] == "pseudo_perplexity" else "perplexity"
         context = f"window {scored['window']}" + (f", stride {scored['stride']}" if scored["stride"] else "")
@@ -169,6 +203,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--document-unit", default="line", choices=["line", "paragraph"], help="--perplexity's documents"
     )
     parser.add_argument("--stride", type=int, default=None, help="decoders: window step (default: the window)")
+    parser.add_argument(
+        "--w8a8",
+        metavar="FILE",
+        help="a text file: perplexity (and STS on the first --sts file) in float and under simulated W8A8 "
+        "quantization (Bondarenko et al. 2023's setting), its first 16 batches of 128-token blocks calibrating",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     layer = int(args.layer) if args.layer.lstrip("-").isdigit() else args.layer
@@ -187,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             perplexity_files=args.perplexity,
             perplexity_unit=args.document_unit,
             stride=args.stride,
+            w8a8=args.w8a8,
         )
     except (ValueError, FileNotFoundError) as error:
         parser.exit(2, f"degen-eval: error: {error}\n")

@@ -33,18 +33,18 @@ class Perplexity:
     stride: int | None
 
 
-def read_documents(path: str | Path, unit: str = "line") -> list[str]:
+def read_documents(path: str | Path, unit: str = "line", what: str = "perplexity file") -> list[str]:
     """The non-blank documents of a UTF-8 text file: each line, or each blank-line-separated paragraph."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"perplexity file {path} does not exist")
+        raise FileNotFoundError(f"{what} {path} does not exist")
     text = path.read_text(encoding="utf-8")
     if unit not in ("line", "paragraph"):
         raise ValueError(f"document unit {unit!r} is not one of line, paragraph")
     parts = text.split("\n\n") if unit == "paragraph" else text.splitlines()
     documents = [" ".join(part.split()) for part in parts if part.strip()]
     if not documents:
-        raise ValueError(f"perplexity file {path} has no text")
+        raise ValueError(f"{what} {path} has no text")
     return documents
 
 

@@ -92,6 +92,27 @@ def layer_cosine_plot(per_layer: dict[str, list[float]], path: Path, title: str 
     return _save(figure, path)
 
 
+def outliers_per_layer_plot(layers: list[dict], path: Path, title: str = "") -> Path:
+    """Kurtosis and ∞-norm of the hidden states per layer (log scale: a Gaussian's kurtosis is 3, BERT-base's
+    outlier layers reach thousands), with the layers holding massive activations marked."""
+    figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.8))
+    x = range(len(layers))
+    for axis, key, label in ((left, "kurtosis", "kurtosis (3 = Gaussian)"), (right, "inf_norm", "max |x| (∞-norm)")):
+        values = [layer[key] for layer in layers]
+        axis.plot(x, values, "o-", markersize=4)
+        massive = [i for i, layer in enumerate(layers) if layer.get("massive_activations")]
+        if massive:
+            axis.plot(massive, [values[i] for i in massive], "r*", markersize=11, label="massive activations")
+            axis.legend()
+        axis.set_yscale("log")
+        axis.set_xticks(list(x))
+        axis.set_xlabel("layer (0 = embeddings)")
+        axis.set_ylabel(label)
+    left.axhline(3, color="grey", lw=0.5)
+    figure.suptitle(textwrap.fill(title or "outliers per layer", 90), fontsize=9)
+    return _save(figure, path)
+
+
 def cosine_histogram(
     samples: dict[str, Tensor], path: Path, *, xlabel: str = "cosine between random pairs", title: str = ""
 ) -> Path:

@@ -24,9 +24,10 @@ def grouped(keys: Iterable[str], depth: int = 2) -> str:
     return ", ".join(f"{prefix} ({count})" for prefix, count in counts.items())
 
 
-def load_pretrained(loader: Any, source: str, what: str, **kwargs: Any) -> Any:
+def load_pretrained(loader: Any, source: str, what: str, *, missing: list[str] | None = None, **kwargs: Any) -> Any:
     """``loader.from_pretrained(source, **kwargs)`` without transformers' report and bars; logs
-    '<what>: weights from SOURCE; newly initialised: ...; not used: ...' when something did not load."""
+    '<what>: weights from SOURCE; newly initialised: ...; not used: ...' when something did not load. The names of
+    the newly initialised weights are appended to ``missing`` when a list is given."""
     verbosity, bars = transformers_logging.get_verbosity(), transformers_logging.is_progress_bar_enabled()
     transformers_logging.set_verbosity_error()
     transformers_logging.disable_progress_bar()
@@ -36,6 +37,8 @@ def load_pretrained(loader: Any, source: str, what: str, **kwargs: Any) -> Any:
         transformers_logging.set_verbosity(verbosity)
         if bars:
             transformers_logging.enable_progress_bar()
+    if missing is not None:
+        missing.extend(info.get("missing_keys") or [])
     parts = [f"{what}: weights from {source}"]
     if info.get("missing_keys"):
         parts.append(f"newly initialised: {grouped(info['missing_keys'])}")

@@ -87,9 +87,14 @@ def run_row(run: Path) -> dict[str, Any]:
     row |= summary.get("isotropy", {})
     analysis = run / "analysis" / "metrics.json"
     if analysis.exists():  # degen-analyze's numbers on the export (degen-report runs it when missing)
-        last = json.loads(analysis.read_text())["layers"][-1]
+        analysed = json.loads(analysis.read_text())
+        last = analysed["layers"][-1]
         row["analysis/last_layer_mean_cosine"] = last.get("mean_cosine")
         row["analysis/last_layer_self_similarity"] = last.get("self_similarity")
+        outliers = analysed.get("outliers") or {}  # absent in an analysis written before the outlier measures
+        for key in ("max_kurtosis", "max_inf_norm", "massive_activations", "attention_sink_rate"):
+            if key in outliers:
+                row[f"analysis/{key}"] = outliers[key]
     evaluation = summary.get("eval", {})
     for name, scores in evaluation.get("sts", {}).items():
         row[f"sts/{name}"] = scores.get("raw")
@@ -132,7 +137,8 @@ def headline_order(columns: Sequence[str]) -> list[str]:
     probes += ["glue/average"] if "glue/average" in columns else []
     analysis = sorted(c for c in columns if c.startswith("analysis/"))
     first = ["run", "status", *swept, "objective", "val_objective_loss", "val_perplexity", "val_loss", *terms]
-    first += ["isotropy/embedding/mean_cosine", "isotropy/embedding/isoscore", *analysis, *probes]
+    monitored = ["outliers/max_kurtosis", "outliers/max_inf_norm", "outliers/massive_activations"]
+    first += ["isotropy/embedding/mean_cosine", "isotropy/embedding/isoscore", *monitored, *analysis, *probes]
     first += ["tokens_per_s", "mfu"]
     first = [c for c in dict.fromkeys(first) if c in columns]
     return first + [c for c in columns if c not in first]
