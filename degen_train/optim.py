@@ -1,4 +1,5 @@
-"""AdamW without decay on biases and LayerNorm, and warmup + decay schedules over ``total_steps``."""
+"""AdamW without decay on biases and LayerNorm, and warmup + decay schedules over ``total_steps``: linear, cosine,
+constant, and warm-up–stable–decay (WSD: the rate held, then decayed over the last steps only)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-SCHEDULES = ("linear", "cosine", "constant")
+SCHEDULES = ("linear", "cosine", "constant", "wsd")
+DECAY_SHAPES = ("linear", "cosine", "one_minus_sqrt")
 
 
 def parameter_groups(modules: Iterable[nn.Module], weight_decay: float) -> list[dict]:
@@ -40,30 +42,83 @@ def build_optimizer(
     return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, fused=fused)
 
 
-def lr_factor(step: int, *, warmup_steps: int, total_steps: int, schedule: str, min_ratio: float) -> float:
-    """Linear warmup to 1, then linear / cosine decay to ``min_ratio`` at ``total_steps`` (or constant)."""
+def lr_factor(
+    step: int,
+    *,
+    warmup_steps: int,
+    total_steps: int,
+    schedule: str,
+    min_ratio: float,
+    decay_steps: int = 0,
+    decay_shape: str = "linear",
+) -> float:
+    """Linear warmup to 1, then linear / cosine decay to ``min_ratio`` at ``total_steps`` (or constant); ``wsd``:
+    1 until ``total_steps − decay_steps``, then ``decay_shape`` down to ``min_ratio`` at ``total_steps``."""
     if warmup_steps > 0 and step < warmup_steps:
         return (step + 1) / warmup_steps
     if schedule == "constant":
         return 1.0
+    if schedule == "wsd":
+        start = total_steps - decay_steps
+        if step < start:
+            return 1.0
+        return decayed(min(1.0, (step - start) / max(1, decay_steps)), decay_shape, min_ratio)
     span = max(1, total_steps - warmup_steps)
-    progress = min(1.0, (step - warmup_steps) / span)
-    if schedule == "linear":
-        return min_ratio + (1 - min_ratio) * (1 - progress)
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+    return decayed(min(1.0, (step - warmup_steps) / span), schedule, min_ratio)
+
+
+def decayed(progress: float, shape: str, min_ratio: float) -> float:
+    """m + (1 − m)·g(p) at progress p ∈ [0, 1] of a decay: g = 1 − p (linear), (1 + cos πp)/2 (cosine), 1 − √p
+    (Hägele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed Training Durations")."""
+    if shape == "linear":
+        remaining = 1 - progress
+    elif shape == "cosine":
+        remaining = 0.5 * (1 + math.cos(math.pi * progress))
+    else:
+        remaining = 1 - math.sqrt(progress)
+    return min_ratio + (1 - min_ratio) * remaining
+
+
+def wsd_decay_steps(total_steps: int, warmup_steps: int, decay_steps: int | None, decay_fraction: float) -> int:
+    """The decay's length: ``decay_steps`` when given, else ``decay_fraction`` of the run; refused when it does not
+    fit after the warm-up."""
+    steps = decay_steps if decay_steps is not None else round(decay_fraction * total_steps)
+    if not 0 < steps <= total_steps - warmup_steps:
+        raise ValueError(
+            f"scheduler.decay_steps={steps} (decay_fraction={decay_fraction} of total_steps={total_steps}) must be "
+            f"in 1..{total_steps - warmup_steps}: the decay follows warmup_steps={warmup_steps} within the run"
+        )
+    return steps
 
 
 def build_scheduler(
-    optimizer: torch.optim.Optimizer, *, schedule: str, warmup_steps: int, total_steps: int, min_ratio: float
+    optimizer: torch.optim.Optimizer,
+    *,
+    schedule: str,
+    warmup_steps: int,
+    total_steps: int,
+    min_ratio: float,
+    decay_steps: int | None = None,
+    decay_fraction: float = 0.2,
+    decay_shape: str = "linear",
 ) -> torch.optim.lr_scheduler.LambdaLR:
     if schedule not in SCHEDULES:
         raise ValueError(f"scheduler.name={schedule!r} is not one of {', '.join(SCHEDULES)}")
     if total_steps <= 0:
         raise ValueError(f"scheduler.total_steps must be > 0, got {total_steps} (set trainer.max_steps)")
+    if decay_shape not in DECAY_SHAPES:
+        raise ValueError(f"scheduler.decay_shape={decay_shape!r} is not one of {', '.join(DECAY_SHAPES)}")
+    decay = wsd_decay_steps(total_steps, warmup_steps, decay_steps, decay_fraction) if schedule == "wsd" else 0
 
     def factor(step: int) -> float:
         return lr_factor(
-            step, warmup_steps=warmup_steps, total_steps=total_steps, schedule=schedule, min_ratio=min_ratio
+            step,
+            warmup_steps=warmup_steps,
+            total_steps=total_steps,
+            schedule=schedule,
+            min_ratio=min_ratio,
+            decay_steps=decay,
+            decay_shape=decay_shape,
         )
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

@@ -114,10 +114,21 @@ class OptimizerConfig(BaseModel):
 
 class SchedulerConfig(BaseModel):
     model_config = Open
-    schedule: Literal["linear", "cosine", "constant"]
+    schedule: Literal["linear", "cosine", "constant", "wsd"]
     warmup_steps: int = Field(ge=0)
     total_steps: int = Field(ge=1)
     min_ratio: float = Field(ge=0, le=1)
+    decay_steps: int | None = Field(default=None, ge=1)  # wsd: the decay's length (wins over decay_fraction)
+    decay_fraction: float = Field(default=0.2, gt=0, le=1)  # wsd: the decay's share of total_steps
+    decay_shape: Literal["linear", "cosine", "one_minus_sqrt"] = "linear"
+
+    @model_validator(mode="after")
+    def decay_fits_the_run(self) -> SchedulerConfig:
+        if self.schedule == "wsd":
+            from degen_train.optim import wsd_decay_steps
+
+            wsd_decay_steps(self.total_steps, self.warmup_steps, self.decay_steps, self.decay_fraction)
+        return self
 
 
 class CheckpointCallbackConfig(BaseModel):

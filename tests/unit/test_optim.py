@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from torch import nn
@@ -32,3 +33,53 @@ def test_unknown_schedule_names_the_choices() -> None:
     optimizer = __import__("torch").optim.SGD(nn.Linear(1, 1).parameters(), lr=1)
     with pytest.raises(ValueError, match=r"scheduler.name='steep' is not one of linear, cosine, constant"):
         build_scheduler(optimizer, schedule="steep", warmup_steps=0, total_steps=1, min_ratio=0)
+
+
+def test_wsd_holds_the_rate_then_decays_over_the_last_steps_in_each_shape() -> None:
+    """Warm-up 2, stable until step 10, decay over the last 10 of 20 steps (Hägele et al. 2024's 1 − √p cooldown)."""
+    common = {"warmup_steps": 2, "total_steps": 20, "min_ratio": 0.1, "schedule": "wsd", "decay_steps": 10}
+    assert lr_factor(0, decay_shape="linear", **common) == pytest.approx(0.5)
+    assert [lr_factor(s, decay_shape="linear", **common) for s in (2, 9, 10)] == [1.0, 1.0, 1.0]
+    assert lr_factor(15, decay_shape="linear", **common) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert lr_factor(15, decay_shape="cosine", **common) == pytest.approx(0.1 + 0.9 * 0.5)  # cos(π/2) = 0
+    assert lr_factor(12, decay_shape="cosine", **common) == pytest.approx(
+        0.1 + 0.9 * 0.5 * (1 + math.cos(0.2 * math.pi))
+    )
+    assert lr_factor(15, decay_shape="one_minus_sqrt", **common) == pytest.approx(0.1 + 0.9 * (1 - math.sqrt(0.5)))
+    assert lr_factor(20, decay_shape="one_minus_sqrt", **common) == pytest.approx(0.1)
+
+
+def test_wsd_decay_from_a_fraction_and_one_that_does_not_fit_is_refused() -> None:
+    import torch
+
+    optimizer = torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=1)
+    scheduler = build_scheduler(
+        optimizer, schedule="wsd", warmup_steps=0, total_steps=10, min_ratio=0, decay_fraction=0.2
+    )
+    rates = []
+    for _ in range(10):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert rates[:8] == [1.0] * 8 and rates[8:] == pytest.approx([1.0, 0.5])  # the last 2 of 10 steps decay
+    with pytest.raises(ValueError, match=r"scheduler.decay_steps=96 .* must be in 1..95: the decay follows warmup"):
+        build_scheduler(optimizer, schedule="wsd", warmup_steps=5, total_steps=100, min_ratio=0, decay_steps=96)
+    with pytest.raises(ValueError, match=r"decay_shape='square' is not one of linear, cosine, one_minus_sqrt"):
+        build_scheduler(optimizer, schedule="wsd", warmup_steps=0, total_steps=9, min_ratio=0, decay_shape="square")
+
+
+def test_a_wsd_decay_longer_than_the_run_is_refused_by_the_config_check() -> None:
+    from degen_train.config import load_config
+    from degen_train.schema import validate_config
+
+    with pytest.raises(ValueError, match=r"scheduler.decay_steps=100000 .* must be in 1\.\.290"):
+        validate_config(load_config(["scheduler=wsd", "scheduler.decay_steps=100000"]))
+
+
+def test_a_wsd_run_logs_the_stable_rate_then_its_decay(tmp_path: Path) -> None:
+    from tests.helpers import logged, run
+
+    run(tmp_path, "scheduler=wsd", "scheduler.warmup_steps=0", "scheduler.decay_steps=4", "trainer.max_steps=8",
+        "scheduler.decay_shape=linear", "trainer.log_every_n_steps=1", "optimizer.lr=0.001")  # fmt: skip
+    rates = logged(tmp_path, "lr-AdamW/pg1")
+    assert [rates[s] for s in sorted(rates)] == pytest.approx([1e-3] * 4 + [1e-3, 7.5e-4, 5e-4, 2.5e-4])
