@@ -84,9 +84,14 @@ def wsd_decay_steps(total_steps: int, warmup_steps: int, decay_steps: int | None
     fit after the warm-up."""
     steps = decay_steps if decay_steps is not None else round(decay_fraction * total_steps)
     if not 0 < steps <= total_steps - warmup_steps:
+        given = (
+            f"scheduler.decay_steps={steps}"
+            if decay_steps is not None
+            else (f"scheduler.decay_fraction={decay_fraction} of total_steps={total_steps} ({steps} steps)")
+        )
         raise ValueError(
-            f"scheduler.decay_steps={steps} (decay_fraction={decay_fraction} of total_steps={total_steps}) must be "
-            f"in 1..{total_steps - warmup_steps}: the decay follows warmup_steps={warmup_steps} within the run"
+            f"{given} must be in 1..{total_steps - warmup_steps} steps: the decay follows "
+            f"warmup_steps={warmup_steps} within total_steps={total_steps}"
         )
     return steps
 

@@ -17,10 +17,12 @@ DROPPED_RECORDS = (
 )
 # Deprecations raised inside libraries we pin, about code we do not own; and Lightning's "checkpoint directory
 # exists and is not empty", which every resume triggers by design (a fresh run into another run's folder is
-# refused by runlock before Lightning gets there).
+# refused by runlock before Lightning gets there); and "the dirpath has changed", which every branch and every
+# copied run triggers (RunCheckpoint keeps its own files by step, not Lightning's best-k record).
 IGNORED_WARNINGS = (
     r".*isinstance\(treespec, LeafSpec\)` is deprecated",
     r"Checkpoint directory .* exists and is not empty",
+    r"The dirpath has changed from",
 )
 
 

@@ -60,8 +60,11 @@ def global_batch(config: dict[str, Any]) -> int | None:
     return product
 
 
-def resume_changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(refused, allowed): one 'key: before -> after' line per changed key."""
+def resume_changes(
+    before: dict[str, Any], after: dict[str, Any], *, also_free: tuple[str, ...] = ()
+) -> tuple[list[str], list[str]]:
+    """(refused, allowed): one 'key: before -> after' line per changed key; ``also_free``: more keys or prefixes
+    that may change (a branch's schedule)."""
     old, new = flatten(before), flatten(after)
     refused, allowed = [], []
     for key in sorted(set(old) | set(new)):
@@ -69,7 +72,7 @@ def resume_changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[
             continue
         line = f"{key}: {old.get(key)!r} -> {new.get(key)!r}"
         weight = key.startswith(TERM_WEIGHT) and key.endswith(".weight")
-        free = any(key == k or (k.endswith(".") and key.startswith(k)) for k in MAY_CHANGE)
+        free = any(key == k or (k.endswith(".") and key.startswith(k)) for k in (*MAY_CHANGE, *also_free))
         if key == "data.batch_size":  # another process layout with the same global batch is a supported resume
             free = global_batch(before) is not None and global_batch(before) == global_batch(after)
         (allowed if (free or weight) and key not in MUST_STAY else refused).append(line)
@@ -81,11 +84,13 @@ def resume_changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[
     return refused, allowed
 
 
-def check_resume(recorded: dict[str, Any] | None, current: dict[str, Any], checkpoint: Any) -> list[str]:
+def check_resume(
+    recorded: dict[str, Any] | None, current: dict[str, Any], checkpoint: Any, *, also_free: tuple[str, ...] = ()
+) -> list[str]:
     """Raise naming every refused change; return the allowed ones (to warn about and record)."""
     if not recorded:  # a checkpoint from before configs were recorded in it
         return []
-    refused, allowed = resume_changes(recorded, current)
+    refused, allowed = resume_changes(recorded, current, also_free=also_free)
     if refused:
         raise ValueError(
             f"resuming from {checkpoint} with settings that change what the run trains:\n  "

@@ -162,6 +162,7 @@ class TrainConfig(BaseModel):
     model_config = Open
     seed: int = Field(ge=0)
     ckpt_path: str | None = None
+    branch_from: str | None = None
     allow_slow_precision: bool = False
     threads: Any = "auto"
     masking: MaskingConfig

@@ -17,6 +17,7 @@ import torch  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from degen_train.accumulation import accumulation_warnings  # noqa: E402
+from degen_train.branching import BRANCH_MAY_CHANGE, start_branch  # noqa: E402
 from degen_train.build import (  # noqa: E402
     RESUME_CHOICES,
     build_trainer,
@@ -94,6 +95,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     check_output_folder(run_dir, "run_dir")
     refuse_writes_into_other_runs(cfg, run_dir)
     refuse_lightning_hpc_checkpoints(run_dir)
+    branch = start_branch(cfg, run_dir)  # branch_from=RUN@STEP: the parent's checkpoint and tokenizer
     finished = finished_summary(run_dir, cfg) if cfg.ckpt_path in RESUME_CHOICES else None
     if finished is not None:
         log.info("%s finished at step %d before: nothing to do (summary.json is kept)", run_dir, finished["final_step"])
@@ -103,10 +105,17 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if checkpoint is not None:
         header = check_checkpoint_matches(checkpoint, cfg, list(terms))
         saved = {**header["degen_train"], "global_step": header.get("global_step", 0)}
-        for change in check_resume((saved.get("provenance") or {}).get("config"), resolved_config(cfg), checkpoint):
+        recorded = (saved.get("provenance") or {}).get("config")
+        free = BRANCH_MAY_CHANGE if branch else ()
+        for change in check_resume(recorded, resolved_config(cfg), checkpoint, also_free=free):
             log.warning("resume changes %s (recorded in config_history/)", change)
     with run_dir_lock(run_dir) if is_launching_process() else nullcontext():
-        return _train_locked(cfg, run_dir, terms, weights, family, data_format, checkpoint, saved, glue_tasks)
+        summary = _train_locked(cfg, run_dir, terms, weights, family, data_format, checkpoint, saved, glue_tasks)
+    if branch is not None and "branched_from" not in summary:  # provenance: the parent run and step
+        summary["branched_from"] = branch
+        if is_launching_process() and (run_dir / "summary.json").exists():
+            atomic_write_json(run_dir / "summary.json", summary)
+    return summary
 
 
 def _train_locked(

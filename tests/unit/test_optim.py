@@ -62,7 +62,9 @@ def test_wsd_decay_from_a_fraction_and_one_that_does_not_fit_is_refused() -> Non
         optimizer.step()
         scheduler.step()
     assert rates[:8] == [1.0] * 8 and rates[8:] == pytest.approx([1.0, 0.5])  # the last 2 of 10 steps decay
-    with pytest.raises(ValueError, match=r"scheduler.decay_steps=96 .* must be in 1..95: the decay follows warmup"):
+    with pytest.raises(
+        ValueError, match=r"scheduler.decay_steps=96 must be in 1..95 steps: the decay follows warmup_steps=5"
+    ):
         build_scheduler(optimizer, schedule="wsd", warmup_steps=5, total_steps=100, min_ratio=0, decay_steps=96)
     with pytest.raises(ValueError, match=r"decay_shape='square' is not one of linear, cosine, one_minus_sqrt"):
         build_scheduler(optimizer, schedule="wsd", warmup_steps=0, total_steps=9, min_ratio=0, decay_shape="square")
@@ -72,7 +74,7 @@ def test_a_wsd_decay_longer_than_the_run_is_refused_by_the_config_check() -> Non
     from degen_train.config import load_config
     from degen_train.schema import validate_config
 
-    with pytest.raises(ValueError, match=r"scheduler.decay_steps=100000 .* must be in 1\.\.290"):
+    with pytest.raises(ValueError, match=r"scheduler.decay_steps=100000 must be in 1\.\.290 steps"):
         validate_config(load_config(["scheduler=wsd", "scheduler.decay_steps=100000"]))
 
 

@@ -1,0 +1,72 @@
+"""``branch_from=RUN@STEP``: a new run that starts from RUN's checkpoint at STEP (weights, optimizer state, data
+position, random state) with its own schedule — one stable warm-up–stable–decay run, many cooldowns.
+
+A branch is a resume into another folder that may change the schedule (``scheduler.*``, and the run's length) and,
+as any resume, the weights of the parent's terms (a term trained at weight 0 in the parent can be switched on for the
+cooldown). It reads the parent's tokenizer and never writes into the parent. Killed, a branch resumes from its own
+checkpoints with the same command.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, open_dict
+
+from degen_train.checkpoints import checkpoint_header
+
+log = logging.getLogger("degen_train")
+STEP_FILE = re.compile(r"^step=(\d+)\.ckpt$")
+# What a branch may change beyond what any resume may (resume_policy.MAY_CHANGE).
+BRANCH_MAY_CHANGE = ("scheduler.", "branch_from", "data.tokenizer.path")
+
+
+def parse_branch(value: str) -> tuple[Path, int]:
+    """RUN@STEP -> (RUN, STEP)."""
+    run, sep, step = str(value).rpartition("@")
+    if not sep or not run or not step.isdigit():
+        raise ValueError(f"branch_from={value!r}: expected RUN@STEP, a run folder and a step it has a checkpoint of")
+    return Path(run).expanduser().resolve(), int(step)
+
+
+def checkpoint_steps(run: Path) -> dict[int, Path]:
+    """{step: checkpoint} of RUN: its step=N files and last.ckpt (at the step it holds)."""
+    folder = run / "checkpoints"
+    steps = {int(m.group(1)): p for p in sorted(folder.glob("step=*.ckpt")) if (m := STEP_FILE.match(p.name))}
+    last = folder / "last.ckpt"
+    if last.exists():
+        steps.setdefault(int(checkpoint_header(last).get("global_step", -1)), last)
+    return steps
+
+
+def start_branch(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
+    """Point ``cfg`` at the parent's checkpoint and tokenizer (or at the branch's own checkpoints when it is being
+    resumed); returns what summary.json records, or None when ``branch_from`` is not set."""
+    if not cfg.get("branch_from"):
+        return None
+    parent, step = parse_branch(cfg.branch_from)
+    if cfg.get("ckpt_path") not in (None, "", "null", "auto", "last"):  # last/auto: the branch's own, if any
+        raise ValueError(f"branch_from={cfg.branch_from} and ckpt_path={cfg.ckpt_path}: give one of them")
+    if not (parent / "checkpoints").is_dir():
+        raise FileNotFoundError(f"branch_from={cfg.branch_from}: {parent} is not a run folder (no checkpoints/)")
+    if parent == run_dir.resolve():
+        raise ValueError(
+            f"branch_from={cfg.branch_from} into the parent's own folder: give the branch another hydra.run.dir"
+        )
+    steps = checkpoint_steps(parent)
+    if step not in steps:
+        listed = ", ".join(map(str, sorted(steps))) or "none"
+        raise FileNotFoundError(
+            f"branch_from={cfg.branch_from}: {parent} has no checkpoint at step {step}; steps with one: {listed} "
+            f"(a parent keeps them with callbacks.checkpoint.every_n_train_steps and save_top_k=-1)"
+        )
+    own = sorted((run_dir / "checkpoints").glob("*.ckpt")) if (run_dir / "checkpoints").is_dir() else []
+    with open_dict(cfg):
+        cfg.ckpt_path = "auto" if own else str(steps[step])
+        if not cfg.data.tokenizer.get("path"):
+            cfg.data.tokenizer.path = str(parent / "tokenizer")
+    log.info("branch_from: %s", "resuming the branch from its own checkpoints" if own else f"{parent} at step {step}")
+    return {"run": str(parent), "step": step, "checkpoint": str(steps[step])}
