@@ -137,8 +137,8 @@ def test_analyze_minilm_writes_metrics_and_pictures(minilm: Path, tmp_path: Path
 
 def test_analyze_measures_the_outliers_of_a_real_bert(minilm: Path, tmp_path: Path) -> None:
     """all-MiniLM-L6-v2 has the heavy-tailed hidden states and the attention sinks the outlier papers describe
-    (measured with degen-analyze's defaults: kurtosis 9.2 to 23.4 per layer, sink rate 59%); a randomly initialised model of
-    ours has neither (test_outliers.py)."""
+    (measured with degen-analyze's defaults: kurtosis 9.2 to 23.4 per layer, sink rate 59%); a randomly
+    initialised model of ours has neither (test_outliers.py)."""
     outliers = analyze(minilm, out=tmp_path, max_sentences=40)["outliers"]
     assert outliers["sequences"] == 40 and len(outliers["layers"]) == 7
     assert outliers["max_kurtosis"] > 5 and outliers["max_inf_norm"] > 5
