@@ -188,3 +188,24 @@ def test_w8a8_needs_enough_text_and_says_how_much(tiny_run: Path, tmp_path: Path
         evaluate(tiny_run, w8a8=short, out=tmp_path)
     with pytest.raises(FileNotFoundError, match="W8A8 text file .*missing.txt does not exist"):
         evaluate(tiny_run, w8a8=tmp_path / "missing.txt", out=tmp_path)
+
+
+def test_eval_w8a8_puts_the_quantization_gap_of_a_run_in_its_summary_and_report(tmp_path: Path) -> None:
+    import csv
+
+    from degen_train.cli.report import report
+
+    text = shared_data("wikitext-2", "valid.txt")
+    run_dir = tmp_path / "run"
+    summary = run(run_dir, "trainer.max_steps=3", f"eval.w8a8={text}")
+    gap = summary["eval"]["w8a8"]
+    assert gap["scored_blocks"] == 64 and gap["perplexity_gap"] == pytest.approx(
+        gap["w8a8"]["perplexity"] - gap["float"]["perplexity"]
+    )
+    report([run_dir], run_analysis=False)
+    with open(run_dir / "report" / "runs.csv", newline="") as handle:
+        row = next(csv.DictReader(handle))
+    assert float(row["w8a8/perplexity_gap"]) == pytest.approx(gap["perplexity_gap"])
+    with pytest.raises(FileNotFoundError, match=r"eval.w8a8 text file .*nothing.txt does not exist"):
+        run(tmp_path / "other", f"eval.w8a8={tmp_path / 'nothing.txt'}")
+    assert not (tmp_path / "other" / "config.yaml").exists()  # refused before anything was written

@@ -43,6 +43,7 @@ from degen_train.finetune.grid import finetune_export, protocol_from  # noqa: E4
 from degen_train.finetune.tasks import load_glue_task  # noqa: E402
 from degen_train.hub import check_push, push_export  # noqa: E402
 from degen_train.io import atomic_directory, atomic_write_json, atomic_write_text  # noqa: E402
+from degen_train.metrics.perplexity import read_documents  # noqa: E402
 from degen_train.metrics.probes import read_sts, read_wic  # noqa: E402
 from degen_train.models.backbone import Backbone, build_hf_model, model_family, shape_signature  # noqa: E402
 from degen_train.models.compile import check_compile_available, compile_blocks  # noqa: E402
@@ -89,6 +90,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     for wic in (cfg.eval.wic, cfg.eval.get("wic_fit")):
         if wic:
             read_wic(wic)
+    if cfg.eval.get("w8a8"):
+        read_documents(cfg.eval.w8a8, what="eval.w8a8 text file")
     glue_tasks = glue_tasks_of(cfg)  # read and checked now: a bad GLUE file fails before training
     check_push(cfg.get("push_to_hub"), export_hf=bool(cfg.export_hf))
     check_precision(cfg)  # a precision this hardware emulates is refused here, not after hours of slow steps
@@ -190,15 +193,17 @@ def _train_locked(
             export_pretrained(hf_model, data.tokenizer, run_dir / "hf", record=record, state_dict=gathered_weights)
             if cfg.get("push_to_hub") and cfg.push_to_hub.get("repo_id"):
                 summary["push_to_hub"] = push_export(run_dir / "hf", cfg.push_to_hub)
-            if family == "encoder" and (cfg.eval.sts or cfg.eval.wic):
+            probes = family == "encoder" and (cfg.eval.sts or cfg.eval.wic)
+            if probes or cfg.eval.get("w8a8"):
                 summary["eval"] = evaluate(
                     run_dir / "hf",
-                    sts=list(cfg.eval.sts),
-                    wic=cfg.eval.wic,
-                    wic_fit=cfg.eval.get("wic_fit"),
+                    sts=list(cfg.eval.sts) if probes else [],
+                    wic=cfg.eval.wic if probes else None,
+                    wic_fit=cfg.eval.get("wic_fit") if probes else None,
                     out=run_dir / "eval",
                     layer=cfg.eval.layer,
                     pooling=cfg.eval.pooling,
+                    w8a8=cfg.eval.get("w8a8"),
                 )
             if glue_tasks:  # fine-tuned copies of the export, scored on GLUE dev (RUN/glue/, resumable)
                 settings = OmegaConf.to_container(cfg.eval.get("finetune") or {}, resolve=True)

@@ -98,6 +98,11 @@ def run_row(run: Path) -> dict[str, Any]:
     evaluation = summary.get("eval", {})
     for name, scores in evaluation.get("sts", {}).items():
         row[f"sts/{name}"] = scores.get("raw")
+    if "w8a8" in evaluation:  # the export's quantization gap (eval.w8a8)
+        gap = evaluation["w8a8"]
+        row["w8a8/perplexity_gap"] = gap.get("perplexity_gap")
+        if "sts_gap" in gap:
+            row["w8a8/sts_gap"] = gap["sts_gap"]
     if "wic" in evaluation:
         wic = evaluation["wic"]["raw"]
         row["wic/accuracy"] = wic.get("accuracy", wic.get("accuracy_threshold_fitted_on_scored_items"))
@@ -132,7 +137,7 @@ def headline_order(columns: Sequence[str]) -> list[str]:
     columns = list(columns)
     swept = sorted(c for c in columns if c.startswith(SWEPT))
     terms = sorted(c for c in columns if c.startswith(("val/", "train/")) and c.endswith("/loss"))
-    probes = sorted(c for c in columns if c.startswith(("sts/", "wic/")))
+    probes = sorted(c for c in columns if c.startswith(("sts/", "wic/", "w8a8/")))
     probes += sorted(c for c in columns if c.startswith("glue/") and c != "glue/average")
     probes += ["glue/average"] if "glue/average" in columns else []
     analysis = sorted(c for c in columns if c.startswith("analysis/"))
