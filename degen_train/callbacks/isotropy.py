@@ -11,7 +11,7 @@ from lightning.pytorch.callbacks import Callback
 
 from degen_train.metrics.isotropy import VectorMoments, isoscore, mean_pairwise_cosine, outlier_dimensions
 from degen_train.metrics.isotropy import self_similarity as sequence_self_similarity
-from degen_train.metrics.outliers import massive_activations, sequence_inf_norm, sequence_kurtosis
+from degen_train.metrics.outliers import layer_outliers
 from degen_train.parallel import gathered
 
 
@@ -21,16 +21,6 @@ def embedding_metrics(weights: torch.Tensor) -> dict[str, float]:
         "mean_cosine": mean_pairwise_cosine(moments),
         "isoscore": isoscore(moments),
         "outlier_dims": float(len(outlier_dimensions(moments)["dims"])),
-    }
-
-
-def layer_outliers(sequences: list[torch.Tensor]) -> dict[str, float]:
-    """One layer's mean kurtosis and ∞-norm over unpadded sequences (each (T, d)) and its massive activations."""
-    states = [x[None] for x in sequences]
-    return {
-        "kurtosis": float(torch.cat([sequence_kurtosis(x) for x in states]).mean()),
-        "inf_norm": float(torch.cat([sequence_inf_norm(x) for x in states]).mean()),
-        "massive": float(sum(massive_activations(x)["count"] for x in states)),
     }
 
 
@@ -100,20 +90,21 @@ class IsotropyMonitor(Callback):
             layers = backbone.encode(probe, all_layers=True).hidden_states
             backbone.train(was_training)
             mask = probe["attention_mask"].bool()
-            outliers: dict[str, list[float]] = {"kurtosis": [], "inf_norm": [], "massive": []}
+            outliers: dict[str, list[float]] = {"kurtosis": [], "inf_norm": [], "massive_activations": []}
             for index, hidden in enumerate(layers):
                 sequences = [h[m].float().cpu() for h, m in zip(hidden, mask, strict=True)]
                 metrics[f"isotropy/layer_{index}/mean_cosine"] = mean_pairwise_cosine(torch.cat(sequences))
                 metrics[f"isotropy/layer_{index}/self_similarity"] = sequence_self_similarity(sequences)[
                     "self_similarity"
                 ]
-                for name, value in layer_outliers(sequences).items():
-                    metrics[f"outliers/layer_{index}/{name}"] = value
-                    outliers[name].append(value)
+                measured = layer_outliers([x[None] for x in sequences])
+                for name in outliers:
+                    metrics[f"outliers/layer_{index}/{name}"] = float(measured[name])
+                    outliers[name].append(float(measured[name]))
             blocks = slice(1, None) if len(layers) > 1 else slice(None)  # the transformer layers, as Bondarenko
             metrics["outliers/max_kurtosis"] = max(outliers["kurtosis"][blocks])
             metrics["outliers/max_inf_norm"] = max(outliers["inf_norm"][blocks])
-            metrics["outliers/massive_activations"] = sum(outliers["massive"])
+            metrics["outliers/massive_activations"] = sum(outliers["massive_activations"])
         self.latest = metrics
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)

@@ -113,12 +113,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         for change in check_resume(recorded, resolved_config(cfg), checkpoint, also_free=free):
             log.warning("resume changes %s (recorded in config_history/)", change)
     with run_dir_lock(run_dir) if is_launching_process() else nullcontext():
-        summary = _train_locked(cfg, run_dir, terms, weights, family, data_format, checkpoint, saved, glue_tasks)
-    if branch is not None and "branched_from" not in summary:  # provenance: the parent run and step
-        summary["branched_from"] = branch
-        if is_launching_process() and (run_dir / "summary.json").exists():
-            atomic_write_json(run_dir / "summary.json", summary)
-    return summary
+        return _train_locked(
+            cfg, run_dir, terms, weights, family, data_format, checkpoint, saved, glue_tasks, branch=branch
+        )
 
 
 def _train_locked(
@@ -131,6 +128,8 @@ def _train_locked(
     checkpoint: Path | None,
     saved: dict,
     glue_tasks: list,
+    *,
+    branch: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     # 2. Data (cached), the model and its terms, the trainer. A resumed run keeps the tokenizer it trained with.
     own = run_dir / "tokenizer"
@@ -185,6 +184,8 @@ def _train_locked(
         val_metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
     summary = _summary(cfg, trainer, train_metrics, val_metrics, terms=terms, weights=weights)
     summary["parameters"] = parameter_counts(module.backbone.model)
+    if branch is not None:  # provenance: the parent run and the step it was branched at
+        summary["branched_from"] = branch
     summary["provenance"] = {k: v for k, v in record.items() if k != "config"}  # the config is summary["config"]
     gathered_weights = full_state_dict(module.backbone.model) if cfg.export_hf else None  # FSDP2: every process
     if trainer.is_global_zero:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from degen_train.metrics.perplexity import causal_perplexity
 from degen_train.metrics.quantization import CALIBRATION_BATCHES, simulated_w8a8
 
 MASK_RATE = 0.15
@@ -67,20 +68,6 @@ def masked_lm_nll(
     return total, int(masked.sum())
 
 
-def causal_nll(model: Any, blocks: list[list[int]], *, batch_size: int) -> tuple[float, int]:
-    """(Σ −log p(x_{t+1} | x_≤t), tokens predicted) over the blocks, each read from its start."""
-    ids = torch.tensor(blocks)
-    device = next(model.parameters()).device
-    total = 0.0
-    for start in range(0, len(ids), batch_size):
-        chunk = ids[start : start + batch_size]
-        with torch.no_grad():
-            logits = model(input_ids=chunk.to(device)).logits.float().cpu()
-        log_probs = logits[:, :-1].log_softmax(dim=-1)
-        total -= float(log_probs.gather(2, chunk[:, 1:, None]).sum())
-    return total, int(ids[:, 1:].numel())
-
-
 def w8a8_gap(
     model: Any,
     tokenizer: Any,
@@ -108,7 +95,10 @@ def w8a8_gap(
 
     def score() -> dict[str, float]:
         if decoder:
-            total, count = causal_nll(model, scored, batch_size=batch_size)
+            stream = [token for ids in scored for token in ids]  # window = stride = block: each block's own tokens
+            total, count = causal_perplexity(
+                model, stream, window=len(scored[0]), stride=len(scored[0]), batch_size=batch_size
+            )
         else:
             total, count = masked_lm_nll(model, tokenizer, scored, seed=seed, batch_size=batch_size)
         result = {"perplexity": math.exp(total / count), "nll_per_token": total / count, "tokens": count}

@@ -134,3 +134,32 @@ def test_an_outlier_dimension_makes_the_quantization_error_grow() -> None:
             layer.output.LayerNorm.weight[7] *= 100
         with_outlier.bert.embeddings.LayerNorm.weight[7] *= 100
     assert relative_error(with_outlier) > 2.5 * relative_error(plain)  # measured: 0.107 vs 0.028
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])  # a causal mask; grouped-query attention (2 key heads for 4)
+def test_a_decoder_through_the_quantized_path_with_identity_quantizers_is_the_eager_model(
+    family: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With rounding made the identity, simulated_w8a8 changes nothing: its registered attention (masks, key/value
+    heads) computes what transformers' eager attention does; with rounding, the logits move but stay close."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    if family == "gpt2":
+        config = GPT2Config(vocab_size=90, n_embd=32, n_layer=2, n_head=4, n_positions=32, resid_pdrop=0.0,
+                            embd_pdrop=0.0, attn_pdrop=0.0)  # fmt: skip
+        model = GPT2LMHeadModel(config).eval()
+    else:
+        config = LlamaConfig(vocab_size=90, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)  # fmt: skip
+        model = LlamaForCausalLM(config).eval()
+    model.set_attn_implementation("eager")
+    ids = torch.randint(0, 90, (3, 12), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        reference = model(input_ids=ids).logits
+    quantized = quantized_logits(model, ids)
+    assert not torch.equal(quantized, reference) and (quantized - reference).norm() < 0.2 * reference.norm()
+    monkeypatch.setattr(quantization, "quantize_weight", lambda w, bits=8: w)
+    monkeypatch.setattr(quantization, "quantize_activation", lambda x, low, high, bits=8: x)
+    assert torch.allclose(quantized_logits(model, ids), reference, atol=1e-5)
+    assert model.config._attn_implementation == "eager"
