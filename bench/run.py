@@ -19,6 +19,7 @@ from bench import (  # noqa: E402
     losses,
     methods,
     metrics,
+    optimizers,
     parallel,
     recipes,
     reliability,
@@ -41,6 +42,7 @@ def main() -> None:
         "methods",
         "finetune",
         "recipes",
+        "optimizers",
     }
     machine = cpu_description()
     bf16 = f"yes ({', '.join(machine['bf16_flags'])})" if machine["native_bf16"] else "no: bf16 rows are emulated"
@@ -65,6 +67,8 @@ def main() -> None:
         finetune.main()
     if "recipes" in wanted:
         recipes.main()
+    if "optimizers" in wanted:
+        optimizers.main()
 
 
 if __name__ == "__main__":

@@ -104,6 +104,13 @@ class OptimizerConfig(BaseModel):
     weight_decay: float = Field(ge=0)
     eps: float = Field(gt=0)
     betas: tuple[float, float]
+    # optimizer=muon (degen_train.muon): Muon's own settings; the four above are its AdamW part's
+    muon_lr: float | None = Field(default=None, gt=0)
+    muon_weight_decay: float | None = Field(default=None, ge=0)
+    muon_momentum: float | None = Field(default=None, ge=0, lt=1)
+    muon_ns_steps: int | None = Field(default=None, ge=1, lt=100)
+    muon_adjust_lr: Literal["original", "match_rms_adamw"] | None = None
+    muon_ns_dtype: Literal["bfloat16", "float32"] | None = None
 
     @model_validator(mode="after")
     def betas_in_range(self) -> OptimizerConfig:

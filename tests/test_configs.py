@@ -63,7 +63,8 @@ def test_every_group_option_composes_and_builds(group: str, option: str, tmp_pat
         else:
             assert build_strategy(cfg.strategy) is not None
     elif group in ("optimizer", "scheduler"):
-        optimizer = hydra.utils.instantiate(cfg.optimizer)([torch.nn.Linear(2, 2)])
+        blocks = torch.nn.ModuleList([torch.nn.Linear(2, 2)])  # a body of one block: something for Muon
+        optimizer = hydra.utils.instantiate(cfg.optimizer)([torch.nn.Sequential(blocks, torch.nn.Linear(2, 1))])
         scheduler = hydra.utils.instantiate(cfg.scheduler)(optimizer)
         assert scheduler.get_last_lr()[0] > 0
     elif group in ("trainer", "logger", "callbacks"):

@@ -33,6 +33,7 @@ from degen_train.callbacks.best_sts import BestBySTS  # noqa: E402
 from degen_train.callbacks.isotropy import IsotropyMonitor  # noqa: E402
 from degen_train.callbacks.preemption import PREEMPTED_EXIT, RunPreempted  # noqa: E402
 from degen_train.callbacks.throughput import Throughput  # noqa: E402
+from degen_train.callbacks.weight_averaging import WeightAverage, check_weight_averaging_fits  # noqa: E402
 from degen_train.catalog import build_terms  # noqa: E402
 from degen_train.checkpoints import refuse_lightning_hpc_checkpoints  # noqa: E402
 from degen_train.cli.evaluate import evaluate  # noqa: E402
@@ -95,6 +96,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     glue_tasks = glue_tasks_of(cfg)  # read and checked now: a bad GLUE file fails before training
     check_push(cfg.get("push_to_hub"), export_hf=bool(cfg.export_hf))
     check_precision(cfg)  # a precision this hardware emulates is refused here, not after hours of slow steps
+    check_weight_averaging_fits(cfg.get("callbacks"), cfg.get("strategy"))
     check_output_folder(run_dir, "run_dir")
     refuse_writes_into_other_runs(cfg, run_dir)
     refuse_lightning_hpc_checkpoints(run_dir)
@@ -281,6 +283,7 @@ def _summary(
     throughput = next((c for c in trainer.callbacks if isinstance(c, Throughput)), None)
     isotropy = next((c.latest for c in trainer.callbacks if isinstance(c, IsotropyMonitor)), {})
     selection = next((c.summary() for c in trainer.callbacks if isinstance(c, BestBySTS)), None)
+    averaging = next((c.summary() for c in trainer.callbacks if isinstance(c, WeightAverage)), None)
     source = next((f"{k}/{t.perplexity_metric}" for k, t in terms.items() if t.perplexity_metric), None)
     token_loss = val_metrics.get(f"val/{source}") if source else None
     return {
@@ -300,6 +303,7 @@ def _summary(
         **(throughput.summary(trainer.world_size) if throughput else {"tokens_per_s": None}),
         "isotropy": isotropy,
         **({"best_by_sts": selection} if selection else {}),
+        **({"weight_averaging": averaging} if averaging else {}),
         "config": resolved_config(cfg),
     }
 
