@@ -47,3 +47,25 @@ def test_a_branch_at_a_step_without_checkpoint_lists_the_steps_that_have_one(
         run(parent, *wsd(small_corpus), "trainer.max_steps=9", f"branch_from={parent}@4")
     with pytest.raises(ValueError, match=r"branch_from='runs/x': expected RUN@STEP"):
         run(tmp_path / "other", *wsd(small_corpus), "branch_from=runs/x")
+
+
+def test_the_report_of_branched_cooldowns_shows_their_parent_at_the_branch_step(
+    tmp_path: Path,
+    small_corpus: Path,  # noqa: F811
+) -> None:
+    from degen_train.cli.report import report
+
+    parent, cooldowns = tmp_path / "stable", tmp_path / "cooldowns"
+    run(parent, *wsd(small_corpus), "trainer.max_steps=10", "export_hf=false")
+    for shape in ("linear", "one_minus_sqrt"):
+        run(cooldowns / shape, *wsd(small_corpus), "trainer.max_steps=9", f"scheduler.decay_shape={shape}",
+            f"branch_from={parent}@6")  # fmt: skip
+    result = report([cooldowns], run_analysis=False)
+    (heading, rows), *others = result["branches"].items()
+    assert not others and heading == f"{parent.resolve()} at step 6: 2 branches"
+    start = logged(parent, "val/loss")[5]  # validated after update 6 (val_check_interval=3), stamped 5 (0-based)
+    assert rows[0]["run"] == "stable (parent, validated after update 6)" and rows[0]["val_loss"] == pytest.approx(start)
+    assert {r["run"] for r in rows[1:]} == {"linear", "one_minus_sqrt"}
+    for row in rows[1:]:
+        assert row["val_loss change"] == pytest.approx(row["val_loss"] - start)
+    assert "## Branches of " in (cooldowns / "report" / "report.md").read_text()

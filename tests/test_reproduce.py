@@ -86,3 +86,15 @@ def test_simcse_runs_with_its_recipe_batches_and_is_probed_with_cls() -> None:
     assert not any(o.startswith(("data.batch_size=", "data.block_size=", "scheduler.warmup_steps=")) for o in
                    simcse.overrides)  # fmt: skip
     assert "recipe=simcse" in simcse.overrides
+
+
+def test_the_optimizer_part_trains_muon_twins_of_adamw_runs_and_judges_the_outliers(tmp_path: Path) -> None:
+    """parts=[muon,muon_cosreg]: part (a)'s MLE and CosReg decoders again with optimizer=muon (issue 25 item 4),
+    each section against its AdamW twin, with the outlier columns from degen-analyze."""
+    settings = miniature(tmp_path, parts="[muon,muon_cosreg]", seeds=1)
+    text = Path(reproduce(load_settings(settings))).read_text()
+    assert "## (l) Muon instead of AdamW, decoder" in text and "## (l) Muon + CosReg" in text and "## (a)" not in text
+    assert "| mle | 1 |" in text and "| muon | 1 |" in text and "| cosreg | 1 |" in text
+    assert "max kurtosis: " in text and "| max ‖x‖∞ |" in text  # a verdict line, and the column in the header
+    config = (tmp_path / "runs" / "muon_cosreg" / "muon_cosreg" / "seed0" / "config.yaml").read_text()
+    assert "_target_: degen_train.muon.build_muon" in config and "cosreg:\n    weight: 1.0" in config

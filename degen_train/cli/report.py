@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from degen_train.io import atomic_write_bytes, atomic_write_text
+from degen_train.report.branches import branch_table
 from degen_train.report.figures import cone_images, loss_curves, metric_against_swept, tradeoff
 from degen_train.report.table import SWEPT, best_settings, collect, find_runs, headline_columns, seed_groups
 
@@ -86,14 +87,18 @@ def report(
     text = [f"# Sweep report\n\nCommon overrides: {settings}\n", *(f"- {p}" for p in problems)]
     text += ["## Best setting per metric\n", *(f"- {line}" for line in best), ""] if best else []
     text += ["## Headline\n", shown(headline).to_markdown(index=False, floatfmt=".4g"), ""]
+    branches = branch_table(table)  # a sweep of cooldowns branched with branch_from=RUN@STEP
+    for heading, frame in branches:
+        text += [f"## Branches of {heading}\n", shown(frame).to_markdown(index=False, floatfmt=".4g"), ""]
     text += ["## Figures\n", *(f"![{name}]({path})\n" for name, path in figures.items())]
     text += ["## All runs, every column\n", shown(table).to_markdown(index=False, floatfmt=".4g"), ""]
     if not grouped.empty:
         text += ["## Mean ± std over seeds, every column\n", shown(grouped).to_markdown(index=False, floatfmt=".4g")]
     atomic_write_text(out_dir / "report.md", "\n".join(text) + "\n")
-    page = html_page(table, grouped, headline, settings, best, images, cones)
+    page = html_page(table, grouped, headline, settings, best, images, cones, branches)
     atomic_write_text(out_dir / "report.html", page)
-    return {"rows": table.to_dict("records"), "grouped": grouped.to_dict("records"), "out": str(out_dir)}
+    return {"rows": table.to_dict("records"), "grouped": grouped.to_dict("records"), "out": str(out_dir),
+            "branches": {heading: frame.to_dict("records") for heading, frame in branches}}  # fmt: skip
 
 
 def save_figures(folder: Path, images: dict[str, str]) -> dict[str, str]:
@@ -116,6 +121,7 @@ def html_page(
     best: list[str],
     images: dict,
     cones: dict,
+    branches: list[tuple[str, pd.DataFrame]] = (),
 ) -> str:
     html = [
         f"<!doctype html><meta charset='utf-8'><title>degen_train sweep report</title><style>{STYLE}</style>",
@@ -126,6 +132,8 @@ def html_page(
     if best:
         html += ["<h2>Best setting per metric</h2><ul>", *(f"<li>{escape(line)}</li>" for line in best), "</ul>"]
     html += ["<h2>Headline</h2>", html_table(headline)]
+    for heading, frame in branches:
+        html += [f"<h2>Branches of {escape(heading)}</h2>", html_table(frame)]
     html.append("<h2>Plots</h2>")
     html += [
         f"<figure><img src='data:image/png;base64,{data}'><figcaption>{escape(name)}</figcaption></figure>"

@@ -19,7 +19,8 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from degen_train.cli.paths import config_dir  # noqa: E402
 
 log = logging.getLogger("degen_train.reproduce")
-PARTS = ("gao", "tacl", "coco", "luo", "simctg", "unlikelihood", "agg", "spectrum_control", "istar", "simcse")
+PARTS = ("gao", "tacl", "coco", "luo", "simctg", "unlikelihood", "agg", "spectrum_control", "istar", "simcse",
+         "muon", "muon_cosreg", "muon_encoder")  # fmt: skip
 
 
 def load_settings(overrides: Sequence[str]) -> DictConfig:

@@ -103,7 +103,42 @@ METHOD_PARTS: dict[str, MethodPart] = {
         "apart. The tiny teacher here is not such an encoder. `train simcse` is the last training loss: chance for "
         "a batch of 64 is ln 64 = 4.16; a loss near it means the contrast was not learned.",
     ),
+    # (l) Does the optimizer alone change the geometry? One part per pairing, each against its AdamW twin.
+    "muon": MethodPart(
+        "(l) Muon instead of AdamW, decoder: does the optimizer alone change the cone?",
+        "Part (a)'s MLE decoder trained with optimizer=muon (torch's Muon on the blocks' matrices at the "
+        "KellerJordan/Muon README's settings, AdamW on embeddings, output layer, norms and biases) against AdamW.",
+        ("gao", "mle"),
+        ("optimizer=muon",),
+        {"max kurtosis": "lower", "embedding mean cos": "same", "IsoScore": "same", "val perplexity": "not higher"},
+        ["val perplexity", "embedding mean cos", "IsoScore", "top-1 variance share", "outlier dims (Luo)",
+         "max kurtosis", "max ‖x‖∞"],  # fmt: skip
+        "Park et al. 2025 report kurtosis near 0 with Muon together with a single-scale RMSNorm and an embedding "
+        "projection, on 1.4B-parameter models over 1T tokens; here Muon alone on a 2-layer decoder",
+        note="The geometry rows test the null: 'same' holds when the optimizer alone leaves the cone as it was.",
+    ),
+    "muon_cosreg": MethodPart(
+        "(l) Muon + CosReg, decoder: does the regulariser work the same under another optimizer?",
+        "Part (a)'s CosReg decoder (γ = 1) trained with optimizer=muon against CosReg with AdamW.",
+        ("gao", "cosreg"),
+        ("optimizer=muon",),
+        {"embedding mean cos": "same", "IsoScore": "same", "val perplexity": "not higher"},
+        ["val perplexity", "embedding mean cos", "IsoScore", "top-1 variance share", "max kurtosis", "max ‖x‖∞"],
+        "CosReg acts on the embedding rows, which stay on AdamW under Muon; only the blocks change optimizer",
+    ),
+    "muon_encoder": MethodPart(
+        "(l) Muon instead of AdamW, encoder",
+        "Part (j)'s MLM encoder (the I-STAR recipe, its term at weight 0) trained with optimizer=muon against AdamW.",
+        ("istar", "mlm"),
+        ("optimizer=muon",),
+        {"max kurtosis": "lower", "embedding mean cos": "same", "last-layer mean cos": "same",
+         "val perplexity": "not higher"},  # fmt: skip
+        ["val perplexity", "embedding mean cos", "last-layer mean cos", "IsoScore", "outlier dims (Luo)",
+         "max kurtosis", "max ‖x‖∞", "STS-B raw"],  # fmt: skip
+        "as in the decoder row: Muon alone, at CPU scale",
+    ),
 }
+OPTIMIZER_PARTS = ("muon", "muon_cosreg", "muon_encoder")
 
 
 def plan_methods(cfg, add: Callable, teacher_folder) -> None:  # noqa: ANN001 - DictConfig, plan's add, Path
@@ -117,6 +152,18 @@ def plan_methods(cfg, add: Callable, teacher_folder) -> None:  # noqa: ANN001 - 
         add("istar", "mlm", seed, cfg.steps.istar, "recipe=istar", f"model={cfg.encoder}", "regularizer.istar.weight=0",
             encoder=True)  # fmt: skip
         add("istar", "istar", seed, cfg.steps.istar, "recipe=istar", f"model={cfg.encoder}", encoder=True)
+    for seed in seeds if "muon" in parts else ():
+        add("muon", "muon", seed, cfg.steps.gao, *GAO_BASELINE, f"model={cfg.decoder}", "optimizer=muon",
+            encoder=False)  # fmt: skip
+    for seed in seeds if "muon_cosreg" in parts else ():
+        add("muon_cosreg", "muon_cosreg", seed, cfg.steps.gao, "recipe=gao_cosreg", f"model={cfg.decoder}",
+            "regularizer.cosreg.weight=1.0", "optimizer=muon", encoder=False)  # fmt: skip
+    for seed in seeds if "muon_encoder" in parts else ():
+        if "istar" not in parts:  # the AdamW twin: part (j)'s baseline
+            add("istar", "mlm", seed, cfg.steps.istar, "recipe=istar", f"model={cfg.encoder}",
+                "regularizer.istar.weight=0", encoder=True)  # fmt: skip
+        add("muon_encoder", "muon_encoder", seed, cfg.steps.istar, "recipe=istar", f"model={cfg.encoder}",
+            "regularizer.istar.weight=0", "optimizer=muon", encoder=True)  # fmt: skip
     for seed in seeds if "simcse" in parts else ():
         add("simcse", "simcse", seed, cfg.steps.simcse, "recipe=simcse", f"start={teacher_folder}", encoder=True,
             recipe_batches=True)  # fmt: skip

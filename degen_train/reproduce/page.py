@@ -45,6 +45,10 @@ def row_of(run: Run, result: dict[str, Any]) -> dict[str, Any]:
         "last-layer IsoScore": layers[-1]["isoscore"],
         "val loss fall over last fifth %": convergence(run.folder),
     }
+    outliers = analysis.get("outliers") or {}  # degen-analyze's outlier measures (absent in older analyses)
+    if "max_kurtosis" in outliers:
+        row.update({"max kurtosis": outliers["max_kurtosis"], "max ‖x‖∞": outliers["max_inf_norm"],
+                    "outlier dims (Luo)": float(len(layers[-1].get("outlier_dims") or []))})  # fmt: skip
     generation = analysis.get("generation") or {}
     if "seq_rep_4" in generation:
         row.update({"seq-rep-4": generation["seq_rep_4"], "rep/128": generation["rep_128"],

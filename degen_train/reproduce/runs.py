@@ -71,9 +71,9 @@ def plan(cfg: DictConfig) -> list[Run]:
 
     parts = set(cfg.parts)
     # The same recipe with γ = 0 (logged, not optimised) and γ = 1; the γ = 0 runs are the decoder methods' baseline.
-    with_mle = parts & {"gao", *DECODER_METHODS}
+    with_mle = parts & {"gao", "muon", "muon_cosreg", *DECODER_METHODS}
     for seed in seeds if with_mle else ():
-        for variant, gamma in (("mle", 0.0), ("cosreg", 1.0)) if "gao" in parts else (("mle", 0.0),):
+        for variant, gamma in (("mle", 0.0), ("cosreg", 1.0)) if parts & {"gao", "muon_cosreg"} else (("mle", 0.0),):
             add("gao", variant, seed, cfg.steps.gao, "recipe=gao_cosreg", f"model={cfg.decoder}",
                 f"regularizer.cosreg.weight={gamma}", encoder=False)  # fmt: skip
     teacher = None

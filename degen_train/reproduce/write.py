@@ -46,7 +46,8 @@ def write_page(cfg: DictConfig, results: list[tuple[Run, dict]], minilm: dict[st
         teacher = next(((r, x) for r, x in results if r.variant == "teacher"), None)
         if "luo" in cfg.parts and teacher is not None:
             sections.append(luo_section(teacher, minilm, folder))
-        sections += [method_section(name, rows) for name in METHOD_PARTS if any(r.part == name for r, _ in results)]
+        sections += [method_section(name, rows) for name in METHOD_PARTS
+                     if name in cfg.parts and any(r.part == name for r, _ in results)]  # fmt: skip
         (folder / "README.md").write_text("\n\n".join(sections) + "\n")
         rows.to_csv(folder / "runs.csv", index=False)
     return target / "README.md"

@@ -1,0 +1,64 @@
+"""The branches of a sweep made with ``branch_from=RUN@STEP``: each parent at its branch step beside its cooldowns."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from degen_train.report.table import SWEPT
+
+COMPARED = ("val_objective_loss", "val_loss", "val_perplexity", "isotropy/embedding/mean_cosine",
+            "isotropy/embedding/isoscore")  # fmt: skip
+
+
+def branch_of(run: Path) -> dict | None:
+    """summary.json's ``branched_from`` (parent run folder, step), or None for a run that was not branched."""
+    path = run / "summary.json"
+    if not path.exists():
+        return None
+    return json.loads(path.read_text()).get("branched_from")
+
+
+def parent_at(parent: Path, step: int) -> dict[str, float]:
+    """The parent's logged validation numbers at its last validation at or before update ``step``
+    (RUN/logs/metrics.csv), with that update: what each cooldown started from. A validation during training is
+    stamped with the 0-based index of the update it follows (after update 6: step 5)."""
+    path = parent / "logs" / "metrics.csv"
+    if not path.exists():
+        return {}
+    found: dict[str, float] = {}
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row.get("val/loss") and row.get("step") and int(row["step"]) + 1 <= step:
+                found = {"validated_at": int(row["step"]) + 1, "val_loss": float(row["val/loss"])}
+                found |= {k: float(v) for k, v in row.items() if k.startswith("isotropy/embedding/") and v}
+    return found
+
+
+def branch_table(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """One (heading, table) per parent@step: the parent's row at the branch step, then each branch's final row,
+    its swept values and the change of val_loss from the parent's."""
+    if "path" not in table:
+        return []
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for record in table.to_dict("records"):
+        branch = branch_of(Path(record["path"]))
+        if branch:
+            groups.setdefault((branch["run"], int(branch["step"])), []).append(record)
+    sections = []
+    for (parent, step), branches in sorted(groups.items()):
+        start = parent_at(Path(parent), step)
+        rows = [{"run": f"{Path(parent).name} (parent, validated after update {start.get('validated_at', '?')})",
+                 "val_loss": start.get("val_loss"),
+                 **{k: v for k, v in start.items() if k.startswith("isotropy/")}}]  # fmt: skip
+        for record in branches:
+            row = {"run": record["run"], **{k: v for k, v in record.items() if str(k).startswith(SWEPT)}}
+            row |= {k: record.get(k) for k in COMPARED if k in record}
+            if start.get("val_loss") is not None and record.get("val_loss") is not None:
+                row["val_loss change"] = record["val_loss"] - start["val_loss"]
+            rows.append(row)
+        sections.append((f"{parent} at step {step}: {len(branches)} branches", pd.DataFrame(rows)))
+    return sections
