@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -98,3 +99,19 @@ def test_the_optimizer_part_trains_muon_twins_of_adamw_runs_and_judges_the_outli
     assert "max kurtosis: " in text and "| max ‖x‖∞ |" in text  # a verdict line, and the column in the header
     config = (tmp_path / "runs" / "muon_cosreg" / "muon_cosreg" / "seed0" / "config.yaml").read_text()
     assert "_target_: degen_train.muon.build_muon" in config and "cosreg:\n    weight: 1.0" in config
+
+
+def test_cooldowns_branch_from_one_stable_wsd_run_with_and_without_cosreg(tmp_path: Path) -> None:
+    """parts=[cosreg_cooldown]: a WSD run through its stable phase, two cooldowns branched from its last stable
+    checkpoint (CosReg off, and on for the cooldown only), judged against each other at their ends."""
+    settings = [*miniature(tmp_path, parts="[cosreg_cooldown]", seeds=1), "steps.gao=4"]
+    text = Path(reproduce(load_settings(settings))).read_text()
+    assert "## (l) Warm-up–stable–decay cooldowns" in text
+    assert "| stable | 1 |" in text and "| cooldown | 1 |" in text and "| cosreg_cooldown | 1 |" in text
+    assert "embedding mean cos: " in text and "(cooldown) →" in text
+    runs = tmp_path / "runs" / "cosreg_cooldown"
+    for variant in ("cooldown", "cosreg_cooldown"):
+        summary = json.loads((runs / variant / "seed0" / "summary.json").read_text())
+        assert summary["branched_from"]["step"] == 3 and summary["final_step"] == 4
+        assert summary["branched_from"]["run"] == str((runs / "stable" / "seed0").resolve())
+    assert json.loads((runs / "stable" / "seed0" / "summary.json").read_text())["final_step"] == 3

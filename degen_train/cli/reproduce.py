@@ -20,7 +20,7 @@ from degen_train.cli.paths import config_dir  # noqa: E402
 
 log = logging.getLogger("degen_train.reproduce")
 PARTS = ("gao", "tacl", "coco", "luo", "simctg", "unlikelihood", "agg", "spectrum_control", "istar", "simcse",
-         "muon", "muon_cosreg", "muon_encoder")  # fmt: skip
+         "muon", "muon_cosreg", "muon_encoder", "cosreg_cooldown")  # fmt: skip
 
 
 def load_settings(overrides: Sequence[str]) -> DictConfig:

@@ -30,6 +30,7 @@ class MethodPart:
     control: tuple[str, ...] = ()
     control_expectations: dict[str, str] = field(default_factory=dict)
     note: str = ""  # said plainly on the page, under the table
+    shown: tuple[str, ...] = ()  # more variants of the part in the table, without verdicts (a branches' parent)
 
 
 METHOD_PARTS: dict[str, MethodPart] = {
@@ -137,8 +138,21 @@ METHOD_PARTS: dict[str, MethodPart] = {
          "max kurtosis", "max ‖x‖∞", "STS-B raw"],  # fmt: skip
         "as in the decoder row: Muon alone, at CPU scale",
     ),
+    "cosreg_cooldown": MethodPart(
+        "(l) Warm-up–stable–decay cooldowns branched from one stable run, with and without CosReg",
+        "One MLE decoder trained with scheduler=wsd through its stable phase (the first three quarters of part (a)'s "
+        "steps), then two cooldowns branched from its last stable checkpoint (branch_from=RUN@STEP, a 1 − √p decay "
+        "over the last quarter): MLE alone, and MLE + CosReg (γ = 1) switched on for the cooldown only. Measured at "
+        "each branch's end; the stable run at its own.",
+        ("cosreg_cooldown", "cooldown"),
+        ("regularizer.cosreg.weight=1.0",),
+        {"embedding mean cos": "lower", "IsoScore": "higher", "val perplexity": "not higher"},
+        ["val perplexity", "embedding mean cos", "IsoScore", "top-1 variance share", "max kurtosis"],
+        "a cooldown a quarter of a short run long is little time for a regulariser to reshape the embedding",
+        shown=("stable",),
+    ),
 }
-OPTIMIZER_PARTS = ("muon", "muon_cosreg", "muon_encoder")
+OPTIMIZER_PARTS = ("muon", "muon_cosreg", "muon_encoder", "cosreg_cooldown")
 
 
 def plan_methods(cfg, add: Callable, teacher_folder) -> None:  # noqa: ANN001 - DictConfig, plan's add, Path
@@ -164,6 +178,15 @@ def plan_methods(cfg, add: Callable, teacher_folder) -> None:  # noqa: ANN001 - 
                 "regularizer.istar.weight=0", encoder=True)  # fmt: skip
         add("muon_encoder", "muon_encoder", seed, cfg.steps.istar, "recipe=istar", f"model={cfg.encoder}",
             "regularizer.istar.weight=0", "optimizer=muon", encoder=True)  # fmt: skip
+    for seed in seeds if "cosreg_cooldown" in parts else ():
+        total = int(cfg.steps.gao)
+        stable = max(1, total * 3 // 4)
+        wsd = ("scheduler=wsd", f"scheduler.total_steps={total}", f"scheduler.decay_steps={total - stable}",
+               f"scheduler.warmup_steps={max(1, stable // 10)}", f"model={cfg.decoder}")  # fmt: skip
+        parent = add("cosreg_cooldown", "stable", seed, stable, *GAO_BASELINE, *wsd, encoder=False)
+        for variant, gamma in (("cooldown", 0.0), ("cosreg_cooldown", 1.0)):
+            add("cosreg_cooldown", variant, seed, total, *GAO_BASELINE, *wsd, f"branch_from={parent.folder}@{stable}",
+                f"regularizer.cosreg.weight={gamma}", encoder=False)  # fmt: skip
     for seed in seeds if "simcse" in parts else ():
         add("simcse", "simcse", seed, cfg.steps.simcse, "recipe=simcse", f"start={teacher_folder}", encoder=True,
             recipe_batches=True)  # fmt: skip
@@ -181,7 +204,7 @@ def method_section(name: str, rows: pd.DataFrame) -> str:
     part = METHOD_PARTS[name]
     base_part, base_variant = part.baseline
     baseline = (rows.part == base_part) & (rows.variant == base_variant)
-    own = (rows.part == name) & rows.variant.isin([name, "control"])
+    own = (rows.part == name) & rows.variant.isin([*part.shown, name, "control"])
     chosen = rows[baseline | own]
     against_control = []
     if part.control and (chosen.variant == "control").any():
