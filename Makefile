@@ -33,7 +33,7 @@ lint: $(STAMP)
 # Everything (what CI runs). test-fast leaves out the multi-process end-to-end tests marked slow (DDP
 # equality, kill -9 drills); test-slow runs only those.
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=15 tests
 
 test-fast: $(STAMP) lint
 	$(BIN)/python -m pytest -q -m "not slow" tests

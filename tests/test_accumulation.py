@@ -23,7 +23,7 @@ from degen_train.accumulation import (
 from degen_train.catalog import build_terms
 from degen_train.terms import distributed_mean
 from tests.conftest import FAST
-from tests.helpers import checkpoint_weights, degen_train, logged, run
+from tests.helpers import checkpoint_weights, logged, on_two_processes, run
 
 SETTINGS = [
     "model.dropout=0",
@@ -104,18 +104,27 @@ TWO_PROCESS_CASES = [
 ]
 
 
+TWO_UNDER_ACCUMULATION = ["trainer.devices=2", "data.batch_size=1", "trainer.accumulate_grad_batches=4"]
+
+
+@pytest.fixture(scope="module")
+def accumulated_on_two(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    """Each two-process case, one after another on one two-process job (tests.helpers.on_two_processes)."""
+    root = tmp_path_factory.mktemp("accumulated")
+    on_two_processes([(root / f"{strategy}-{case}", [*FAST, *recipe_overrides(case, request), f"strategy={strategy}",
+                       *TWO_UNDER_ACCUMULATION]) for strategy, case in TWO_PROCESS_CASES])  # fmt: skip
+    return root
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("strategy", "case"), TWO_PROCESS_CASES)
 def test_two_processes_with_accumulation_equal_one_batch(
-    tmp_path: Path, strategy: str, case: str, request: pytest.FixtureRequest
+    tmp_path: Path, strategy: str, case: str, request: pytest.FixtureRequest, accumulated_on_two: Path
 ) -> None:
     """2 processes × 1 × accumulation 4 = 1 process × 8, in weights after 5 updates (one all-reduce of the counts)."""
     overrides = recipe_overrides(case, request)
-    two = [f"strategy={strategy}", "trainer.devices=2", "data.batch_size=1", "trainer.accumulate_grad_batches=4"]
-    result = degen_train(*FAST, *overrides, *two, f"hydra.run.dir={tmp_path / 'ddp'}")
-    assert result.returncode == 0, result.stderr[-3000:]
-    run(tmp_path / "one", *overrides, "data.batch_size=8", "trainer.accumulate_grad_batches=1")
-    assert max_weight_difference(tmp_path / "one", tmp_path / "ddp") <= 1e-5
+    run(tmp_path / "one", *overrides, "data.batch_size=8", "trainer.accumulate_grad_batches=1", "threads=1")
+    assert max_weight_difference(tmp_path / "one", accumulated_on_two / f"{strategy}-{case}") <= 1e-5
 
 
 def test_windows_carry_their_summed_counts_and_each_batch_its_own() -> None:

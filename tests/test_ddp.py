@@ -1,4 +1,8 @@
-"""Two CPU processes (gloo) give the losses and weights of one process holding the same global batch."""
+"""Two CPU processes (gloo) give the losses and weights of one process holding the same global batch.
+
+The two-process runs share one job (tests.helpers.on_two_processes: started as torchrun starts degen-train, the
+imports paid once); Lightning's own launcher (trainer.devices=2 from one command) is exercised by tests/test_muon.py,
+the bf16 FSDP2 test and the kill and preemption drills."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import pytest
 import torch
 
 from tests.conftest import FAST
-from tests.helpers import checkpoint_weights, degen_train, logged, run
+from tests.helpers import checkpoint_weights, degen_train, logged, on_two_processes, run
 
 pytestmark = pytest.mark.slow  # several processes per test: make test-slow (make test runs them too)
 
@@ -29,8 +33,10 @@ def cli(run_dir: Path, *overrides: str) -> None:
 
 
 def single(run_dir: Path, *overrides: str) -> None:
-    """The one-process reference, in this process (the same config as ``cli``, without a process start)."""
-    run(run_dir, *COMMON[len(FAST) :], *overrides)
+    """The one-process reference, in this process (the same config as ``cli``, without a process start), with one
+    CPU thread as each of the two processes has (threads=auto gives each 1 of the 2 CPUs): LAPACK's results (the
+    SVD of spectrum control) depend on the thread count beyond 1e-5."""
+    run(run_dir, *COMMON[len(FAST) :], *overrides, "threads=1")
 
 
 def assert_same_run(ddp: Path, one: Path, keys: tuple[str, ...]) -> None:
@@ -86,8 +92,13 @@ CASES = {
     # α high enough that the tiny vocabulary has rare and frequent tokens.
     "agg": (
         # per step (per_targets=null): at this batch size some targets are rare, so both gates are exercised
-        ["recipe=agg", "model=gpt2_tiny", "objective.agg.window_steps=3", "objective.agg.alpha=0.5",
-         "objective.agg.per_targets=null"],  # fmt: skip
+        [
+            "recipe=agg",
+            "model=gpt2_tiny",
+            "objective.agg.window_steps=3",
+            "objective.agg.alpha=0.5",
+            "objective.agg.per_targets=null",
+        ],  # fmt: skip
         ("train/agg/loss", "train/agg/rare_share"),
     ),
     # Spectrum control: no sample mixing, but its factors replace a tied parameter through a pre-forward hook;
@@ -96,18 +107,31 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_terms_that_mix_samples_match_one_process_in_weights(tmp_path: Path, case: str, request) -> None:  # noqa: ANN001
-    """2 processes x 4 sequences = 1 process x 8, in losses and in weights after 6 updates."""
-    overrides, keys = CASES[case]
+def case_overrides(case: str, teacher: Path) -> list[str]:
+    overrides = CASES[case][0]
     model = "model=gpt2_tiny" if "recipe=gao_cosreg" in overrides else "model=tiny"
     if any(o.startswith("model=") for o in overrides):
         model = next(o for o in overrides if o.startswith("model="))
     common = [*overrides, model, "data.tokenizer.vocab_size=1000"]
     if case in ("tacl", "simcse"):
-        key = "teacher" if case == "tacl" else "start"
-        common.append(f"{key}={request.getfixturevalue('dropout_free_teacher')}")
-    cli(tmp_path / "ddp", *common, "strategy=ddp", "trainer.devices=2", "data.batch_size=4")
-    single(tmp_path / "single", *common, "data.batch_size=8")
-    assert_same_run(tmp_path / "ddp", tmp_path / "single", (*keys, "train/loss", "val/loss"))
-    assert torch.load(tmp_path / "ddp" / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 6
+        common.append(f"{'teacher' if case == 'tacl' else 'start'}={teacher}")
+    return common
+
+
+@pytest.fixture(scope="module")
+def ddp_runs(tmp_path_factory: pytest.TempPathFactory, dropout_free_teacher: Path) -> Path:
+    """Every case on 2 DDP processes × 4 sequences, one after another on one two-process job."""
+    root = tmp_path_factory.mktemp("ddp")
+    ddp = ["strategy=ddp", "trainer.devices=2", "data.batch_size=4"]
+    on_two_processes([(root / case, [*COMMON, *case_overrides(case, dropout_free_teacher), *ddp]) for case in CASES])
+    return root
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_terms_that_mix_samples_match_one_process_in_weights(
+    tmp_path: Path, case: str, ddp_runs: Path, dropout_free_teacher: Path
+) -> None:
+    """2 processes x 4 sequences = 1 process x 8, in losses and in weights after 6 updates."""
+    single(tmp_path / "single", *case_overrides(case, dropout_free_teacher), "data.batch_size=8")
+    assert_same_run(ddp_runs / case, tmp_path / "single", (*CASES[case][1], "train/loss", "val/loss"))
+    assert torch.load(ddp_runs / case / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 6

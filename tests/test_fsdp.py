@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.helpers import checkpoint_weights, logged
-from tests.test_ddp import BEYOND_BERT_AND_GPT2, assert_same_run, cli, single
+from tests.helpers import checkpoint_weights, logged, on_two_processes
+from tests.test_ddp import BEYOND_BERT_AND_GPT2, COMMON, assert_same_run, cli, single
 
 pytestmark = pytest.mark.slow  # several processes per test: make test-slow (make test runs them too)
 
@@ -36,22 +35,23 @@ CASES = {
 }
 
 
+def case_overrides(case: str, teacher: Path) -> tuple[list[str], tuple[str, ...]]:
+    if case == "tacl":
+        overrides = ["recipe=tacl", "model=tiny", "regularizer.tacl.teacher_dropout=false", f"teacher={teacher}"]
+        return [*overrides, "data.tokenizer.vocab_size=1000"], ("train/tacl/loss", "train/mlm/loss")
+    overrides, keys = CASES[case]
+    return [*overrides, "data.tokenizer.vocab_size=1000"], keys
+
+
 @pytest.mark.parametrize("case", [*CASES, "tacl"])
 def test_fsdp2_two_processes_match_one_process_in_losses_and_weights(
-    tmp_path: Path, case: str, request: pytest.FixtureRequest
+    tmp_path: Path, case: str, fsdp_runs: Path, dropout_free_teacher: Path
 ) -> None:
     """2 processes × 4 sequences with FSDP2 = 1 process × 8, in losses and in weights after 6 updates."""
-    if case == "tacl":
-        overrides = ["recipe=tacl", "model=tiny", "regularizer.tacl.teacher_dropout=false",
-                     f"teacher={request.getfixturevalue('dropout_free_teacher')}"]  # fmt: skip
-        keys: tuple[str, ...] = ("train/tacl/loss", "train/mlm/loss")
-    else:
-        overrides, keys = CASES[case]
-    common = [*overrides, "data.tokenizer.vocab_size=1000"]
-    cli(tmp_path / "fsdp", *common, "strategy=fsdp", "trainer.devices=2", "data.batch_size=4")
+    common, keys = case_overrides(case, dropout_free_teacher)
     single(tmp_path / "single", *common, "data.batch_size=8")
-    assert_same_run(tmp_path / "fsdp", tmp_path / "single", keys)
-    log = (tmp_path / "fsdp" / "train.log").read_text()
+    assert_same_run(fsdp_runs / case, tmp_path / "single", keys)
+    log = (fsdp_runs / case / "train.log").read_text()
     if "cosreg" in case:  # shard-wise, not silently whole (parallel.local_shard reads FSDP2's private records)
         assert "(FSDP2 shards), one all-reduce" in log
     if case == "tacl":  # the frozen teacher sharded too (regularizer.tacl.teacher_sharding=shard, the default)
@@ -75,25 +75,45 @@ def straight(tmp_path_factory: pytest.TempPathFactory) -> Path:
 ONE_FILE = ["strategy.sharded_checkpoint=false"]
 
 
-@pytest.mark.parametrize(
-    ("first", "second"),
-    [(ON_TWO, ON_TWO), (ON_TWO, ON_ONE), (ON_ONE, [*ON_TWO, *ONE_FILE])],
-    ids=["2-2", "2-then-1", "1-then-2-one-file"],
-)
-def test_fsdp2_resume_is_exact_on_any_process_count(
-    tmp_path: Path, straight: Path, first: list[str], second: list[str], request: pytest.FixtureRequest
-) -> None:
+# Resumes moved between process counts: (first leg, second leg), each on 2 FSDP2 processes or on 1.
+RESUMES = {"2-2": (ON_TWO, ON_TWO), "2-then-1": (ON_TWO, ON_ONE), "1-then-2-one-file": (ON_ONE, [*ON_TWO, *ONE_FILE])}
+AGG = ["recipe=agg", "model=gpt2_tiny", "objective.agg.window_steps=2", "objective.agg.alpha=0.5",
+       "data.tokenizer.vocab_size=1000", "callbacks.checkpoint.every_n_train_steps=3",
+       "scheduler.total_steps=6"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def fsdp_runs(tmp_path_factory: pytest.TempPathFactory, dropout_free_teacher: Path) -> Path:
+    """Every two-process run of this module on one FSDP2 job, in order: the cases; a 3-step sharded run; each
+    resume's legs on 2 processes (a 1-process leg runs here, before the job, or in its test, after); AGG's."""
+    root = tmp_path_factory.mktemp("fsdp")
+    on_two = [(root / case, [*COMMON, *case_overrides(case, dropout_free_teacher)[0], *ON_TWO])
+              for case in [*CASES, "tacl"]]  # fmt: skip
+    on_two.append((root / "sharded", [*COMMON, *RESUMABLE, *ON_TWO, "trainer.max_steps=3"]))
+    for name, (first, second) in RESUMES.items():
+        if first == ON_ONE:  # before the job: its second leg resumes on 2 processes
+            single(root / name, *RESUMABLE, *first, "trainer.max_steps=3")
+        else:
+            on_two.append((root / name, [*COMMON, *RESUMABLE, *first, "trainer.max_steps=3"]))
+        if second != ON_ONE:  # a leg on 1 process runs in the test, after the job
+            on_two.append((root / name, [*COMMON, *RESUMABLE, *second, "ckpt_path=last"]))
+    on_two.append((root / "agg", [*COMMON, *AGG, *ON_TWO, "trainer.max_steps=3"]))
+    on_two.append((root / "agg", [*COMMON, *AGG, *ON_TWO, "ckpt_path=last"]))
+    on_two_processes(on_two)
+    return root
+
+
+@pytest.mark.parametrize("name", list(RESUMES))
+def test_fsdp2_resume_is_exact_on_any_process_count(name: str, fsdp_runs: Path, straight: Path) -> None:
     """3 steps, a checkpoint, then a resumed run to 6 (on 2 FSDP2 processes, or moved between 2 and 1):
     the same losses and weights as 6 steps straight. FSDP2 writes sharded folders unless told one file;
     1 process without FSDP2 gathers a folder, FSDP2 reads a one-file checkpoint into its shards and, told
     so, writes one file (gathered on rank 0) that the comparison reads."""
-    if first == ON_TWO:  # the module's sharded 3-step run is this first leg: copied, not run again
-        shutil.copytree(request.getfixturevalue("sharded_run"), tmp_path, dirs_exist_ok=True)
-    else:
-        cli(tmp_path, *RESUMABLE, *first, "trainer.max_steps=3")
-    cli(tmp_path, *RESUMABLE, *second, "ckpt_path=last")
-    assert_same_run(tmp_path, straight, ("train/loss",))
-    assert (tmp_path / "checkpoints" / "last.ckpt").is_dir() == (second == ON_TWO)
+    second = RESUMES[name][1]
+    if second == ON_ONE:
+        single(fsdp_runs / name, *RESUMABLE, *second, "ckpt_path=last")
+    assert_same_run(fsdp_runs / name, straight, ("train/loss",))
+    assert (fsdp_runs / name / "checkpoints" / "last.ckpt").is_dir() == (second == ON_TWO)
 
 
 def test_fsdp2_with_bf16_mixed_precision_trains(tmp_path: Path) -> None:
@@ -121,11 +141,9 @@ def test_fsdp2_options_that_cannot_work_here_are_named(options: dict, message: s
 
 
 @pytest.fixture(scope="module")
-def sharded_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def sharded_run(fsdp_runs: Path) -> Path:
     """3 steps on 2 FSDP2 processes: a sharded last.ckpt folder."""
-    run_dir = tmp_path_factory.mktemp("sharded")
-    cli(run_dir, *RESUMABLE, *ON_TWO, "trainer.max_steps=3")
-    return run_dir
+    return fsdp_runs / "sharded"
 
 
 def test_sharded_checkpoint_is_a_verified_folder_of_every_process_shards(sharded_run: Path) -> None:
@@ -173,15 +191,10 @@ def test_degen_convert_writes_one_file_and_an_hf_folder(sharded_run: Path, tmp_p
         main([str(sharded_run), "--ckpt", str(tmp_path / "one.ckpt")])
 
 
-def test_agg_window_resumes_exactly_from_a_sharded_checkpoint(tmp_path: Path) -> None:
+def test_agg_window_resumes_exactly_from_a_sharded_checkpoint(tmp_path: Path, fsdp_runs: Path) -> None:
     """AGG's token-count window is extra state whose size changes every step (plain lists in the DCP shards):
     3 steps on 2 FSDP2 processes, a sharded checkpoint, 3 more = 6 steps on 1 process, the window sliding
     across the resume (K = 2) and the counts all-reduced over the processes."""
-    common = ["recipe=agg", "model=gpt2_tiny", "objective.agg.window_steps=2", "objective.agg.alpha=0.5",
-              "data.tokenizer.vocab_size=1000", "callbacks.checkpoint.every_n_train_steps=3",
-              "scheduler.total_steps=6"]  # fmt: skip
-    cli(tmp_path / "split", *common, *ON_TWO, "trainer.max_steps=3")
-    assert (tmp_path / "split" / "checkpoints" / "last.ckpt").is_dir()
-    cli(tmp_path / "split", *common, *ON_TWO, "ckpt_path=last")
-    single(tmp_path / "straight", *common, *ON_ONE)
-    assert_same_run(tmp_path / "split", tmp_path / "straight", ("train/loss", "train/agg/rare_share"))
+    single(tmp_path / "straight", *AGG, *ON_ONE)
+    assert (fsdp_runs / "agg" / "checkpoints" / "last.ckpt").is_dir()
+    assert_same_run(fsdp_runs / "agg", tmp_path / "straight", ("train/loss", "train/agg/rare_share"))

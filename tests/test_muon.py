@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import checkpoint_weights, logged
-from tests.test_ddp import cli, single
+from tests.helpers import checkpoint_weights, logged, on_two_processes
+from tests.test_ddp import COMMON, cli, single
 
 pytestmark = pytest.mark.slow  # several processes per test: make test-slow (make test runs them too)
 
@@ -40,6 +40,7 @@ def assert_same_weights(run_dir: Path, reference: Path) -> None:
 
 
 def test_ddp_with_muon_matches_one_process(tmp_path: Path, straight: Path) -> None:
+    """Started as users start it (one command, trainer.devices=2: Lightning launches the second process)."""
     cli(tmp_path, *MUON, "strategy=ddp", "trainer.devices=2", "data.batch_size=4")
     assert_same_weights(tmp_path, straight)
 
@@ -48,10 +49,9 @@ def test_fsdp2_with_muon_matches_one_process_and_resumes_from_its_shards(tmp_pat
     """Under FSDP2 each matrix is a DTensor sharded by rows; torch's Muon runs its Newton–Schulz iteration on it as
     DTensor operations, which gather what the matrix products need: the whole matrix is orthogonalised, as on one
     process. 3 steps, a sharded checkpoint (the momentum buffers through torch.distributed.checkpoint), 3 more."""
-    on_two = ["strategy=fsdp", "trainer.devices=2", "data.batch_size=4"]
-    cli(tmp_path, *MUON, *on_two, "trainer.max_steps=3")
+    on_two = [*COMMON, *MUON, "strategy=fsdp", "trainer.devices=2", "data.batch_size=4"]
+    on_two_processes([(tmp_path, [*on_two, "trainer.max_steps=3"]), (tmp_path, [*on_two, "ckpt_path=last"])])
     assert (tmp_path / "checkpoints" / "last.ckpt").is_dir()
-    cli(tmp_path, *MUON, *on_two, "ckpt_path=last")
     assert_same_weights(tmp_path, straight)
 
 

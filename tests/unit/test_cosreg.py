@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from degen_train.regularizers.cosreg import CosineRegularizer, cosine_regularizer
 from degen_train.terms import TermContext
-from tests.unit.test_objectives import output
+from tests.helpers import forward_output
 
 
 def naive(vectors: torch.Tensor, denominator: float) -> torch.Tensor:
@@ -49,7 +49,7 @@ def test_seen_rows_only_and_hidden_target() -> None:
     embedding = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.0]])
     term = CosineRegularizer(rows="seen")
     term.setup(TermContext(hidden_size=2, vocab_size=4, batch_size=1))
-    out = output(torch.zeros(1, 4), torch.tensor([0]))
+    out = forward_output(logits=torch.zeros(1, 4), targets=torch.tensor([0]))
     out = type(out)(
         **{
             **out.__dict__,
@@ -76,7 +76,7 @@ def test_untied_models_regularise_the_output_matrix_by_default() -> None:
     """Gao et al. 2019 regularise the softmax (output) embedding matrix: the default when the two are untied."""
     inputs = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # orthogonal: R = 0
     outputs = torch.tensor([[1.0, 0.0], [1.0, 0.0]])  # identical rows: R = 2/4
-    out = output(torch.zeros(1, 4), torch.tensor([0]))
+    out = forward_output(logits=torch.zeros(1, 4), targets=torch.tensor([0]))
     out = type(out)(**{**out.__dict__, "embedding_weight": inputs, "output_embedding_weight": outputs})
     assert CosineRegularizer()(out).loss.item() == pytest.approx(0.5)
     assert CosineRegularizer(matrix="input")(out).loss.item() == pytest.approx(0.0)
@@ -103,6 +103,7 @@ def _shard_wise_on_one_rank(rank: int, port: int, results: dict) -> None:  # noq
     dist.destroy_process_group()
 
 
+@pytest.mark.slow  # two spawned processes
 def test_shard_wise_value_and_gradient_equal_the_whole_matrix() -> None:
     """Two gloo processes, each holding half of an odd number of rows (as FSDP2 shards it): the one all-reduce of
     Σŵ gives R_cos and each process's rows' gradient of the unsharded computation (Gao et al. 2019, eq. 4)."""

@@ -9,7 +9,7 @@ from degen_train.metrics.isotropy import isoscore
 from degen_train.regularizers.istar import IsoScoreStarTerm, global_covariance, isoscore_of_covariance
 from degen_train.terms import TermContext
 from degen_train.types import ForwardOutput
-from tests.unit.test_simctg import output
+from tests.helpers import forward_output
 
 
 def test_hand_cases_isotropic_is_one_and_one_direction_is_zero() -> None:
@@ -33,7 +33,7 @@ def test_equals_isoscore_of_the_points_and_is_differentiable() -> None:
 def states(hidden: torch.Tensor) -> ForwardOutput:
     batch, length = hidden.shape[:2]
     ids = torch.zeros(batch, length, dtype=torch.long)
-    return output(hidden_states=hidden, attention_mask=torch.ones_like(ids), input_ids=ids)
+    return forward_output(hidden_states=hidden, attention_mask=torch.ones_like(ids), input_ids=ids)
 
 
 def test_warm_up_prior_is_the_first_batch_and_shrinks_later_batches() -> None:

@@ -9,22 +9,7 @@ import torch
 
 from degen_train.catalog import build_terms
 from degen_train.terms import WeightedSum
-from degen_train.types import ForwardOutput
-
-
-def output(logits: torch.Tensor, targets: torch.Tensor, **extra) -> ForwardOutput:
-    hidden = torch.zeros(1, len(targets), 2)
-    return ForwardOutput(
-        input_ids=torch.zeros(1, len(targets), dtype=torch.long),
-        attention_mask=torch.ones(1, len(targets), dtype=torch.long),
-        hidden_states=hidden,
-        labels=targets[None],
-        logits=logits,
-        target_ids=targets,
-        embedding_weight=torch.eye(3, 2),
-        output_embedding_weight=torch.eye(3, 2),
-        **extra,
-    )
+from tests.helpers import forward_output
 
 
 def test_mlm_is_the_mean_negative_log_likelihood() -> None:
@@ -32,7 +17,7 @@ def test_mlm_is_the_mean_negative_log_likelihood() -> None:
     logits = torch.tensor([[0.0, 0.0, 0.0], [math.log(3.0), 0.0, 0.0]])
     # Row 1: uniform over 3 -> -log(1/3). Row 2: softmax = (3, 1, 1)/5 -> target 0 gives -log(3/5).
     expected = (math.log(3) + math.log(5 / 3)) / 2
-    result = terms["mlm"](output(logits, torch.tensor([1, 0])))
+    result = terms["mlm"](forward_output(logits=logits, targets=torch.tensor([1, 0])))
     assert result.loss.item() == pytest.approx(expected, rel=1e-6)
     assert result.metrics["accuracy"].item() == pytest.approx(0.5)  # row 1 ties -> argmax 0 != 1; row 2 right
 
@@ -40,7 +25,12 @@ def test_mlm_is_the_mean_negative_log_likelihood() -> None:
 def test_nsp_is_the_mean_binary_negative_log_likelihood() -> None:
     terms, _ = build_terms({"objective": {"nsp": {}}})
     logits = torch.tensor([[0.0, 0.0], [math.log(4.0), 0.0]])
-    out = output(torch.zeros(1, 3), torch.tensor([0]), sequence_logits=logits, sequence_labels=torch.tensor([1, 0]))
+    out = forward_output(
+        logits=torch.zeros(1, 3),
+        targets=torch.tensor([0]),
+        sequence_logits=logits,
+        sequence_labels=torch.tensor([1, 0]),
+    )
     # -log(1/2) and -log(4/5)
     assert terms["nsp"](out).loss.item() == pytest.approx((math.log(2) + math.log(5 / 4)) / 2, rel=1e-6)
 
@@ -50,7 +40,7 @@ def test_weighted_sum_adds_weights_and_weight_zero_only_logs() -> None:
     weights["mlm_copy"] = 0.0
     terms["mlm_copy"] = type(terms["mlm"])()
     logits = torch.tensor([[0.0, 0.0, 0.0]], requires_grad=True)
-    total, logged = WeightedSum(terms, weights)(output(logits, torch.tensor([2])))
+    total, logged = WeightedSum(terms, weights)(forward_output(logits=logits, targets=torch.tensor([2])))
     assert total.item() == pytest.approx(2 * math.log(3), rel=1e-6)
     assert logged["mlm_copy/loss"].item() == pytest.approx(math.log(3), rel=1e-6)
     assert set(logged) == {"loss", "mlm/loss", "mlm/accuracy", "mlm_copy/loss", "mlm_copy/accuracy"}

@@ -6,20 +6,7 @@ import pytest
 import torch
 
 from degen_train.regularizers.simctg import TokenContrastiveDecoderTerm, off_diagonal_pairs, simctg_loss_sum
-from degen_train.types import ForwardOutput
-
-
-def output(*, hidden_states: torch.Tensor, attention_mask: torch.Tensor, input_ids: torch.Tensor) -> ForwardOutput:
-    labels = torch.full_like(input_ids, -100)
-    return ForwardOutput(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        hidden_states=hidden_states,
-        labels=labels,
-        target_ids=labels[labels != -100],
-        embedding_weight=torch.eye(3, 2),
-        output_embedding_weight=torch.eye(3, 2),
-    )
+from tests.helpers import forward_output
 
 
 def test_hand_case_two_orthogonal_and_one_opposite_state() -> None:
@@ -54,7 +41,7 @@ def test_matches_the_released_formula_with_padding() -> None:
     lengths = [7, 4, 2]
     mask = torch.tensor([[1] * n + [0] * (7 - n) for n in lengths])
     term = TokenContrastiveDecoderTerm(margin=0.5)
-    out = output(hidden_states=hidden, attention_mask=mask, input_ids=torch.ones(3, 7, dtype=torch.long))
+    out = forward_output(hidden_states=hidden, attention_mask=mask, input_ids=torch.ones(3, 7, dtype=torch.long))
     expected = released_form(hidden, lengths, 0.5)
     result = term(out)
     torch.testing.assert_close(result.loss, expected, rtol=1e-5, atol=1e-6)
@@ -89,7 +76,7 @@ def test_pad_token_masking_equals_the_released_code_with_a_pad_id_inside() -> No
     mask = torch.ones(2, 5, dtype=torch.long)
     term = TokenContrastiveDecoderTerm(mask_from="pad_token", margin=1.5)  # every pair costs something
     term.pad_id = 0
-    result = term(output(hidden_states=hidden, attention_mask=mask, input_ids=ids))
+    result = term(forward_output(hidden_states=hidden, attention_mask=mask, input_ids=ids))
     expected = released_contrastive_loss(hidden, ids, 0, 1.5)
     torch.testing.assert_close(result.loss, expected, rtol=1e-5, atol=1e-6)
     assert result.metrics["pairs"].item() == 4 * 3 + 3 * 2
