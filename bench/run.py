@@ -15,6 +15,7 @@ import datasets  # noqa: E402
 from bench import (  # noqa: E402
     analysis,
     chunked_ce,
+    data,
     finetune,
     losses,
     methods,
@@ -43,6 +44,7 @@ def main() -> None:
         "finetune",
         "recipes",
         "optimizers",
+        "data",
     }
     machine = cpu_description()
     bf16 = f"yes ({', '.join(machine['bf16_flags'])})" if machine["native_bf16"] else "no: bf16 rows are emulated"
@@ -57,6 +59,8 @@ def main() -> None:
         reliability.main()
     if "analysis" in wanted:
         analysis.main()
+    if "data" in wanted:
+        data.main()
     if "chunked_ce" in wanted:
         chunked_ce.main()
     if "parallel" in wanted:

@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from degen_train.collectives import is_distributed, sum_over_processes
+
 # What a mean divides by, counted from a collated batch (before any term's prepare_batch).
 STANDARD_COUNTS: dict[str, Callable[[dict[str, Any]], Tensor]] = {
     "targets": lambda batch: (batch["labels"] != -100).sum(),  # MLM's masked tokens, a decoder's next tokens
@@ -113,9 +115,8 @@ def reduce_counts(counts: dict[str, Tensor], device: torch.device) -> dict[str, 
     """The window's counts summed over every process: one all-reduce of all of them, flattened."""
     names = sorted(counts)
     flat = [counts[name].to(device=device, dtype=torch.float64).reshape(-1) for name in names]
-    if torch.distributed.is_available() and torch.distributed.is_initialized() and flat:
-        joined = torch.cat(flat)
-        torch.distributed.all_reduce(joined)
+    if is_distributed() and flat:
+        joined = sum_over_processes(torch.cat(flat))
         flat = list(joined.split([f.numel() for f in flat]))
     return {name: part.reshape(counts[name].shape) for name, part in zip(names, flat, strict=True)}
 

@@ -153,8 +153,6 @@ def finish_sharded_checkpoint(staging: Path, path: Path, rest: dict[str, Any]) -
 def gather_sharded_checkpoint(path: Path) -> dict[str, Any]:
     """A sharded checkpoint folder as one in-memory checkpoint in the one-file layout (whole tensors, optimizer
     state keyed by position), for a run that does not shard, or for degen-convert. One process, no group."""
-    from degen_train.parallel import by_position
-
     rest = checkpoint_header(path)  # refuses a folder without its index, meta.pt or a shard; the index is checked
     try:
         tensors = gather_sharded(path)
@@ -310,3 +308,21 @@ def check_shards_present(path: Path) -> None:
             f"checkpoint {path} lacks shard files {', '.join(missing)} that its index names: it was copied or "
             f"written in part; copy the whole folder, or resume from an earlier checkpoint"
         )
+
+
+def by_position(state: dict[str, Any]) -> dict[str, Any]:
+    """An optimizer state keyed by parameter names (torch.distributed.checkpoint) -> keyed by position (torch)."""
+    order = [name for group in state["param_groups"] for name in group["params"]]
+    index = {name: position for position, name in enumerate(order)}
+    return {
+        "state": {index[name]: value for name, value in state["state"].items()},
+        "param_groups": [{**g, "params": [index[name] for name in g["params"]]} for g in state["param_groups"]],
+    }
+
+
+def by_name(state: dict[str, Any], order: list[str]) -> dict[str, Any]:
+    """The reverse of by_position, for the optimizer whose parameters, in order, are named ``order``."""
+    return {
+        "state": {order[position]: value for position, value in state["state"].items()},
+        "param_groups": [{**g, "params": [order[position] for position in g["params"]]} for g in state["param_groups"]],
+    }

@@ -9,8 +9,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from degen_train.cli.paths import config_dir
 from degen_train.overrides import open_trainer_keys
+from degen_train.paths import config_dir
 
 
 def load_config(overrides: Sequence[str] = (), *, run_dir: str | Path | None = None) -> DictConfig:

@@ -6,7 +6,7 @@ import csv
 import netrc
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
@@ -26,6 +26,22 @@ def wandb_has_credentials() -> bool:
     except (FileNotFoundError, netrc.NetrcParseError):
         return False
     return auth is not None
+
+
+@runtime_checkable
+class ResumingLogger(Protocol):
+    """A logger whose files survive a resume (ResumableCSVLogger): the rows after the checkpoint are dropped."""
+
+    def prepare_resume(self, step: int, last_train_row: dict[str, float] | None = None) -> None: ...
+
+    def drop_validation_rows_from(self, step: int) -> None: ...
+
+
+@runtime_checkable
+class ClosingLogger(Protocol):
+    """A logger that ends its run with the run's summary (RunWandbLogger)."""
+
+    def close_run(self, summary: dict[str, Any]) -> None: ...
 
 
 class RunWandbLogger(WandbLogger):

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from degen_train.accumulation import Window, averaging_over, reduce_counts, verify_counts
+from degen_train.loggers import ResumingLogger
 from degen_train.models.backbone import Backbone
 from degen_train.parallel import apply_fsdp2
 from degen_train.rng import DROPOUT_SALT, VALIDATION_DROPOUT_SALT, mix_seed
@@ -45,6 +46,7 @@ class PretrainModule(pl.LightningModule):
         self.provenance: dict[str, Any] = {}  # degen_train.provenance.run_provenance, kept in every checkpoint
         self._window: Window | None = None  # the accumulation window being trained (accumulate_grad_batches > 1)
         self._window_logged: Tensor | None = None  # Σ of its micro-batches' logged values so far
+        self.source_labels: list[str] = []  # a mixture's sources (data.sources), as the batches' ``source`` numbers
         self._counts_verified = False  # the terms' count() checked against their forward on the first window
         self.states_sampled_at: int | None = None  # the last update before which a term sampled states (Throughput)
 
@@ -52,6 +54,8 @@ class PretrainModule(pl.LightningModule):
         """The whole step, (loss, logged): under FSDP2 this is the root's forward, so every parameter a term
         reads (embeddings, heads) is gathered while the terms run. ``states_for=TERM``: the backbone's
         ForwardOutput alone, with what that term requires (a term's sampling pass, see ``_sample_states``)."""
+        if "source" in batch:  # a mixture's row sources (a term's sampling pass): for logging only
+            batch = {k: v for k, v in batch.items() if k != "source"}
         if states_for is not None:
             return self.backbone(batch, requires=states_for.requires)
         batch = self.loss.prepare_batch(batch)
@@ -59,8 +63,10 @@ class PretrainModule(pl.LightningModule):
 
     def configure_model(self) -> None:
         """Parallelism in one place: FSDP2 when the strategy asks for it (degen_train.parallel); else nothing."""
+        from torch.distributed.fsdp import FSDPModule
+
         options = getattr(self.trainer.strategy, "fsdp_options", None)
-        if options is None or hasattr(self, "unshard"):  # not FSDP2, or sharded already (fit, then validate)
+        if options is None or isinstance(self, FSDPModule):  # not FSDP2, or sharded already (fit, then validate)
             return
         units = set(getattr(self.backbone.model, "_no_split_modules", None) or ())
         mesh = self.device_mesh["data_parallel"]
@@ -77,9 +83,12 @@ class PretrainModule(pl.LightningModule):
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         self._seed_step_randomness(batch_idx)
+        sources = batch.pop("source", None)
         window = self._accumulation_window(batch, batch_idx)
         with averaging_over(window):
             total, logged = self(batch)
+        if sources is not None:  # a mixture: each source's share of the batch (of the global batch, once reduced)
+            logged |= {f"mixture/{label}": (sources == k).float().mean() for k, label in enumerate(self.source_labels)}
         closes_window = window is not None and window.index == self.trainer.accumulate_grad_batches - 1
         if closes_window and window.checks is not None:
             verify_counts(window.checks)  # once per (re)start: one host sync
@@ -137,8 +146,11 @@ class PretrainModule(pl.LightningModule):
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         # Seeded: a view that keeps its dropout in validation (SimCSE's) draws the same masks in every run.
         torch.manual_seed(mix_seed(self.seed, VALIDATION_DROPOUT_SALT, batch_idx, self.global_rank))
+        sources = batch.pop("source", None)
         _, logged = self(batch)
         self._log("val", logged, batch)
+        if sources is not None:  # a mixture's batch holds one source: its own validation curves beside the whole's
+            self._log(f"val/{self.source_labels[int(sources[0])]}", logged, batch)
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = self.optimizer_factory([self.backbone, self.loss])
@@ -181,7 +193,7 @@ class PretrainModule(pl.LightningModule):
         if idle:
             raise RuntimeError(f"modules with trainable parameters start training in eval mode: {', '.join(idle[:5])}")
         for logger in self.loggers:
-            if hasattr(logger, "prepare_resume"):
+            if isinstance(logger, ResumingLogger):
                 logger.prepare_resume(self.global_step, last_train_row=self.last_train_metrics)
 
     def take_step_losses(self) -> tuple[list[str], Tensor]:

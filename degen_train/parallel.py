@@ -20,6 +20,8 @@ import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import Tensor, nn
 
+from degen_train.checkpoints import by_name, by_position
+
 PRECISIONS = {None: None, "bf16": torch.bfloat16, "fp32": torch.float32}
 _ROOTS: weakref.WeakSet[nn.Module] = weakref.WeakSet()  # every module apply_fsdp2 made a root, for local_shard
 
@@ -67,9 +69,11 @@ class FSDP2Strategy(ModelParallelStrategy):
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """Sharded: this process's shard, keyed by parameter name (torch.distributed.checkpoint). One file: the
         whole state on rank 0 in torch's own layout (parameters by position), as a 1-process run writes it."""
+        from lightning.pytorch.core.optimizer import LightningOptimizer
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-        optimizer = getattr(optimizer, "_optimizer", optimizer)  # a LightningOptimizer wraps the real one
+        if isinstance(optimizer, LightningOptimizer):  # the wrapper Lightning hands around; its public .optimizer
+            optimizer = optimizer.optimizer
         if self._save_distributed_checkpoint:
             return get_optimizer_state_dict(self.model, optimizer, options=StateDictOptions(cpu_offload=True))
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -155,7 +159,9 @@ def gathered(module: nn.Module) -> Iterator[None]:
     """Inside: an FSDP2 root's own parameters are whole tensors, as during its forward (for a measurement
     outside the step, e.g. the isotropy monitor); a no-op for a module that is not sharded. Collective: every
     process must enter it."""
-    if not (hasattr(module, "unshard") and hasattr(module, "reshard")):
+    from torch.distributed.fsdp import FSDPModule
+
+    if not isinstance(module, FSDPModule):
         yield
         return
     module.unshard()
@@ -173,24 +179,6 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor] | None:
     if not any(isinstance(v, DTensor) for v in state.values()):
         return None
     return {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu() for k, v in state.items()}
-
-
-def by_position(state: dict[str, Any]) -> dict[str, Any]:
-    """An optimizer state keyed by parameter names (torch.distributed.checkpoint) -> keyed by position (torch)."""
-    order = [name for group in state["param_groups"] for name in group["params"]]
-    index = {name: position for position, name in enumerate(order)}
-    return {
-        "state": {index[name]: value for name, value in state["state"].items()},
-        "param_groups": [{**g, "params": [index[name] for name in g["params"]]} for g in state["param_groups"]],
-    }
-
-
-def by_name(state: dict[str, Any], order: list[str]) -> dict[str, Any]:
-    """The reverse of by_position, for the optimizer whose parameters, in order, are named ``order``."""
-    return {
-        "state": {order[position]: value for position, value in state["state"].items()},
-        "param_groups": [{**g, "params": [order[position] for position in g["params"]]} for g in state["param_groups"]],
-    }
 
 
 def shared_parameters(root: nn.Module) -> set[int]:

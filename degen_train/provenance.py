@@ -13,8 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from degen_train.cli.paths import PACKAGE_DIR
 from degen_train.data.tokenizer import tokenizer_identity
+from degen_train.paths import PACKAGE_DIR
 
 LIBRARIES = ("degen_train", "torch", "transformers", "lightning", "datasets", "tokenizers")
 

@@ -48,6 +48,8 @@ class DataConfig(BaseModel):
     block_size: int = Field(ge=8)
     batch_size: int = Field(ge=1)
     num_workers: int = Field(ge=0)
+    num_proc: int | None = Field(default=None, ge=1)
+    sources: list[Any] | None = None  # a weighted mixture, checked in data/mixture.py (mixture_sources)
     overfit_batches: int = Field(default=0, ge=0)
     validation_fraction: float = Field(gt=0, lt=1)
     document_unit: Literal["line", "paragraph", "document"]

@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import torch
 from torch import Tensor, nn
 
 from degen_train.accumulation import STANDARD_COUNTS, active_window, window_mean
+from degen_train.collectives import is_distributed, sum_over_processes, world_size
 from degen_train.types import OPTIONAL_FIELDS, ForwardOutput, TermOutput
 
 TERM_REGISTRY: dict[str, type[LossTerm]] = {}
@@ -106,11 +106,9 @@ def distributed_mean(total: Tensor, count: Tensor, *, over: str | None = None) -
     window = active_window()
     if window is not None:
         return window_mean(window, total, count, over)
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        world = torch.distributed.get_world_size()
-        count = count.detach().clone()
-        torch.distributed.all_reduce(count)
-        return total / count.clamp_min(1) * world
+    if is_distributed():
+        count = sum_over_processes(count.detach().clone())
+        return total / count.clamp_min(1) * world_size()
     return total / count.clamp_min(1)
 
 

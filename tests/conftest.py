@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from degen_train.data.builtin_corpus import builtin_documents
+
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -67,3 +69,12 @@ def dropout_free_teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run(run_dir, "recipe=bert_mlm_nsp", "model=tiny", "data.tokenizer.vocab_size=1000", "trainer.max_steps=2",
         "model.dropout=0", "model.attention_dropout=0")  # fmt: skip
     return run_dir
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A few help topics: about five batches an epoch, so the runs below cross epochs."""
+    path = tmp_path_factory.mktemp("corpus") / "topics.txt"
+    path.write_text("\n\n".join(builtin_documents()[:4]))
+    return path
+

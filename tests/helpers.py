@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import BertConfig, BertForMaskedLM
 
 from degen_train.checkpoints import load_checkpoint_file
-from degen_train.cli.train import train
 from degen_train.config import load_config
+from degen_train.models.backbone import Backbone
+from degen_train.pretrain import train
 from tests.conftest import FAST
 
 
@@ -49,10 +51,10 @@ def _as_tensor(value: object) -> torch.Tensor:
 def degen_train(*args: str) -> subprocess.CompletedProcess:
     """The installed ``degen-train`` command in a subprocess (DDP and multirun need a real process)."""
     command = [str(Path(sys.executable).parent / "degen-train"), *args]
-    return subprocess.run(command, capture_output=True, text=True, env={**os.environ}, timeout=900)
+    return subprocess.run(command, capture_output=True, text=True, env={**os.environ}, timeout=780)
 
 
-def on_two_processes(runs: list[tuple[Path, list[str]]], *, timeout: float = 1800) -> None:
+def on_two_processes(runs: list[tuple[Path, list[str]]], *, timeout: float = 780) -> None:
     """Train every run (its folder and overrides; a folder twice: a resume) on one two-process job, in order, as
     ``torchrun --nproc-per-node 2 degen-train`` would, but paying the interpreter's start and the imports (~7 s a
     process here, more than a tiny run's training) once for them all. Raises with both ranks' output tails."""
@@ -122,3 +124,105 @@ def forward_output(
         output_embedding_weight=torch.eye(3, 2),
         **extra,
     )
+
+
+# Two-process equality (tests/test_ddp.py, test_fsdp.py, test_muon.py): the settings, the runs, the comparison.
+SAME_RUN_SETTINGS = [
+    *FAST,
+    "model.dropout=0",
+    "model.attention_dropout=0",
+    "trainer.accelerator=cpu",
+    "trainer.max_steps=6",
+    "trainer.val_check_interval=3",
+    "export_hf=false",
+]
+
+
+def cli_run(run_dir: Path, *overrides: str) -> None:
+    result = degen_train(*SAME_RUN_SETTINGS, *overrides, f"hydra.run.dir={run_dir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def one_process_run(run_dir: Path, *overrides: str) -> None:
+    """The one-process reference, in this process (the same config as ``cli``, without a process start), with one
+    CPU thread as each of the two processes has (threads=auto gives each 1 of the 2 CPUs): LAPACK's results (the
+    SVD of spectrum control) depend on the thread count beyond 1e-5."""
+    run(run_dir, *SAME_RUN_SETTINGS[len(FAST) :], *overrides, "threads=1")
+
+
+def assert_same_run(ddp: Path, one: Path, keys: tuple[str, ...]) -> None:
+    for key in keys:
+        a, b = logged(ddp, key), logged(one, key)
+        assert a.keys() == b.keys() and all(abs(a[s] - b[s]) < 1e-4 for s in a), (key, a, b)
+    a = checkpoint_weights(ddp / "checkpoints" / "last.ckpt")
+    b = checkpoint_weights(one / "checkpoints" / "last.ckpt")
+    assert max((a[k].float() - b[k].float()).abs().max().item() for k in a) <= 1e-5
+
+
+# Architectures beyond BERT and GPT-2, for the DDP and the FSDP2 tests: ModernBERT (RoPE, GeGLU, local attention)
+# with CosReg on its tied embeddings; Llama (grouped-query attention, SwiGLU) with CosReg on its untied output layer.
+BEYOND_BERT_AND_GPT2 = {
+    "modernbert_cosreg": (
+        ["recipe=bert_mlm", "regularizer=cosreg", "model=modernbert_tiny"],
+        ("train/cosreg/loss", "train/mlm/loss"),
+    ),
+    "llama_cosreg": (["recipe=gao_cosreg", "model=llama_tiny"], ("train/cosreg/loss", "train/mle/loss")),
+}
+
+
+# A 3-layer BERT backbone and a masked batch by hand (tests/unit: corruption, fidelity, the contract).
+def tiny_backbone() -> Backbone:
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=30,
+        hidden_size=16,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=32,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    return Backbone(BertForMaskedLM(config))
+
+
+def masked_batch() -> dict:
+    original = torch.tensor([[2, 7, 8, 9, 10, 3], [2, 11, 12, 13, 3, 0]])
+    mask = (original != 0).long()
+    labels = torch.full_like(original, -100)
+    labels[0, 2], labels[1, 1], labels[1, 3] = 8, 11, 13
+    inputs = torch.where(labels != -100, torch.full_like(original, 4), original)
+    return {
+        "input_ids": inputs,
+        "original_ids": original,
+        "attention_mask": mask,
+        "labels": labels,
+        "sample_seed": torch.tensor([11, 12]),
+    }
+
+
+def resume_settings(corpus: Path) -> list[str]:
+    """A small text corpus, checkpoints and validation every 3 steps, no export: the resume tests' runs."""
+    return [
+        "data=text",
+        f"data.path={corpus}",
+        "data.tokenizer.vocab_size=1000",
+        "trainer.val_check_interval=3",
+        "callbacks.checkpoint.every_n_train_steps=3",
+        "export_hf=false",
+    ]
+
+
+def write_file(path: Path, text: str, encoding: str = "utf-8") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding=encoding)
+    return path
+
+
+def tiny_rte(root: Path, rows: int = 16) -> Path:
+    header = "index\tsentence1\tsentence2\tlabel\n"
+    body = "".join(f"{i}\tthe cat {i} sleeps on the mat\ta cat {'sleeps' if i % 2 else 'runs'}\t"
+                   f"{'entailment' if i % 2 else 'not_entailment'}\n" for i in range(rows))  # fmt: skip
+    write_file(root / "RTE" / "train.tsv", header + body)
+    write_file(root / "RTE" / "dev.tsv", header + body)
+    return root
+

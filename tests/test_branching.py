@@ -7,16 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import checkpoint_weights, logged, run
-from tests.test_resume import settings, small_corpus  # noqa: F401 - the fixture
+from tests.helpers import checkpoint_weights, logged, resume_settings, run
 
 
 def wsd(corpus: Path) -> list[str]:
-    return [*settings(corpus), "scheduler=wsd", "scheduler.warmup_steps=2", "scheduler.decay_steps=4",
+    return [*resume_settings(corpus), "scheduler=wsd", "scheduler.warmup_steps=2", "scheduler.decay_steps=4",
             "callbacks.checkpoint.every_n_train_steps=2", "callbacks.checkpoint.save_top_k=-1"]  # fmt: skip
 
 
-def test_a_branch_at_the_stable_phase_equals_one_wsd_run(tmp_path: Path, small_corpus: Path) -> None:  # noqa: F811
+def test_a_branch_at_the_stable_phase_equals_one_wsd_run(tmp_path: Path, small_corpus: Path) -> None:
     """Parent: 12 steps, stable until step 8. Branch at step 6 with a 4-step decay = one 10-step run whose stable
     phase ends at step 6 (weights ≤ 1e-6); the parent's folder is left as it was."""
     parent, branch, single = tmp_path / "parent", tmp_path / "branch", tmp_path / "single"
@@ -37,7 +36,7 @@ def test_a_branch_at_the_stable_phase_equals_one_wsd_run(tmp_path: Path, small_c
 
 def test_a_branch_at_a_step_without_checkpoint_lists_the_steps_that_have_one(
     tmp_path: Path,
-    small_corpus: Path,  # noqa: F811
+    small_corpus: Path,
 ) -> None:
     parent = tmp_path / "parent"
     run(parent, *wsd(small_corpus), "trainer.max_steps=6")
@@ -51,7 +50,7 @@ def test_a_branch_at_a_step_without_checkpoint_lists_the_steps_that_have_one(
 
 def test_the_report_of_branched_cooldowns_shows_their_parent_at_the_branch_step(
     tmp_path: Path,
-    small_corpus: Path,  # noqa: F811
+    small_corpus: Path,
 ) -> None:
     from degen_train.cli.report import report
 

@@ -11,10 +11,10 @@ import torch
 from hydra.errors import ConfigCompositionException
 
 from degen_train.build import build_strategy, build_trainer
-from degen_train.cli.paths import config_dir
 from degen_train.config import load_config
 from degen_train.data.tokenizer import train_wordpiece
 from degen_train.models.backbone import build_hf_model, model_family
+from degen_train.paths import config_dir
 
 CONF = config_dir()
 GROUPS = [

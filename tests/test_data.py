@@ -34,7 +34,7 @@ def test_tokenizer_and_examples_are_cached(tmp_path: Path, monkeypatch: pytest.M
         raise AssertionError("a cached step ran again")
 
     monkeypatch.setattr(tokenizer_module, "train_wordpiece", forbidden)
-    monkeypatch.setattr(examples_module, "packed_blocks", forbidden)
+    monkeypatch.setattr(examples_module, "example_maker", forbidden)
     second = prepare_data(cfg, family="encoder", data_format="mlm", seed=0)
     assert second.train["input_ids"] == first.train["input_ids"]
     assert len(second.tokenizer) == len(first.tokenizer) == 2000

@@ -11,52 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import FAST
-from tests.helpers import checkpoint_weights, degen_train, logged, on_two_processes, run
+from tests.helpers import (
+    BEYOND_BERT_AND_GPT2,
+    SAME_RUN_SETTINGS,
+    assert_same_run,
+    on_two_processes,
+    one_process_run,
+)
 
 pytestmark = pytest.mark.slow  # several processes per test: make test-slow (make test runs them too)
-
-COMMON = [
-    *FAST,
-    "model.dropout=0",
-    "model.attention_dropout=0",
-    "trainer.accelerator=cpu",
-    "trainer.max_steps=6",
-    "trainer.val_check_interval=3",
-    "export_hf=false",
-]
-
-
-def cli(run_dir: Path, *overrides: str) -> None:
-    result = degen_train(*COMMON, *overrides, f"hydra.run.dir={run_dir}")
-    assert result.returncode == 0, result.stderr[-3000:]
-
-
-def single(run_dir: Path, *overrides: str) -> None:
-    """The one-process reference, in this process (the same config as ``cli``, without a process start), with one
-    CPU thread as each of the two processes has (threads=auto gives each 1 of the 2 CPUs): LAPACK's results (the
-    SVD of spectrum control) depend on the thread count beyond 1e-5."""
-    run(run_dir, *COMMON[len(FAST) :], *overrides, "threads=1")
-
-
-def assert_same_run(ddp: Path, one: Path, keys: tuple[str, ...]) -> None:
-    for key in keys:
-        a, b = logged(ddp, key), logged(one, key)
-        assert a.keys() == b.keys() and all(abs(a[s] - b[s]) < 1e-4 for s in a), (key, a, b)
-    a = checkpoint_weights(ddp / "checkpoints" / "last.ckpt")
-    b = checkpoint_weights(one / "checkpoints" / "last.ckpt")
-    assert max((a[k].float() - b[k].float()).abs().max().item() for k in a) <= 1e-5
-
-
-# Architectures beyond BERT and GPT-2, for the DDP and the FSDP2 tests: ModernBERT (RoPE, GeGLU, local attention)
-# with CosReg on its tied embeddings; Llama (grouped-query attention, SwiGLU) with CosReg on its untied output layer.
-BEYOND_BERT_AND_GPT2 = {
-    "modernbert_cosreg": (
-        ["recipe=bert_mlm", "regularizer=cosreg", "model=modernbert_tiny"],
-        ("train/cosreg/loss", "train/mlm/loss"),
-    ),
-    "llama_cosreg": (["recipe=gao_cosreg", "model=llama_tiny"], ("train/cosreg/loss", "train/mle/loss")),
-}
 
 CASES = {
     # Gathered SCL negatives: a differentiable gather, so every process's anchors push on every key.
@@ -101,6 +64,12 @@ CASES = {
         ],  # fmt: skip
         ("train/agg/loss", "train/agg/rare_share"),
     ),
+    # A mixture of two sources: each global batch's sources drawn from (seed, step), each rank its slots of it; the
+    # shares logged are the global batch's.
+    "mixture": (
+        ["recipe=bert_mlm", "data.sources=[{weight: 0.7, label: help}, {weight: 0.3, label: again}]"],
+        ("train/mlm/loss", "train/mixture/help"),
+    ),
     # Spectrum control: no sample mixing, but its factors replace a tied parameter through a pre-forward hook;
     # DDP must see them used in the forward and reduce their gradients like any weight.
     "spectrum_control": (["recipe=spectrum_control", "model=gpt2_tiny"], ("train/spectrum_control/loss",)),
@@ -123,7 +92,8 @@ def ddp_runs(tmp_path_factory: pytest.TempPathFactory, dropout_free_teacher: Pat
     """Every case on 2 DDP processes × 4 sequences, one after another on one two-process job."""
     root = tmp_path_factory.mktemp("ddp")
     ddp = ["strategy=ddp", "trainer.devices=2", "data.batch_size=4"]
-    on_two_processes([(root / case, [*COMMON, *case_overrides(case, dropout_free_teacher), *ddp]) for case in CASES])
+    cases = [(root / case, [*SAME_RUN_SETTINGS, *case_overrides(case, dropout_free_teacher), *ddp]) for case in CASES]
+    on_two_processes(cases)
     return root
 
 
@@ -132,6 +102,6 @@ def test_terms_that_mix_samples_match_one_process_in_weights(
     tmp_path: Path, case: str, ddp_runs: Path, dropout_free_teacher: Path
 ) -> None:
     """2 processes x 4 sequences = 1 process x 8, in losses and in weights after 6 updates."""
-    single(tmp_path / "single", *case_overrides(case, dropout_free_teacher), "data.batch_size=8")
+    one_process_run(tmp_path / "single", *case_overrides(case, dropout_free_teacher), "data.batch_size=8")
     assert_same_run(ddp_runs / case, tmp_path / "single", (*CASES[case][1], "train/loss", "val/loss"))
     assert torch.load(ddp_runs / case / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 6

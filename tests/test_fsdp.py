@@ -8,8 +8,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import checkpoint_weights, logged, on_two_processes
-from tests.test_ddp import BEYOND_BERT_AND_GPT2, COMMON, assert_same_run, cli, single
+from tests.helpers import (
+    BEYOND_BERT_AND_GPT2,
+    SAME_RUN_SETTINGS,
+    assert_same_run,
+    checkpoint_weights,
+    cli_run,
+    logged,
+    on_two_processes,
+    one_process_run,
+)
 
 pytestmark = pytest.mark.slow  # several processes per test: make test-slow (make test runs them too)
 
@@ -49,7 +57,7 @@ def test_fsdp2_two_processes_match_one_process_in_losses_and_weights(
 ) -> None:
     """2 processes × 4 sequences with FSDP2 = 1 process × 8, in losses and in weights after 6 updates."""
     common, keys = case_overrides(case, dropout_free_teacher)
-    single(tmp_path / "single", *common, "data.batch_size=8")
+    one_process_run(tmp_path / "single", *common, "data.batch_size=8")
     assert_same_run(fsdp_runs / case, tmp_path / "single", keys)
     log = (fsdp_runs / case / "train.log").read_text()
     if "cosreg" in case:  # shard-wise, not silently whole (parallel.local_shard reads FSDP2's private records)
@@ -68,7 +76,7 @@ ON_ONE = ["data.batch_size=8"]
 def straight(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """6 steps on one process, straight: what every split run below must equal."""
     run_dir = tmp_path_factory.mktemp("straight")
-    single(run_dir, *RESUMABLE, *ON_ONE)
+    one_process_run(run_dir, *RESUMABLE, *ON_ONE)
     return run_dir
 
 
@@ -87,18 +95,18 @@ def fsdp_runs(tmp_path_factory: pytest.TempPathFactory, dropout_free_teacher: Pa
     """Every two-process run of this module on one FSDP2 job, in order: the cases; a 3-step sharded run; each
     resume's legs on 2 processes (a 1-process leg runs here, before the job, or in its test, after); AGG's."""
     root = tmp_path_factory.mktemp("fsdp")
-    on_two = [(root / case, [*COMMON, *case_overrides(case, dropout_free_teacher)[0], *ON_TWO])
+    on_two = [(root / case, [*SAME_RUN_SETTINGS, *case_overrides(case, dropout_free_teacher)[0], *ON_TWO])
               for case in [*CASES, "tacl"]]  # fmt: skip
-    on_two.append((root / "sharded", [*COMMON, *RESUMABLE, *ON_TWO, "trainer.max_steps=3"]))
+    on_two.append((root / "sharded", [*SAME_RUN_SETTINGS, *RESUMABLE, *ON_TWO, "trainer.max_steps=3"]))
     for name, (first, second) in RESUMES.items():
         if first == ON_ONE:  # before the job: its second leg resumes on 2 processes
-            single(root / name, *RESUMABLE, *first, "trainer.max_steps=3")
+            one_process_run(root / name, *RESUMABLE, *first, "trainer.max_steps=3")
         else:
-            on_two.append((root / name, [*COMMON, *RESUMABLE, *first, "trainer.max_steps=3"]))
+            on_two.append((root / name, [*SAME_RUN_SETTINGS, *RESUMABLE, *first, "trainer.max_steps=3"]))
         if second != ON_ONE:  # a leg on 1 process runs in the test, after the job
-            on_two.append((root / name, [*COMMON, *RESUMABLE, *second, "ckpt_path=last"]))
-    on_two.append((root / "agg", [*COMMON, *AGG, *ON_TWO, "trainer.max_steps=3"]))
-    on_two.append((root / "agg", [*COMMON, *AGG, *ON_TWO, "ckpt_path=last"]))
+            on_two.append((root / name, [*SAME_RUN_SETTINGS, *RESUMABLE, *second, "ckpt_path=last"]))
+    on_two.append((root / "agg", [*SAME_RUN_SETTINGS, *AGG, *ON_TWO, "trainer.max_steps=3"]))
+    on_two.append((root / "agg", [*SAME_RUN_SETTINGS, *AGG, *ON_TWO, "ckpt_path=last"]))
     on_two_processes(on_two)
     return root
 
@@ -111,7 +119,7 @@ def test_fsdp2_resume_is_exact_on_any_process_count(name: str, fsdp_runs: Path, 
     so, writes one file (gathered on rank 0) that the comparison reads."""
     second = RESUMES[name][1]
     if second == ON_ONE:
-        single(fsdp_runs / name, *RESUMABLE, *second, "ckpt_path=last")
+        one_process_run(fsdp_runs / name, *RESUMABLE, *second, "ckpt_path=last")
     assert_same_run(fsdp_runs / name, straight, ("train/loss",))
     assert (fsdp_runs / name / "checkpoints" / "last.ckpt").is_dir() == (second == ON_TWO)
 
@@ -119,7 +127,7 @@ def test_fsdp2_resume_is_exact_on_any_process_count(name: str, fsdp_runs: Path, 
 def test_fsdp2_with_bf16_mixed_precision_trains(tmp_path: Path) -> None:
     # allow_slow_precision: numerics, not speed, so the test also runs on a CPU that emulates bf16.
     bf16 = ["strategy.mixed_precision=bf16", "allow_slow_precision=true"]
-    cli(tmp_path, "model=tiny", "data.tokenizer.vocab_size=1000", *ON_TWO, *bf16)
+    cli_run(tmp_path, "model=tiny", "data.tokenizer.vocab_size=1000", *ON_TWO, *bf16)
     losses = logged(tmp_path, "train/loss")
     assert len(losses) == 6 and all(math.isfinite(v) for v in losses.values())
 
@@ -167,7 +175,7 @@ def test_a_sharded_checkpoint_missing_a_shard_is_refused_naming_it(sharded_run: 
     (partial / "__1_0.distcp").unlink()
     assert verified_step(partial) is None
     with pytest.raises(CheckpointError, match=r"lacks shard files __1_0.distcp that its index names"):
-        single(tmp_path / "resumed", *RESUMABLE, *ON_ONE, f"ckpt_path={partial}")
+        one_process_run(tmp_path / "resumed", *RESUMABLE, *ON_ONE, f"ckpt_path={partial}")
     assert not (tmp_path / "resumed" / "logs").exists()  # refused before training
 
 
@@ -195,6 +203,6 @@ def test_agg_window_resumes_exactly_from_a_sharded_checkpoint(tmp_path: Path, fs
     """AGG's token-count window is extra state whose size changes every step (plain lists in the DCP shards):
     3 steps on 2 FSDP2 processes, a sharded checkpoint, 3 more = 6 steps on 1 process, the window sliding
     across the resume (K = 2) and the counts all-reduced over the processes."""
-    single(tmp_path / "straight", *AGG, *ON_ONE)
+    one_process_run(tmp_path / "straight", *AGG, *ON_ONE)
     assert (fsdp_runs / "agg" / "checkpoints" / "last.ckpt").is_dir()
     assert_same_run(fsdp_runs / "agg", tmp_path / "straight", ("train/loss", "train/agg/rare_share"))

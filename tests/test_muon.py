@@ -7,8 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import checkpoint_weights, logged, on_two_processes
-from tests.test_ddp import COMMON, cli, single
+from tests.helpers import (
+    SAME_RUN_SETTINGS,
+    checkpoint_weights,
+    cli_run,
+    logged,
+    on_two_processes,
+    one_process_run,
+)
 
 pytestmark = pytest.mark.slow  # several processes per test: make test-slow (make test runs them too)
 
@@ -22,7 +28,7 @@ MUON = ["recipe=gpt2_mle", "model=gpt2_tiny", "data.tokenizer.vocab_size=1000", 
 def straight(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """6 steps with Muon on one process holding the 8-sequence global batch."""
     run_dir = tmp_path_factory.mktemp("muon_straight")
-    single(run_dir, *MUON, "data.batch_size=8")
+    one_process_run(run_dir, *MUON, "data.batch_size=8")
     return run_dir
 
 
@@ -41,7 +47,7 @@ def assert_same_weights(run_dir: Path, reference: Path) -> None:
 
 def test_ddp_with_muon_matches_one_process(tmp_path: Path, straight: Path) -> None:
     """Started as users start it (one command, trainer.devices=2: Lightning launches the second process)."""
-    cli(tmp_path, *MUON, "strategy=ddp", "trainer.devices=2", "data.batch_size=4")
+    cli_run(tmp_path, *MUON, "strategy=ddp", "trainer.devices=2", "data.batch_size=4")
     assert_same_weights(tmp_path, straight)
 
 
@@ -49,18 +55,18 @@ def test_fsdp2_with_muon_matches_one_process_and_resumes_from_its_shards(tmp_pat
     """Under FSDP2 each matrix is a DTensor sharded by rows; torch's Muon runs its Newton–Schulz iteration on it as
     DTensor operations, which gather what the matrix products need: the whole matrix is orthogonalised, as on one
     process. 3 steps, a sharded checkpoint (the momentum buffers through torch.distributed.checkpoint), 3 more."""
-    on_two = [*COMMON, *MUON, "strategy=fsdp", "trainer.devices=2", "data.batch_size=4"]
+    on_two = [*SAME_RUN_SETTINGS, *MUON, "strategy=fsdp", "trainer.devices=2", "data.batch_size=4"]
     on_two_processes([(tmp_path, [*on_two, "trainer.max_steps=3"]), (tmp_path, [*on_two, "ckpt_path=last"])])
     assert (tmp_path / "checkpoints" / "last.ckpt").is_dir()
     assert_same_weights(tmp_path, straight)
 
 
 def test_a_muon_run_resumes_exactly(tmp_path: Path, straight: Path) -> None:
-    single(tmp_path, *MUON, "data.batch_size=8", "trainer.max_steps=3")
+    one_process_run(tmp_path, *MUON, "data.batch_size=8", "trainer.max_steps=3")
     state = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["optimizer_states"][0]
     assert {g["algorithm"] for g in state["param_groups"]} == {"muon", "adamw"}
     assert any("momentum_buffer" in s for s in state["state"].values())
-    single(tmp_path, *MUON, "data.batch_size=8", "ckpt_path=last")
+    one_process_run(tmp_path, *MUON, "data.batch_size=8", "ckpt_path=last")
     a = checkpoint_weights(tmp_path / "checkpoints" / "last.ckpt")
     b = checkpoint_weights(straight / "checkpoints" / "last.ckpt")
     assert all(torch.equal(a[k], b[k]) for k in a)

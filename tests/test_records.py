@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from degen_train.catalog import discover_terms
-from degen_train.cli.paths import config_dir
 from degen_train.cli.rerun import rebased
 from degen_train.config import load_config
 from degen_train.data import corpus as corpus_module
+from degen_train.paths import config_dir
 from tests.helpers import degen_train, logged, run
 
 SHORT = ["trainer.max_steps=4", "data.tokenizer.vocab_size=1000", "trainer.val_check_interval=4"]

@@ -8,32 +8,12 @@ import pytest
 import torch
 
 from degen_train.config import load_config
-from degen_train.data.builtin_corpus import builtin_documents
 from degen_train.data.datamodule import prepare_data
-from tests.helpers import checkpoint_weights, logged, run
-
-
-@pytest.fixture(scope="module")
-def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A few help topics: about five batches an epoch, so the runs below cross epochs."""
-    path = tmp_path_factory.mktemp("corpus") / "topics.txt"
-    path.write_text("\n\n".join(builtin_documents()[:4]))
-    return path
-
-
-def settings(corpus: Path) -> list[str]:
-    return [
-        "data=text",
-        f"data.path={corpus}",
-        "data.tokenizer.vocab_size=1000",
-        "trainer.val_check_interval=3",
-        "callbacks.checkpoint.every_n_train_steps=3",
-        "export_hf=false",
-    ]
+from tests.helpers import checkpoint_weights, logged, resume_settings, run
 
 
 def test_stop_and_resume_equals_one_run(tmp_path: Path, small_corpus: Path) -> None:
-    common = settings(small_corpus)
+    common = resume_settings(small_corpus)
     straight, split = tmp_path / "straight", tmp_path / "split"
     run(straight, *common, "trainer.max_steps=14")
     run(split, *common, "trainer.max_steps=7", "scheduler.total_steps=14")
@@ -41,7 +21,7 @@ def test_stop_and_resume_equals_one_run(tmp_path: Path, small_corpus: Path) -> N
     run(split, *common, "trainer.max_steps=14", "ckpt_path=last")
 
     examples = len(
-        prepare_data(load_config(settings(small_corpus)).data, family="encoder", data_format="mlm", seed=0).train
+        prepare_data(load_config(resume_settings(small_corpus)).data, family="encoder", data_format="mlm", seed=0).train
     )
     assert 14 > 2 * (examples // 8)  # 8 = data.batch_size of the fast settings: the runs cross two epochs
     a, b = (
@@ -63,16 +43,17 @@ def test_resume_without_checkpoint_names_the_path_and_writes_nothing(tmp_path: P
 
 
 def test_checkpoint_from_another_shape_is_refused_before_training(tmp_path: Path, small_corpus: Path) -> None:
-    run(tmp_path, *settings(small_corpus), "trainer.max_steps=2")
+    run(tmp_path, *resume_settings(small_corpus), "trainer.max_steps=2")
     config_before = (tmp_path / "config.yaml").read_bytes()
     ckpt_before = (tmp_path / "checkpoints" / "last.ckpt").read_bytes()
     with pytest.raises(ValueError, match=r"written with model.hidden_size=128, this run has model.hidden_size=256"):
-        run(tmp_path, *settings(small_corpus), "model=mini", "trainer.max_steps=4", "ckpt_path=last")
+        run(tmp_path, *resume_settings(small_corpus), "model=mini", "trainer.max_steps=4", "ckpt_path=last")
     with pytest.raises(ValueError, match=r"trained with loss terms \['mlm'\], this run has \['mlm', 'nsp'\]"):
-        run(tmp_path, *settings(small_corpus), "objective=mlm_nsp", "trainer.max_steps=4", "ckpt_path=last")
+        run(tmp_path, *resume_settings(small_corpus), "objective=mlm_nsp", "trainer.max_steps=4", "ckpt_path=last")
     # Another tokenizer size, with every model.* key the same: refused by the resume policy before any data is read.
     with pytest.raises(ValueError, match=r"data.tokenizer.vocab_size: 1000 -> 300\nA resume continues one run"):
-        run(tmp_path, *settings(small_corpus), "data.tokenizer.vocab_size=300", "trainer.max_steps=4", "ckpt_path=last")
+        other_vocabulary = ["data.tokenizer.vocab_size=300", "trainer.max_steps=4", "ckpt_path=last"]
+        run(tmp_path, *resume_settings(small_corpus), *other_vocabulary)
     assert (tmp_path / "config.yaml").read_bytes() == config_before
     assert (tmp_path / "checkpoints" / "last.ckpt").read_bytes() == ckpt_before
 
@@ -80,7 +61,7 @@ def test_checkpoint_from_another_shape_is_refused_before_training(tmp_path: Path
 def test_a_failed_checkpoint_write_keeps_the_previous_one(
     tmp_path: Path, small_corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    run(tmp_path, *settings(small_corpus), "trainer.max_steps=3")
+    run(tmp_path, *resume_settings(small_corpus), "trainer.max_steps=3")
     good = (tmp_path / "checkpoints" / "last.ckpt").read_bytes()
     from degen_train.checkpoints import _HashingWriter
 
@@ -94,7 +75,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_one(
 
     monkeypatch.setattr(_HashingWriter, "write", crash_halfway)
     with pytest.raises(OSError, match="could not write checkpoint .*simulated crash"):
-        run(tmp_path, *settings(small_corpus), "trainer.max_steps=6", "ckpt_path=last")
+        run(tmp_path, *resume_settings(small_corpus), "trainer.max_steps=6", "ckpt_path=last")
     monkeypatch.undo()
     assert crashed, "the crash was not injected into a checkpoint write"
     assert (tmp_path / "checkpoints" / "last.ckpt").read_bytes() == good
@@ -104,7 +85,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_one(
 
 def test_resume_is_exact_with_gradient_accumulation_and_untied_embeddings(tmp_path: Path, small_corpus: Path) -> None:
     common = [
-        *settings(small_corpus),
+        *resume_settings(small_corpus),
         "trainer.accumulate_grad_batches=2",
         "model.tie_embeddings=false",
         "regularizer=cosreg",

@@ -17,9 +17,9 @@ import sys
 import traceback
 from pathlib import Path
 
-from degen_train.cli.train import train
 from degen_train.config import load_config
 from degen_train.io import RunLogFileHandler
+from degen_train.pretrain import train
 
 
 def main(spec: Path) -> None:

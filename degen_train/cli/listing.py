@@ -10,7 +10,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from degen_train.catalog import discover_terms
-from degen_train.cli.paths import config_dir
+from degen_train.paths import config_dir
 
 # A full stop and a space end a sentence, except after an abbreviation ("et al. 2022", "e.g. x", "vs. y").
 SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)(?<!\bcf)[.!?](?=\s)")

@@ -39,7 +39,7 @@ def shown(frame: pd.DataFrame) -> pd.DataFrame:
 
 def analyze_missing(runs: Sequence[Path], *, trust_config: bool = False) -> list[str]:
     """Run degen-analyze on every finished run with an export and no analysis yet (kept: a rerun is free)."""
-    from degen_train.cli.analyze import analyze
+    from degen_train.analyze import analyze
 
     problems = []
     todo = [r for r in runs if (r / "hf" / "config.json").exists() and not (r / "analysis" / "metrics.json").exists()]

@@ -21,7 +21,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from degen_train.cli.paths import config_dir
+from degen_train.paths import config_dir
 from degen_train.provenance import code_version
 
 log = logging.getLogger("degen_train")

@@ -10,20 +10,43 @@ from typing import Any
 
 import datasets
 import lightning.pytorch as pl
+import pyarrow.compute
 import torch
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer
 
 from degen_train.accumulation import AccumulationWindows
+from degen_train.collectives import is_distributed
 from degen_train.data.collate import CausalLMCollator, MaskedLMCollator
 from degen_train.data.corpus import load_corpus, too_few_documents
 from degen_train.data.examples import build_examples
+from degen_train.data.mixture import (
+    MixtureBatchSampler,
+    SourceBatches,
+    SourcedExamples,
+    mixture_sources,
+    normalised,
+    with_sources,
+)
 from degen_train.data.sampling import PositionedExamples, ShardedBatches, StepBatchSampler
 from degen_train.data.tokenizer import get_tokenizer, tokenizer_identity
 from degen_train.io import cache_key
 from degen_train.rng import VALIDATION_SEED_OFFSET
+from degen_train.threads import usable_cpus
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SourceTables:
+    """One source of a mixture: its rows [start, start + size) of the concatenated train and validation tables."""
+
+    label: str
+    weight: float
+    train_start: int
+    train_size: int
+    validation_start: int
+    validation_size: int
 
 
 @dataclass(frozen=True)
@@ -32,6 +55,7 @@ class PreparedData:
     validation: datasets.Dataset
     tokenizer: Any
     corpus: dict[str, Any]  # where the documents came from (Corpus.provenance)
+    sources: tuple[SourceTables, ...] = ()  # a mixture's sources (data.sources); empty for one corpus
 
 
 def prepare_data(
@@ -41,17 +65,68 @@ def prepare_data(
 
     ``run_tokenizer``: a resumed run's own tokenizer folder (RUN/tokenizer), used as it is instead of the cache's
     or a newly trained one, so a fresh machine or cache resumes with the tokenizer the run was trained with."""
-    cache_dir = Path(str(cfg.cache_dir)).expanduser()
+    if cfg.get("sources"):
+        return prepare_mixture(cfg, family=family, data_format=data_format, seed=seed, run_tokenizer=run_tokenizer)
     corpus = load_corpus(cfg)
     if corpus.validation is None and not cfg.streaming and len(corpus.train) < 2:  # before a tokenizer is trained
         raise ValueError(too_few_documents(corpus, cfg))
+    tokenizer = _tokenizer(cfg, family, corpus.train, corpus.identity, run_tokenizer)
+    train, validation = _examples(cfg, corpus, tokenizer, data_format=data_format, seed=seed)
+    log.info(
+        "examples: %d train, %d validation (%s, block %d)", len(train), len(validation), data_format, cfg.block_size
+    )
+    return PreparedData(train, validation, tokenizer, corpus.provenance)
+
+
+def prepare_mixture(
+    cfg: Any, *, family: str, data_format: str, seed: int, run_tokenizer: Path | None = None
+) -> PreparedData:
+    """data.sources: each source's corpus and examples as prepare_data makes them, one tokenizer trained on the
+    documents of the sources interleaved at their weights (seeded by data.split_seed), the tables concatenated."""
+    sources = mixture_sources(cfg)
+    corpora = [load_corpus(source.data) for source in sources]
+    for source, corpus in zip(sources, corpora, strict=True):
+        if corpus.validation is None and not source.data.streaming and len(corpus.train) < 2:
+            raise ValueError(f"mixture source {source.label!r}: {too_few_documents(corpus, source.data)}")
+    used = [(s, c) for s, c in zip(sources, corpora, strict=True) if s.weight > 0]
+    weights = normalised([s.weight for s, _ in used])
+    # Until the first source runs out: the sample holds the sources at their weights and is never larger than the
+    # data (all_exhausted would repeat a small source with a large weight a millionfold before a large one ends).
+    documents = datasets.interleave_datasets(
+        [c.train for _, c in used], probabilities=weights, seed=int(cfg.split_seed), stopping_strategy="first_exhausted"
+    )
+    identity = cache_key("mixture", *[(s.label, s.weight, c.identity) for s, c in zip(sources, corpora, strict=True)])
+    tokenizer = _tokenizer(cfg, family, documents, identity, run_tokenizer)
+    tables, train, validation = [], [], []
+    for source, corpus in zip(sources, corpora, strict=True):
+        try:
+            source_train, source_validation = _examples(
+                source.data, corpus, tokenizer, data_format=data_format, seed=seed
+            )
+        except ValueError as error:
+            raise ValueError(f"mixture source {source.label!r}: {error}") from error
+        tables.append(SourceTables(source.label, source.weight, sum(map(len, train)), len(source_train),
+                                   sum(map(len, validation)), len(source_validation)))  # fmt: skip
+        train.append(source_train)
+        validation.append(source_validation)
+        log.info("source %s (weight %g): %d train, %d validation examples", source.label, source.weight,
+                 len(source_train), len(source_validation))  # fmt: skip
+    record = {"source": "mixture", "sources": [{"label": s.label, "weight": s.weight, **c.provenance}
+                                                for s, c in zip(sources, corpora, strict=True)]}  # fmt: skip
+    joined = (datasets.concatenate_datasets(train), datasets.concatenate_datasets(validation))
+    return PreparedData(*joined, tokenizer, record, tuple(tables))
+
+
+def _tokenizer(cfg: Any, family: str, documents: Any, identity: str, run_tokenizer: Path | None) -> Any:
     if run_tokenizer is not None:
-        tokenizer = AutoTokenizer.from_pretrained(str(run_tokenizer))
         log.info("tokenizer: the run's own, %s", run_tokenizer)
-    else:
-        tokenizer = get_tokenizer(
-            cfg.tokenizer, family=family, corpus=corpus.train, corpus_identity=corpus.identity, cache_dir=cache_dir
-        )
+        return AutoTokenizer.from_pretrained(str(run_tokenizer))
+    cache_dir = Path(str(cfg.cache_dir)).expanduser()
+    return get_tokenizer(cfg.tokenizer, family=family, corpus=documents, corpus_identity=identity, cache_dir=cache_dir)
+
+
+def _examples(cfg: Any, corpus: Any, tokenizer: Any, *, data_format: str, seed: int) -> tuple[Any, Any]:
+    """The corpus's train/validation documents, then each one's examples (cached)."""
     if corpus.validation is not None:
         train_docs, validation_docs = corpus.train, corpus.validation
     elif cfg.streaming:  # a stream has no random split: its first documents are the validation set
@@ -72,18 +147,38 @@ def prepare_data(
         cfg.validation_documents,
     )
     common = {
+        "num_proc": preparation_threads(cfg.get("num_proc")),
         "tokenizer": tokenizer,
         "data_format": data_format,
         "block_size": int(cfg.block_size),
         "seed": seed,
         "layout": str(cfg.get("examples", "packed")),
     }
-    train = build_examples(train_docs, cache_root=cache_dir, identity=identity + ":train", **common)
-    validation = build_examples(validation_docs, cache_root=cache_dir, identity=identity + ":validation", **common)
-    log.info(
-        "examples: %d train, %d validation (%s, block %d)", len(train), len(validation), data_format, cfg.block_size
-    )
-    return PreparedData(train, validation, tokenizer, corpus.provenance)
+    train = build_examples(train_docs, cache_root=Path(str(cfg.cache_dir)).expanduser(),
+                           identity=identity + ":train", **common)  # fmt: skip
+    validation = build_examples(validation_docs, cache_root=Path(str(cfg.cache_dir)).expanduser(),
+                                identity=identity + ":validation", **common)  # fmt: skip
+    return train, validation
+
+
+def preparation_threads(setting: int | None) -> int:
+    """data.num_proc: the threads that tokenize; null: the CPUs this process may use (affinity, cgroup quota)."""
+    return int(setting) if setting else usable_cpus().count
+
+
+def describe_prepared(data: PreparedData) -> dict[str, Any]:
+    """Where the prepared data lies and how big it is: what ``prepare_only=true`` prints for a job's later runs."""
+    tables = {}
+    for split, table in (("train", data.train), ("validation", data.validation)):
+        files = [Path(entry["filename"]) for entry in table.cache_files]
+        lengths = pyarrow.compute.list_value_length(table.data.column("input_ids"))
+        tables[split] = {
+            "examples": len(table),
+            "tokens": int(pyarrow.compute.sum(lengths).as_py() or 0),
+            "folder": ", ".join(dict.fromkeys(str(f.parent) for f in files)) or None,  # a mixture's: one per source
+            "bytes": sum(f.stat().st_size for f in files),
+        }
+    return {"tokenizer": str(data.tokenizer.name_or_path), **tables}
 
 
 def make_collator(tokenizer: Any, *, data_format: str, masking: Any, vocab_size: int) -> Any:
@@ -135,18 +230,23 @@ class PretrainDataModule(pl.LightningDataModule):
 
     def setup(self, stage: str) -> None:
         """Every process must train on the same tokenization and examples (node-local caches could differ)."""
-        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        if not is_distributed():
             return
         mine = (tokenizer_identity(self.data.tokenizer), len(self.data.train), len(self.data.validation))
         everyone: list[Any] = [None] * torch.distributed.get_world_size()
         torch.distributed.all_gather_object(everyone, mine)
         check_same_data(everyone)
 
-    def _loader(self, dataset: PositionedExamples, batch_sampler: Any) -> DataLoader:
+    def _loader(self, dataset: PositionedExamples, batch_sampler: Any, starts: list[int] | None = None) -> DataLoader:
+        """``starts``: a mixture's first row of each source in ``dataset``; each row's source then travels with the
+        batch (the shares logged in training, the per-source validation)."""
+        collate = self.collator
+        if starts is not None:
+            dataset, collate = SourcedExamples(dataset.examples, dataset.seed, starts), with_sources(self.collator)
         return DataLoader(
             dataset,
             batch_sampler=batch_sampler,
-            collate_fn=self.collator,
+            collate_fn=collate,
             num_workers=self.num_workers,
             # Its own generator: creating an iterator must not draw from the global RNG.
             generator=torch.Generator(),
@@ -172,19 +272,31 @@ class PretrainDataModule(pl.LightningDataModule):
         accumulate = trainer.accumulate_grad_batches if trainer is not None else 1
         start = trainer.global_step * accumulate if trainer is not None else 0
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
-        sampler = StepBatchSampler(
-            len(self.data.train),
-            batch_size=self.batch_size,
-            seed=self.seed,
-            start=start,
-            rank=rank,
-            world_size=world,
-            overfit_batches=self.overfit_batches,
-        )
-        return self._loader(PositionedExamples(self.data.train, self.seed), sampler)
+        if self.data.sources:
+            sizes, weights = [t.train_size for t in self.data.sources], [t.weight for t in self.data.sources]
+            sampler: Any = MixtureBatchSampler(sizes, weights, batch_size=self.batch_size, seed=self.seed, start=start,
+                                               rank=rank, world_size=world)  # fmt: skip
+        else:
+            sampler = StepBatchSampler(
+                len(self.data.train),
+                batch_size=self.batch_size,
+                seed=self.seed,
+                start=start,
+                rank=rank,
+                world_size=world,
+                overfit_batches=self.overfit_batches,
+            )
+        starts = [t.train_start for t in self.data.sources] if self.data.sources else None
+        return self._loader(PositionedExamples(self.data.train, self.seed), sampler, starts)
 
     def val_dataloader(self) -> DataLoader:
         trainer = self.trainer
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
-        batches = ShardedBatches(len(self.data.validation), batch_size=self.batch_size, rank=rank, world_size=world)
-        return self._loader(PositionedExamples(self.data.validation, self.seed + VALIDATION_SEED_OFFSET), batches)
+        if self.data.sources:  # each source's batches apart: its validation loss is logged on its own
+            spans = [(t.validation_start, t.validation_size) for t in self.data.sources]
+            batches: Any = SourceBatches(spans, batch_size=self.batch_size, rank=rank, world_size=world)
+        else:
+            batches = ShardedBatches(len(self.data.validation), batch_size=self.batch_size, rank=rank, world_size=world)
+        starts = [t.validation_start for t in self.data.sources] if self.data.sources else None
+        examples = PositionedExamples(self.data.validation, self.seed + VALIDATION_SEED_OFFSET)
+        return self._loader(examples, batches, starts)

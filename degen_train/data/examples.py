@@ -7,16 +7,16 @@
 - ``mlm_nsp``: [CLS] A [SEP] B [SEP] pairs, B the true continuation or (p = 0.5) text from another
   document, drawn once per corpus from the seed as in BERT's data preparation.
 
-Documents are read in batches and examples written to disk as they are made (``from_generator``),
-so a streamed corpus larger than memory becomes a memory-mapped table; random access then makes
-resuming exact and cheap.
+Documents are read in batches, tokenized by ``data.num_proc`` workers (encoding.py) and the examples
+written to disk as they are made: in committed shards for blocks and sentences (resumable.py: a killed
+preparation resumes), in one pass for NSP pairs. A streamed corpus larger than memory thus becomes a
+memory-mapped table; random access then makes resuming a training run exact and cheap.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import re
 import tempfile
 from collections import deque
 from collections.abc import Iterator
@@ -25,13 +25,15 @@ from typing import Any
 
 import datasets
 
+from degen_train.data.cache_lock import building
+from degen_train.data.encoding import documents_segment_ids, encoded_batches
+from degen_train.data.resumable import build_in_shards
 from degen_train.io import CACHE_ELSEWHERE, atomic_directory, cache_key
 
 log = logging.getLogger(__name__)
 
 FORMATS = ("mlm", "mlm_nsp", "causal")
 LAYOUTS = ("packed", "sentences")
-SENTENCE_BOUNDARY = re.compile(r"(?<=[.!?])\s+|\n+")
 READ_BATCH = 512
 NSP_POOL = 10_000  # documents kept for drawing random second segments
 
@@ -46,8 +48,11 @@ def build_examples(
     cache_root: Path,
     identity: str,
     layout: str = "packed",
+    num_proc: int = 1,
 ) -> datasets.Dataset:
-    """Examples with ``input_ids`` (and ``token_type_ids``, ``next_sentence_label`` for NSP)."""
+    """Examples with ``input_ids`` (and ``token_type_ids``, ``next_sentence_label`` for NSP).
+
+    ``num_proc`` threads tokenize; the examples are the same whatever it is (it is not in the cache key)."""
     if data_format not in FORMATS:
         raise ValueError(f"data format {data_format!r} is not one of {', '.join(FORMATS)}")
     if layout not in LAYOUTS:
@@ -61,22 +66,24 @@ def build_examples(
     if (target / "dataset_info.json").exists():
         log.info("examples cache hit: %s", target)
         return datasets.load_from_disk(str(target))
-    if data_format == "mlm_nsp":
-        rows = nsp_pairs(_segmented(documents, tokenizer), tokenizer, block_size=block_size, seed=seed)
-    elif layout == "sentences":
-        rows = sentence_examples(
-            _segmented(documents, tokenizer), tokenizer, data_format=data_format, block_size=block_size
-        )
-    else:
-        rows = packed_blocks(
-            _tokenized(documents, tokenizer), tokenizer, data_format=data_format, block_size=block_size
-        )
-    staged = atomic_directory(target, when_full=CACHE_ELSEWHERE)
-    with tempfile.TemporaryDirectory(dir=cache_root) as scratch, staged as staging:
-        examples = _materialise(rows, scratch)
-        if len(examples) == 0:
-            raise ValueError("the corpus gave no training example: it is shorter than one block")
-        examples.save_to_disk(str(staging))
+    with building(target):  # a second run needing the same examples waits here, then finds them built
+        if (target / "dataset_info.json").exists():
+            log.info("examples cache hit (built by another process while this one waited): %s", target)
+            return datasets.load_from_disk(str(target))
+        log.info("building examples into %s", target)
+        if data_format == "mlm_nsp":  # pairs draw from a pool of earlier documents: built in one pass
+            rows = nsp_pairs(_segmented(documents, tokenizer, num_proc), tokenizer, block_size=block_size, seed=seed)
+            staged = atomic_directory(target, when_full=CACHE_ELSEWHERE)
+            with tempfile.TemporaryDirectory(dir=cache_root) as scratch, staged as staging:
+                examples = _materialise(rows, scratch)
+                if len(examples) == 0:
+                    raise ValueError("the corpus gave no training example: it is shorter than one block")
+                examples.save_to_disk(str(staging))
+        else:
+            maker = example_maker(tokenizer, data_format=data_format, layout=layout, block_size=block_size)
+            segmented = layout == "sentences"
+            build_in_shards(documents, tokenizer, maker, target, segmented=segmented, threads=num_proc,
+                            read_batch=READ_BATCH)  # fmt: skip
     return datasets.load_from_disk(str(target))
 
 
@@ -100,65 +107,61 @@ def _batches(documents: Any) -> Iterator[list[str]]:
         yield batch["text"]
 
 
-def encode_texts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
-    """Token ids without special tokens, through the Rust tokenizer when there is one (whole documents:
-    no length limit applies before packing, so the wrapper's max-length warning would be noise)."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        return [encoding.ids for encoding in backend.encode_batch(texts, add_special_tokens=False)]
-    return tokenizer(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+def _segmented(documents: Any, tokenizer: Any, threads: int) -> Iterator[list[list[int]]]:
+    for batch in encoded_batches(_batches(documents), tokenizer, documents_segment_ids, threads=threads):
+        yield from (segments for segments in batch if segments)
 
 
-def _tokenized(documents: Any, tokenizer: Any) -> Iterator[list[int]]:
-    for texts in _batches(documents):
-        yield from encode_texts(tokenizer, texts)
-
-
-def _segmented(documents: Any, tokenizer: Any) -> Iterator[list[list[int]]]:
-    for texts in _batches(documents):
-        for text in texts:
-            segments = split_segments(text)
-            if segments:
-                ids = encode_texts(tokenizer, segments)
-                if any(ids):
-                    yield [s for s in ids if s]
-
-
-def packed_blocks(docs: Iterator[list[int]], tokenizer: Any, *, data_format: str, block_size: int) -> Iterator[dict]:
-    """Concatenate documents with a separator and cut the stream into framed blocks."""
+def frame(tokenizer: Any, data_format: str) -> tuple[list[int], list[int], int]:
+    """(head, tail, separator) of an example: [CLS] … [SEP] joined by [SEP] (mlm), or … joined by <|endoftext|>."""
     if data_format == "mlm":
-        head, tail, separator = [tokenizer.cls_token_id], [tokenizer.sep_token_id], tokenizer.sep_token_id
-    else:
-        head, tail, separator = [], [], tokenizer.eos_token_id
-    body = block_size - len(head) - len(tail)
-    stream: list[int] = []
-    for ids in docs:
+        return [tokenizer.cls_token_id], [tokenizer.sep_token_id], tokenizer.sep_token_id
+    return [], [], tokenizer.eos_token_id
+
+
+class PackedBlocks:
+    """Documents joined by a separator, the stream cut into framed blocks. ``carry`` is the stream's unfinished
+    tail: with it a preparation resumes where it stopped (resumable.build_in_shards)."""
+
+    def __init__(self, tokenizer: Any, *, data_format: str, block_size: int) -> None:
+        self.head, self.tail, self.separator = frame(tokenizer, data_format)
+        self.body = block_size - len(self.head) - len(self.tail)
+        self.carry: list[int] = []
+
+    def feed(self, ids: list[int]) -> list[dict]:
+        stream = self.carry
         stream.extend(ids)
-        stream.append(separator)
-        while len(stream) >= body:
-            yield {"input_ids": head + stream[:body] + tail}
-            del stream[:body]
-    if len(stream) >= min(8, body):  # a short last block is kept (padded) rather than thrown away
-        yield {"input_ids": head + stream + tail}
+        stream.append(self.separator)
+        full = len(stream) // self.body
+        rows = [{"input_ids": self.head + stream[i * self.body : (i + 1) * self.body] + self.tail} for i in range(full)]
+        del stream[: full * self.body]
+        return rows
+
+    def finish(self) -> list[dict]:
+        if len(self.carry) >= min(8, self.body):  # a short last block is kept (padded) rather than thrown away
+            return [{"input_ids": self.head + self.carry + self.tail}]
+        return []
 
 
-def sentence_examples(
-    docs: Iterator[list[list[int]]], tokenizer: Any, *, data_format: str, block_size: int
-) -> Iterator[dict]:
+class SentenceExamples:
     """One example per segment, truncated to the block: [CLS] s [SEP] (mlm) or s <|endoftext|> (causal)."""
-    if data_format == "mlm":
-        head, tail = [tokenizer.cls_token_id], [tokenizer.sep_token_id]
-    else:
-        head, tail = [], [tokenizer.eos_token_id]
-    body = block_size - len(head) - len(tail)
-    for segments in docs:
-        for ids in segments:
-            yield {"input_ids": head + ids[:body] + tail}
+
+    def __init__(self, tokenizer: Any, *, data_format: str, block_size: int) -> None:
+        head, tail, separator = frame(tokenizer, data_format)
+        self.head, self.tail = head, tail if data_format == "mlm" else [separator]
+        self.body = block_size - len(self.head) - len(self.tail)
+        self.carry: list[int] = []  # nothing crosses a document
+
+    def feed(self, segments: list[list[int]]) -> list[dict]:
+        return [{"input_ids": self.head + ids[: self.body] + self.tail} for ids in segments]
+
+    def finish(self) -> list[dict]:
+        return []
 
 
-def split_segments(text: str) -> list[str]:
-    """Sentence-like segments: split after . ! ? and at line breaks."""
-    return [part.strip() for part in SENTENCE_BOUNDARY.split(text) if part and part.strip()]
+def example_maker(tokenizer: Any, *, data_format: str, layout: str, block_size: int) -> Any:
+    kind = SentenceExamples if layout == "sentences" else PackedBlocks
+    return kind(tokenizer, data_format=data_format, block_size=block_size)
 
 
 def nsp_pairs(docs: Iterator[list[list[int]]], tokenizer: Any, *, block_size: int, seed: int) -> Iterator[dict]:

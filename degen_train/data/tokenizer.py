@@ -15,6 +15,7 @@ from typing import Any
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, BertTokenizerFast, GPT2TokenizerFast, PreTrainedTokenizerFast
 
+from degen_train.data.cache_lock import building
 from degen_train.io import CACHE_ELSEWHERE, atomic_directory, cache_key, resolve_pretrained
 
 log = logging.getLogger(__name__)
@@ -38,11 +39,15 @@ def get_tokenizer(
     if (target / "tokenizer.json").exists():
         log.info("tokenizer cache hit: %s", target)
         return AutoTokenizer.from_pretrained(str(target))
-    log.info("training a %s tokenizer (vocab %d) into %s", family, cfg.vocab_size, target)
-    texts = _texts(corpus, cfg.max_documents)
-    tokenizer = train_wordpiece(texts, cfg) if family == "encoder" else train_byte_bpe(texts, cfg)
-    with atomic_directory(target, when_full=CACHE_ELSEWHERE) as staging:
-        tokenizer.save_pretrained(str(staging))
+    with building(target):  # runs started together train it once
+        if not (target / "tokenizer.json").exists():
+            log.info("training a %s tokenizer (vocab %d) into %s", family, cfg.vocab_size, target)
+            texts = _texts(corpus, cfg.max_documents)
+            tokenizer = train_wordpiece(texts, cfg) if family == "encoder" else train_byte_bpe(texts, cfg)
+            with atomic_directory(target, when_full=CACHE_ELSEWHERE) as staging:
+                tokenizer.save_pretrained(str(staging))
+        else:
+            log.info("tokenizer cache hit (trained by another process while this one waited): %s", target)
     return AutoTokenizer.from_pretrained(str(target))
 
 

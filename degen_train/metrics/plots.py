@@ -19,7 +19,8 @@ def _title(axis: plt.Axes, text: str) -> None:
     axis.set_title(textwrap.fill(text, 70), fontsize=9)
 
 
-def _save(figure: plt.Figure, path: Path) -> Path:
+def save_figure(figure: plt.Figure, path: Path) -> Path:
+    """Laid out, written at the house's resolution, and closed (pyplot keeps every open figure)."""
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -55,7 +56,7 @@ def cone_plot(weights: Tensor, counts: Tensor, path: Path, title: str = "") -> P
     axis.set_xlabel("singular direction 1 (/ longest row norm)")
     axis.set_ylabel("singular direction 2 (/ longest row norm)")
     _title(axis, title or "embedding rows (cone plot)")
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def spectrum_plot(spectra: dict[str, Tensor], path: Path, title: str = "") -> Path:
@@ -68,7 +69,7 @@ def spectrum_plot(spectra: dict[str, Tensor], path: Path, title: str = "") -> Pa
     axis.set_ylabel("singular value / largest")
     axis.legend()
     _title(axis, title or "embedding singular value spectrum")
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def layer_cosine_plot(per_layer: dict[str, list[float]], path: Path, title: str = "") -> Path:
@@ -89,7 +90,7 @@ def layer_cosine_plot(per_layer: dict[str, list[float]], path: Path, title: str 
     axis.axhline(0, color="grey", lw=0.5)
     axis.legend()
     _title(axis, title or "anisotropy per layer")
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def outliers_per_layer_plot(layers: list[dict], path: Path, title: str = "") -> Path:
@@ -110,7 +111,7 @@ def outliers_per_layer_plot(layers: list[dict], path: Path, title: str = "") -> 
         axis.set_ylabel(label)
     left.axhline(3, color="grey", lw=0.5)
     figure.suptitle(textwrap.fill(title or "outliers per layer", 90), fontsize=9)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def cosine_histogram(
@@ -129,7 +130,7 @@ def cosine_histogram(
     axis.set_ylabel("density")
     axis.legend()
     _title(axis, title or "cosine of random pairs")
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def dimension_means_plot(means: list[float], outliers: list[int], path: Path, title: str = "") -> Path:
@@ -142,4 +143,4 @@ def dimension_means_plot(means: list[float], outliers: list[int], path: Path, ti
     axis.set_xlabel("dimension")
     axis.set_ylabel("mean value (last layer)")
     _title(axis, title or "mean value per dimension")
-    return _save(figure, path)
+    return save_figure(figure, path)

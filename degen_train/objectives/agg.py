@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from degen_train.accumulation import active_window
+from degen_train.collectives import sum_over_processes
 from degen_train.objectives.mlm import TokenPredictionTerm, token_accuracy
 from degen_train.terms import TermContext, distributed_mean, register_term
 from degen_train.types import ForwardOutput, TermOutput
@@ -124,9 +125,7 @@ class GatedLikelihoodTerm(TokenPredictionTerm):
                 self._add_step(window.counts["agg_target_ids"].to(self.counts.device, torch.long))
             return
         step = torch.bincount(targets, minlength=self.counts.numel())  # (V,)
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.all_reduce(step)
-        self._add_step(step)
+        self._add_step(sum_over_processes(step))
 
     def _add_step(self, step: Tensor) -> None:
         ids = step.nonzero().squeeze(1)

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from degen_train.collectives import gather_with_gradient, is_distributed
 from degen_train.rng import CROP_SALT, mix_seed
 from degen_train.terms import LossTerm, TermContext, register_term
 from degen_train.types import ForwardOutput, TermOutput
@@ -37,19 +38,6 @@ def sequence_contrastive_loss(
         logits = queries @ keys.T / temperature  # (2B, 2G)
         logits[torch.arange(2 * local), rows.to(logits.device)] = float("-inf")  # a view is not its own negative
         return F.cross_entropy(logits, positives.to(logits.device))
-
-
-def gather_with_gradient(local: Tensor) -> tuple[Tensor, int]:
-    """All processes' rows, and this process's offset in them.
-
-    The gather is differentiable: the gradient a process's loss puts on another process's rows is sent
-    back to their owner (summed over processes), so with DDP's averaging the update equals one process
-    holding the global batch. A detached gather would drop those terms (a biased gradient).
-    """
-    from torch.distributed.nn.functional import all_gather
-
-    rank = torch.distributed.get_rank()
-    return torch.cat(all_gather(local.contiguous())), rank * local.shape[0]
 
 
 def crop_views(ids: Tensor, attention_mask: Tensor, sample_seeds: Tensor, *, fraction: float) -> dict[str, Tensor]:
@@ -122,7 +110,7 @@ class SequenceContrastiveTerm(LossTerm):
         assert self.projection is not None
         first = self.projection(output.hidden_states[:, 0])  # (B, H) [CLS] of the main input
         second = self.projection(output.views[self.view_index].hidden_states[:, 0])  # (B, H) of the crop
-        if self.gather_negatives and torch.distributed.is_available() and torch.distributed.is_initialized():
+        if self.gather_negatives and is_distributed():
             all_first, offset = gather_with_gradient(first)
             all_second, _ = gather_with_gradient(second)
             loss = sequence_contrastive_loss(

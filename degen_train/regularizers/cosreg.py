@@ -7,6 +7,7 @@ import logging
 import torch
 from torch import Tensor, nn
 
+from degen_train.collectives import is_distributed, sum_over_processes, sum_with_gradient
 from degen_train.parallel import local_shard
 from degen_train.terms import LossTerm, TermContext, register_term
 from degen_train.types import ForwardOutput, TermOutput
@@ -94,15 +95,12 @@ def global_cosine_regularizer(vectors: Tensor, *, normalization: str = "n_square
     The sum of unit vectors is all-reduced with a differentiable collective: every process computes the same
     global value, whose gradient the collective's backward sums over processes and DDP then averages, so the
     update equals one process holding the global batch (Gao et al. 2019, eq. 4, on hidden states)."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+    if not is_distributed():
         count = torch.tensor(float(vectors.shape[0]), device=vectors.device)
         return cosine_regularizer(vectors, normalization=normalization), count
-    from torch.distributed.nn.functional import all_reduce
-
     with torch.autocast(device_type=vectors.device.type, enabled=False):
-        total = all_reduce(torch.nn.functional.normalize(vectors.float(), dim=-1).sum(0))  # (H,) Σ over processes
-        count = torch.tensor(float(vectors.shape[0]), device=vectors.device)
-        torch.distributed.all_reduce(count)
+        total = sum_with_gradient(torch.nn.functional.normalize(vectors.float(), dim=-1).sum(0))  # (H,) Σ, processes
+        count = sum_over_processes(torch.tensor(float(vectors.shape[0]), device=vectors.device))
         if count < 2:
             return total.new_zeros(()), count
         pairs = count * count if normalization == "n_squared" else count * (count - 1)
@@ -190,8 +188,5 @@ class CosineRegularizer(LossTerm):
         ids = output.original_ids if output.original_ids is not None else output.input_ids
         batch_seen = torch.zeros_like(self.seen)
         batch_seen[ids[output.attention_mask.bool()]] = True
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            as_int = batch_seen.to(torch.uint8)
-            torch.distributed.all_reduce(as_int, op=torch.distributed.ReduceOp.MAX)
-            batch_seen = as_int.bool()
+        batch_seen = sum_over_processes(batch_seen.to(torch.uint8), op="max").bool()  # seen by any process
         self.seen |= batch_seen

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
+from degen_train.collectives import is_distributed, sum_over_processes, sum_with_gradient
 from degen_train.terms import LossTerm, TermContext, register_term
 from degen_train.types import ForwardOutput, TermOutput
 
@@ -27,15 +28,6 @@ def isoscore_of_covariance(covariance: Tensor) -> Tensor:
     return ((n - defect**2 * (n - math.sqrt(n))) ** 2 - n) / (n * (n - 1))
 
 
-def _all_reduce(part: Tensor) -> Tensor:
-    """Σ over processes, differentiable (every process's states get their share of the gradient)."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        from torch.distributed.nn.functional import all_reduce
-
-        return all_reduce(part)
-    return part
-
-
 def global_covariance(vectors: Tensor) -> Tensor:
     """Unbiased covariance (d, d) of the vectors of every process (torch.cov's value with one process).
 
@@ -44,12 +36,10 @@ def global_covariance(vectors: Tensor) -> Tensor:
     (IsoScore 0.2778 instead of 0.2729 at ‖μ‖ ≈ 800).
     """
     vectors = vectors.float()
-    count = vectors.new_tensor(float(vectors.shape[0]))
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.all_reduce(count)
-    mean = _all_reduce(vectors.sum(0)) / count  # (d,)
+    count = sum_over_processes(vectors.new_tensor(float(vectors.shape[0])))
+    mean = sum_with_gradient(vectors.sum(0)) / count  # (d,)
     centred = vectors - mean  # (N, d)
-    return _all_reduce(centred.T @ centred) / (count - 1).clamp_min(1)
+    return sum_with_gradient(centred.T @ centred) / (count - 1).clamp_min(1)
 
 
 class CovarianceSums:
@@ -70,10 +60,9 @@ class CovarianceSums:
 
     def all_reduce(self) -> None:
         """Sum over processes (each sampled its share of the same global batches)."""
-        if self.total is None or not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        if self.total is None or not is_distributed():
             return
-        joined = torch.cat([self.total, self.gram.reshape(-1), self.total.new_tensor([self.count])])
-        torch.distributed.all_reduce(joined)
+        joined = sum_over_processes(torch.cat([self.total, self.gram.reshape(-1), self.total.new_tensor([self.count])]))
         d = self.total.numel()
         self.total, self.gram, self.count = joined[:d], joined[d : d + d * d].reshape(d, d), float(joined[-1])
 
@@ -156,9 +145,7 @@ class IsoScoreStarTerm(LossTerm):
         sums = CovarianceSums()
         for output in outputs:
             sums.add(self.states(output))
-            taken = torch.tensor(sums.count, device=output.hidden_states.device)
-            if torch.distributed.is_available() and torch.distributed.is_initialized():
-                torch.distributed.all_reduce(taken)
+            taken = sum_over_processes(torch.tensor(sums.count, device=output.hidden_states.device))
             if taken.item() > wanted:  # released get_ci: stop once past max_points
                 break
         sums.all_reduce()

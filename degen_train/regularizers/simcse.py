@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from degen_train.regularizers.coco_scl import gather_with_gradient
+from degen_train.collectives import gather_with_gradient, is_distributed
 from degen_train.terms import LossTerm, TermContext, distributed_mean, register_term
 from degen_train.types import ForwardOutput, TermOutput
 
@@ -84,7 +84,7 @@ class DropoutContrastTerm(LossTerm):
     def forward(self, output: ForwardOutput) -> TermOutput:
         first, second = self.pool(output.views[self.view_index]).chunk(2)  # (B, H) each
         count = torch.tensor(float(first.shape[0]), device=first.device)
-        if self.gather_negatives and torch.distributed.is_available() and torch.distributed.is_initialized():
+        if self.gather_negatives and is_distributed():
             keys, offset = gather_with_gradient(second)
             total = simcse_loss_sum(first, second, temperature=self.temperature, keys=keys, offset=offset)
         else:

@@ -48,7 +48,7 @@ def install_spectral_factors(model: nn.Module) -> SpectralFactors:
     targets = [model.get_submodule(name.rsplit(".", 1)[0]) for name in names]
     factors = SpectralFactors(targets[-1].weight)
     for module in targets:
-        del module._parameters["weight"]  # a computed tensor from now on, not a parameter
+        del module.weight  # nn.Module drops the parameter: a computed tensor from now on
     model.add_module(FACTORS, factors)
 
     def refresh(*_: Any) -> None:

@@ -66,7 +66,7 @@ def test_a_run_never_writes_into_another_runs_folder(tmp_path: Path, source_run:
 def test_analysis_reads_only_files_inside_a_handed_over_folder(tmp_path: Path, source_run: Path) -> None:
     """Before: degen-analyze read whatever file RUN/config.yaml named as its corpus (/etc/passwd, say) and created
     the cache folder the config named."""
-    from degen_train.cli.analyze import analyze
+    from degen_train.analyze import analyze
 
     handed = tmp_path / "handed"
     shutil.copytree(source_run / "hf", handed / "hf")
@@ -85,7 +85,7 @@ def test_analysis_reads_only_files_inside_a_handed_over_folder(tmp_path: Path, s
 
 def test_a_model_folder_without_its_tokenizer_is_refused(tmp_path: Path, source_run: Path) -> None:
     """Before: degen-eval and degen-analyze scored with an empty 5-token tokenizer (every word [UNK]), exit 0."""
-    from degen_train.cli.analyze import analyze
+    from degen_train.analyze import analyze
     from degen_train.cli.evaluate import main as evaluate_main
 
     bare = tmp_path / "bare"

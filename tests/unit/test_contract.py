@@ -16,7 +16,7 @@ from degen_train.catalog import build_terms, discover_terms
 from degen_train.models.backbone import Backbone
 from degen_train.terms import TERM_REGISTRY, LossTerm, TermContext, WeightedSum
 from degen_train.types import EXTRAS, OPTIONAL_FIELDS
-from tests.unit.test_corruption import masked_batch, tiny_backbone
+from tests.helpers import masked_batch, tiny_backbone
 
 PLUGIN = '''
 import torch
@@ -140,14 +140,31 @@ def test_a_weighted_term_keeps_its_heads() -> None:
 
 
 def test_the_lightning_internals_we_use_are_still_there(tmp_path: Path) -> None:
-    """The house uses two private Lightning pieces; when Lightning moves them, this fails first, by name."""
+    """The private Lightning pieces the house leans on (README: Where the house departs); when Lightning moves one,
+    this fails first, by name."""
     import lightning.pytorch as pl
+    from lightning.pytorch.loggers import CSVLogger
     from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    # parallel.py: FSDP2 through ModelParallelStrategy with no tensor parallelism sets these two sizes itself (the
+    # strategy has no public setter) and reads whether the checkpoint is sharded from the third.
+    strategy = ModelParallelStrategy(save_distributed_checkpoint=False)
+    for name in ("_data_parallel_size", "_tensor_parallel_size", "_save_distributed_checkpoint"):
+        assert hasattr(strategy, name), name
+    assert strategy._save_distributed_checkpoint is False
+    # muon.py: the float32 Newton–Schulz path scales its rate with torch's own rule, a private function.
+    from torch.optim._muon import _adjust_lr
+
+    assert callable(_adjust_lr)
+    # loggers.py: the resumable CSV logger reads metrics.csv through the logger's filesystem and keeps its writer.
+    csv_logger = CSVLogger(save_dir=str(tmp_path / "plain"))
+    assert hasattr(csv_logger, "_fs") and hasattr(csv_logger, "_experiment")
 
     from degen_train.loggers import ResumableCSVLogger
 
     trainer = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
-    # cli/train.py stamps the final validation with the step count through this counter.
+    # pretrain.py stamps the final validation with the step count through this counter.
     assert isinstance(trainer.fit_loop.epoch_loop._batches_that_stepped, int)
     # loggers.py keeps a resumed metrics.csv by overriding this hook, which ExperimentWriter calls on creation.
     assert callable(ExperimentWriter._check_log_dir_exists)

@@ -6,15 +6,14 @@ import math
 
 import pytest
 import torch
-from transformers import BertConfig, BertForMaskedLM
 
-from degen_train.models.backbone import Backbone
 from degen_train.models.generator import sample_replacements
 from degen_train.objectives.coco_clm import CorrectiveLMTerm, corrective_lm_paper, corrective_lm_released
 from degen_train.objectives.electra import replaced_token_detection
 from degen_train.regularizers.coco_scl import SequenceContrastiveTerm, crop_views, sequence_contrastive_loss
 from degen_train.rng import mix_seed
 from degen_train.terms import TermContext, WeightedSum
+from tests.helpers import masked_batch, tiny_backbone
 
 
 def test_corrective_lm_hand_cases() -> None:
@@ -75,35 +74,6 @@ def test_sampling_is_seeded_per_example() -> None:
     both = sample_replacements(logits, selected, seeds)
     alone = sample_replacements(logits[2:], selected[1:], seeds[1:])
     assert torch.equal(both[2:], alone)
-
-
-def tiny_backbone() -> Backbone:
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=30,
-        hidden_size=16,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        intermediate_size=32,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
-    return Backbone(BertForMaskedLM(config))
-
-
-def masked_batch() -> dict:
-    original = torch.tensor([[2, 7, 8, 9, 10, 3], [2, 11, 12, 13, 3, 0]])
-    mask = (original != 0).long()
-    labels = torch.full_like(original, -100)
-    labels[0, 2], labels[1, 1], labels[1, 3] = 8, 11, 13
-    inputs = torch.where(labels != -100, torch.full_like(original, 4), original)
-    return {
-        "input_ids": inputs,
-        "original_ids": original,
-        "attention_mask": mask,
-        "labels": labels,
-        "sample_seed": torch.tensor([11, 12]),
-    }
 
 
 def test_main_loss_does_not_reach_the_generator_through_the_samples() -> None:

@@ -20,7 +20,7 @@ from degen_train.objectives.coco_clm import CorrectiveLMTerm
 from degen_train.objectives.electra import ElectraTerm
 from degen_train.regularizers.coco_scl import SequenceContrastiveTerm
 from degen_train.terms import TermContext, WeightedSum
-from tests.unit.test_corruption import masked_batch
+from tests.helpers import masked_batch
 
 
 def masking_shares(recipe: str) -> tuple[float, float, float]:

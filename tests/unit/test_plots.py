@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from degen_train.cli.analyze import model_name
+from degen_train.analyze import model_name
 from degen_train.metrics import plots
 
 
@@ -19,7 +19,7 @@ from degen_train.metrics import plots
 def drawn(monkeypatch: pytest.MonkeyPatch) -> list[plt.Figure]:
     """The figures the plot functions draw, kept open instead of saved."""
     figures: list[plt.Figure] = []
-    monkeypatch.setattr(plots, "_save", lambda figure, path: figures.append(figure) or path)
+    monkeypatch.setattr(plots, "save_figure", lambda figure, path: figures.append(figure) or path)
     return figures
 
 
