@@ -25,7 +25,7 @@ from degen_train.finetune.cell import (
 from degen_train.finetune.metrics import accuracy, f1, glue_average, matthews, pearson, spearman, task_score
 from degen_train.finetune.tasks import GLUE_TASKS, load_custom_task, load_glue_task
 from tests.conftest import SHARED_DATA
-from tests.helpers import run
+from tests.helpers import run, tiny_rte, write_file
 
 GLUE = SHARED_DATA / "glue"
 needs_glue = pytest.mark.skipif(not GLUE.is_dir(), reason=f"{GLUE} is missing (the shared data of the project's "
@@ -38,22 +38,16 @@ def minilm() -> Path:
     return Path(package.__file__).parent / "model"
 
 
-def write(path: Path, text: str, encoding: str = "utf-8") -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding=encoding)
-    return path
-
-
 def glue_folder(root: Path) -> Path:
     """A small GLUE download with each layout's quirks: CoLA without a header, MRPC's byte-order mark, MNLI's two
     dev files with more columns than train, STS-B's scores, a quote character inside a sentence."""
     cola = ["gj04\t1\t\tThe sailors rode the breeze clear of the rocks.", 'gj04\t0\t*\tThe "more" we eat.']
-    write(root / "CoLA/train.tsv", "\n".join(cola) + "\n")
-    write(root / "CoLA/dev.tsv", "gj04\t1\t\tShe left.\n")
+    write_file(root / "CoLA/train.tsv", "\n".join(cola) + "\n")
+    write_file(root / "CoLA/dev.tsv", "gj04\t1\t\tShe left.\n")
     mrpc = ["Quality\t#1 ID\t#2 ID\t#1 String\t#2 String", '1\t1\t2\tHe said "yes".\tHe agreed.',
             "0\t3\t4\tA cat.\tA car."]
-    write(root / "MRPC/train.tsv", "\n".join(mrpc) + "\n", encoding="utf-8-sig")
-    write(root / "MRPC/dev.tsv", "\n".join(mrpc) + "\n", encoding="utf-8-sig")
+    write_file(root / "MRPC/train.tsv", "\n".join(mrpc) + "\n", encoding="utf-8-sig")
+    write_file(root / "MRPC/dev.tsv", "\n".join(mrpc) + "\n", encoding="utf-8-sig")
     columns = ["index", "promptID", "pairID", "genre", "s1b", "s2b", "s1p", "s2p", "sentence1", "sentence2"]
     row = ["0", "1", "1e", "fiction", "", "", "", "", "A man sleeps.", "A man rests."]
     mnli_train = "\t".join([*columns, "label1", "gold_label"]) + "\n" + "\t".join([*row, "entailment", "entailment"])
@@ -61,13 +55,13 @@ def glue_folder(root: Path) -> Path:
     dev_labels = ["contradiction", "contradiction", "contradiction", "neutral", "contradiction", "contradiction"]
     mnli_dev = "\t".join([*columns, "label1", "label2", "label3", "label4", "label5", "gold_label"]) + "\n"
     mnli_dev += "\t".join([*row, *dev_labels]) + "\n"
-    write(root / "MNLI/train.tsv", mnli_train)
-    write(root / "MNLI/dev_matched.tsv", mnli_dev)
-    write(root / "MNLI/dev_mismatched.tsv", mnli_dev)
+    write_file(root / "MNLI/train.tsv", mnli_train)
+    write_file(root / "MNLI/dev_matched.tsv", mnli_dev)
+    write_file(root / "MNLI/dev_mismatched.tsv", mnli_dev)
     sts = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
     sts += "0\tmain-captions\tMSRvid\t2012test\t0001\tnone\tnone\tA plane takes off.\tA plane is taking off.\t5.000\n"
-    write(root / "STS-B/train.tsv", sts)
-    write(root / "STS-B/dev.tsv", sts)
+    write_file(root / "STS-B/train.tsv", sts)
+    write_file(root / "STS-B/dev.tsv", sts)
     return root
 
 
@@ -104,8 +98,8 @@ def test_each_glue_layout_is_read_as_documented(tmp_path: Path) -> None:
 def test_a_file_that_does_not_fit_its_task_is_named_with_its_line(
     tmp_path: Path, task: str, file: str, text: str, message: str
 ) -> None:
-    write(tmp_path / file, text)
-    write(tmp_path / file.replace("train", "dev"), text)
+    write_file(tmp_path / file, text)
+    write_file(tmp_path / file.replace("train", "dev"), text)
     with pytest.raises(ValueError, match=message):
         load_glue_task(task, tmp_path)
 
@@ -161,7 +155,7 @@ def tiny_task(tmp_path: Path, rows: int = 24) -> Path:
     lines = ["premise,hypothesis,label"]
     for i in range(rows):
         lines.append(f"the cat number {i} sleeps on the mat,a cat {'sleeps' if i % 2 else 'runs'},{i % 2}")
-    return write(tmp_path / "task" / "train.csv", "\n".join(lines) + "\n")
+    return write_file(tmp_path / "task" / "train.csv", "\n".join(lines) + "\n")
 
 
 def test_one_cell_equals_hf_trainer_in_weights_and_dev_metric(tmp_path: Path, minilm: Path) -> None:
@@ -215,7 +209,7 @@ def test_the_grid_resumes_skipping_finished_cells_and_refuses_other_settings(
 
 def test_a_users_task_refuses_a_dev_label_it_never_trained_on(tmp_path: Path) -> None:
     train = tiny_task(tmp_path)
-    dev = write(tmp_path / "task" / "dev.csv", "premise,hypothesis,label\na,b,1\nc,d,2\n")
+    dev = write_file(tmp_path / "task" / "dev.csv", "premise,hypothesis,label\na,b,1\nc,d,2\n")
     with pytest.raises(ValueError, match=r"dev\.csv, line 3: label '2' is not one of the training labels 0, 1"):
         load_custom_task("pairs", train, dev, text_columns=["premise", "hypothesis"], label_column="label")
     with pytest.raises(ValueError, match=r"train\.csv, line 1: no column 'gold'"):
@@ -249,15 +243,6 @@ def test_glue_tasks_table_is_complete() -> None:
     assert sorted(GLUE_TASKS) == sorted(["cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli"])
 
 
-def tiny_rte(root: Path, rows: int = 16) -> Path:
-    header = "index\tsentence1\tsentence2\tlabel\n"
-    body = "".join(f"{i}\tthe cat {i} sleeps on the mat\ta cat {'sleeps' if i % 2 else 'runs'}\t"
-                   f"{'entailment' if i % 2 else 'not_entailment'}\n" for i in range(rows))  # fmt: skip
-    write(root / "RTE" / "train.tsv", header + body)
-    write(root / "RTE" / "dev.tsv", header + body)
-    return root
-
-
 def test_eval_glue_fine_tunes_the_export_into_the_summary_and_the_report(tmp_path: Path) -> None:
     """eval.glue at the end of a pretraining run: RUN/glue/ holds the grid, summary.json the scores, and
     degen-report a glue/rte and glue/average column with mean ± std over pretraining seeds."""
@@ -278,6 +263,23 @@ def test_eval_glue_fine_tunes_the_export_into_the_summary_and_the_report(tmp_pat
     }
 
 
+@pytest.mark.slow
+def test_eval_glue_after_a_two_process_pretraining_run_fine_tunes_on_rank_0_alone(tmp_path: Path) -> None:
+    """A DDP pretraining run with eval.glue: rank 0 fine-tunes the export in its own process (rank 1 has finished),
+    never waiting for a partner that is not there, and the scores land in summary.json."""
+    from tests.helpers import on_two_processes
+
+    glue_dir = tiny_rte(tmp_path / "glue_data")
+    settings = ["eval.glue=[rte]", f"eval.glue_dir={glue_dir}", "eval.finetune.learning_rates=[1e-4]",
+                "eval.finetune.seeds=1", "eval.finetune.epochs=1", "eval.finetune.batch_size=8",
+                "eval.finetune.max_length=32", "trainer.max_steps=2", "data.tokenizer.vocab_size=1000",
+                "strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu", "data.batch_size=4",
+                "trainer.enable_progress_bar=false", "trainer.limit_val_batches=2"]  # fmt: skip
+    on_two_processes([(tmp_path / "run", settings)], timeout=600)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert set(summary["glue"]["tasks"]) == {"rte"} and 0 <= summary["glue"]["average"] <= 100
+
+
 def test_eval_glue_settings_are_checked_before_training(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"eval\.glue needs eval\.glue_dir"):
         run(tmp_path / "a", "eval.glue=[rte]")
@@ -290,7 +292,7 @@ def test_eval_glue_settings_are_checked_before_training(tmp_path: Path) -> None:
 
 def test_a_fine_tuned_model_is_kept_and_degen_analyze_reads_it(tmp_path: Path, minilm: Path) -> None:
     """--save-models: geometry after fine-tuning (Rajaee & Pilehvar 2021) with the same instrument as before."""
-    from degen_train.cli.analyze import analyze
+    from degen_train.analyze import analyze
 
     train = tiny_task(tmp_path, rows=16)
     arguments = [str(minilm), "--train", str(train), "--dev", str(train), "--text-columns", "premise,hypothesis",
@@ -299,7 +301,8 @@ def test_a_fine_tuned_model_is_kept_and_degen_analyze_reads_it(tmp_path: Path, m
     finetune(parser().parse_args(arguments))
     kept = grid.cell_file(tmp_path / "out", "custom", 5e-5, 1).parent / "model"
     assert (kept / "config.json").exists() and (kept / "tokenizer.json").exists()
-    corpus = write(tmp_path / "sentences.txt", "\n".join(f"the cat number {i} sleeps on the mat" for i in range(40)))
+    sentences = "\n".join(f"the cat number {i} sleeps on the mat" for i in range(40))
+    corpus = write_file(tmp_path / "sentences.txt", sentences)
     after = analyze(kept, corpus=str(corpus), max_sentences=40, out=tmp_path / "after")
     before = analyze(minilm, corpus=str(corpus), max_sentences=40, out=tmp_path / "before")
     assert len(after["layers"]) == len(before["layers"]) == 7  # embeddings + MiniLM's 6 layers
@@ -308,9 +311,63 @@ def test_a_fine_tuned_model_is_kept_and_degen_analyze_reads_it(tmp_path: Path, m
 
 def test_a_users_json_lines_task_is_read_and_a_bad_line_named(tmp_path: Path) -> None:
     rows = [json.dumps({"text": f"sentence {i}", "label": "pos" if i % 2 else "neg"}) for i in range(4)]
-    good = write(tmp_path / "train.jsonl", "\n".join(rows) + "\n")
+    good = write_file(tmp_path / "train.jsonl", "\n".join(rows) + "\n")
     task = load_custom_task("mine", good, good, text_columns=["text"], label_column="label")
     assert task.layout.labels == ("neg", "pos") and task.train.labels == [0, 1, 0, 1]
-    bad = write(tmp_path / "dev.jsonl", rows[0] + '\n{"text": "cut\n')
+    bad = write_file(tmp_path / "dev.jsonl", rows[0] + '\n{"text": "cut\n')
     with pytest.raises(ValueError, match=r"dev\.jsonl, line 2, is not JSON \("):
         load_custom_task("mine", good, bad, text_columns=["text"], label_column="label")
+
+
+def tiny_bert(folder: Path, tokenizer_from: Path) -> Path:
+    """A 2-layer BERT without dropout (so one process and two see the same function), MiniLM's tokenizer."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout=0.0)  # fmt: skip
+    BertModel(config).save_pretrained(str(folder))
+    AutoTokenizer.from_pretrained(str(tokenizer_from)).save_pretrained(str(folder))
+    return folder
+
+
+def test_two_processes_fine_tune_as_one_holding_the_global_batch(tmp_path: Path, minilm: Path) -> None:
+    """degen-finetune --devices 2 (torchrun, DDP) against one process: the same weights after 6 updates of a global
+    batch of 8 over 17 rows (each epoch's last batch holds one row: one process trains on a weight-0 row), and the
+    same dev metrics; only rank 0 writes."""
+    import os
+    import subprocess
+    import sys
+
+    model = tiny_bert(tmp_path / "tiny", minilm)
+    train = tiny_task(tmp_path, rows=17)
+    common = [str(model), "--train", str(train), "--dev", str(train), "--text-columns", "premise,hypothesis",
+              "--epochs", "2", "--batch-size", "8", "--max-length", "32", "--lr", "1e-3", "--seeds", "1",
+              "--warmup-ratio", "0", "--save-models"]  # fmt: skip
+    command = [str(Path(sys.executable).parent / "degen-finetune"), *common]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # torchrun's own per-process default, for the one process too
+    for devices, out in ((1, "one"), (2, "two")):
+        done = subprocess.run([*command, "--out", str(tmp_path / out), "--devices", str(devices)], env=env,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.count("| custom |") == 1  # the summary printed once, by rank 0
+    cells = {out: grid.cell_file(tmp_path / out, "custom", 1e-3, 1) for out in ("one", "two")}
+    results = {out: json.loads(cell.read_text()) for out, cell in cells.items()}
+    assert results["one"]["steps"] == results["two"]["steps"] == 6
+    assert results["one"]["dev"] == results["two"]["dev"]
+    from safetensors.torch import load_file
+
+    weights = {out: load_file(str(cell.parent / "model" / "model.safetensors")) for out, cell in cells.items()}
+    start = load_file(str(model / "model.safetensors"))  # the encoder's own names, without "bert."
+    moved = max((weights["one"][f"bert.{k}"] - start[k]).abs().max() for k in start if f"bert.{k}" in weights["one"])
+    assert moved > 1e-3  # training changed the encoder: the comparison below is not of untouched weights
+    for name, tensor in weights["one"].items():
+        torch.testing.assert_close(weights["two"][name], tensor, rtol=0, atol=1e-5, msg=name)
+
+
+def test_the_torchrun_command_drops_devices_and_keeps_the_rest() -> None:
+    from degen_train.cli.finetune import torchrun_command
+
+    command = torchrun_command(2, ["MODEL", "--devices", "2", "--task", "rte", "--devices=2", "--out", "O"])
+    assert command[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    assert command[6:] == ["MODEL", "--task", "rte", "--out", "O"]

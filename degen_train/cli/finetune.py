@@ -18,7 +18,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from degen_train.cli.paths import config_dir  # noqa: E402
+from degen_train.paths import config_dir  # noqa: E402
 
 log = logging.getLogger("degen_train.finetune")
 DEFAULT_TASKS = ["rte", "sst2", "stsb"]  # the three tasks the seed papers' small-compute tables share
@@ -44,6 +44,9 @@ def parser() -> argparse.ArgumentParser:
                    help="torch's for-loop AdamW instead of its fused kernel")  # fmt: skip
     p.add_argument("--save-models", action="store_true",
                    help="keep each cell's fine-tuned model in OUT/TASK/lr=LR/seed=S/model/ (degen-analyze reads it)")
+    p.add_argument("--devices", type=int, default=1,
+                   help="processes per cell (DDP, one global batch of --batch-size rows): degen-finetune starts them "
+                        "through torchrun; under a launcher of your own, leave it out")  # fmt: skip
     own = p.add_argument_group("a task of your own")
     own.add_argument("--train", help="its training file (.csv, .tsv or .jsonl)")
     own.add_argument("--dev", help="its dev file, scored after training")
@@ -79,9 +82,27 @@ def finetune(args: argparse.Namespace) -> dict:
                     protocol=protocol, out=Path(args.out), save_models=args.save_models)  # fmt: skip
 
 
+def torchrun_command(devices: int, argv: Sequence[str]) -> list[str]:
+    """This command again under torchrun with ``devices`` processes on this machine (--devices left out)."""
+    rest, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--devices":
+            skip = True
+        elif not arg.startswith("--devices="):
+            rest.append(arg)
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={devices}",
+            sys.argv[0], *rest]  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s")
     args = parser().parse_args(argv)
+    if args.devices < 1:
+        sys.exit(f"degen-finetune: error: --devices {args.devices}: give 1 or more processes")
+    if args.devices > 1 and "WORLD_SIZE" not in os.environ:  # not yet under a launcher: start one
+        os.execv(sys.executable, torchrun_command(args.devices, sys.argv[1:] if argv is None else argv))
     from degen_train.quiet import silence_known_noise
 
     silence_known_noise()
@@ -91,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(f"degen-finetune: error: {error}")
     from degen_train.finetune.grid import format_summary
 
-    print(format_summary(summary), end="")
+    if int(os.environ.get("RANK", 0)) == 0:
+        print(format_summary(summary), end="")
 
 
 if __name__ == "__main__":

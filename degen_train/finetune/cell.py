@@ -6,12 +6,19 @@ gradient norm clipped at 1, dropout on while training and off for scoring, each 
 The seed draws the head's initial weights, then is set again before training (as ``Trainer`` does); epoch e visits
 the examples in ``randperm(n)`` of a generator seeded with seed + e (as accelerate's seedable sampler does), so a
 cell equals an HF ``Trainer`` run of the same settings (tests/test_finetune.py holds it to that).
+
+Started by a launcher (``torchrun --nproc-per-node N``, or ``degen-finetune --devices N`` which starts torchrun),
+each cell trains with DDP: each process takes its share of every global batch of ``batch_size`` rows, and its loss
+is its rows' summed loss over the global batch's row count, times the process count (DDP averages gradients over
+processes), so N processes update the weights as one process holding the global batch does — also for an uneven
+last batch, where a process left without a row trains on one row with weight 0.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -72,6 +79,69 @@ class EpochSeededSampler(Sampler[int]):
         return self.size
 
 
+@dataclass(frozen=True)
+class Processes:
+    """This process's place among a launcher's processes (torchrun's RANK, WORLD_SIZE, LOCAL_WORLD_SIZE)."""
+
+    rank: int = 0
+    world: int = 1
+    local: int = 1
+
+    @classmethod
+    def from_environment(cls) -> Processes:
+        world = int(os.environ.get("WORLD_SIZE", 1))
+        return cls(int(os.environ.get("RANK", 0)), world, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+
+
+class GlobalBatchShards(Sampler[list[tuple[int, float, int]]]):
+    """This process's rows of each global batch of ``EpochSeededSampler``'s order, as (row, weight, rows in the
+    global batch): the global batch cut into ``world`` contiguous pieces; a process whose piece is empty (a last
+    batch of fewer rows than processes) gets the batch's first row with weight 0, so every process runs the same
+    steps."""
+
+    def __init__(self, size: int, seed: int, batch_size: int, rank: int, world: int) -> None:
+        # Named ``sampler``: Lightning sets the epoch on a batch sampler's ``sampler``, not on the batch sampler.
+        self.sampler = EpochSeededSampler(size, seed)
+        self.batch_size, self.rank, self.world = batch_size, rank, world
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[list[tuple[int, float, int]]]:
+        order = list(self.sampler)
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            per = math.ceil(len(batch) / self.world)
+            mine = batch[self.rank * per : (self.rank + 1) * per]
+            yield [(row, 1.0, len(batch)) for row in mine] if mine else [(batch[0], 0.0, len(batch))]
+
+    def __len__(self) -> int:
+        return math.ceil(self.sampler.size / self.batch_size)
+
+
+class WeightedRows(torch.utils.data.Dataset):
+    """Rows looked up by (row, weight, rows in the global batch), the last two added to each row."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, key: tuple[int, float, int]) -> dict[str, Any]:
+        row, weight, global_rows = key
+        return {**self.rows[row], "weight": weight, "global_rows": global_rows}
+
+
+def weighted_collator(collate: Any) -> Any:
+    def collate_weighted(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        weights = torch.tensor([row.pop("weight") for row in rows])
+        global_rows = torch.tensor([row.pop("global_rows") for row in rows])
+        return {**collate(rows), "weight": weights, "global_rows": global_rows}
+
+    return collate_weighted
+
+
 def encode_split(split: Split, tokenizer: Any, max_length: int, limit: int | None = None) -> list[dict[str, Any]]:
     """Token ids of each row (pairs truncated longest-first to ``max_length``), with its label."""
     count = len(split) if limit is None else min(limit, len(split))
@@ -112,8 +182,24 @@ class SequenceClassifier(pl.LightningModule):
         self.warmup_steps = math.ceil(protocol.warmup_ratio * total_steps)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        if "weight" in batch:  # a process's share of a global batch (DDP)
+            return self.shard_loss(batch)
         loss = self.model(**batch).loss  # cross-entropy over the labels, or MSE for a score (num_labels=1)
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["labels"]))
+        return loss
+
+    def shard_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Σ (this process's rows' losses · weight) / rows of the global batch · processes: DDP's mean over processes
+        then equals the loss the model computes on the whole global batch (cross-entropy, or MSE for a score)."""
+        weight, labels, global_rows = batch.pop("weight"), batch.pop("labels"), batch.pop("global_rows")
+        logits = self.model(**batch).logits.float()
+        if logits.shape[-1] == 1:
+            losses = (logits.squeeze(-1) - labels.float()) ** 2
+        else:
+            losses = torch.nn.functional.cross_entropy(logits, labels, reduction="none")
+        world = self.trainer.world_size
+        loss = (losses * weight.to(losses.dtype)).sum() * world / global_rows[0].to(losses.dtype)
+        self.log("train/loss", loss / world, prog_bar=True, batch_size=len(labels))
         return loss
 
     def configure_optimizers(self) -> Any:
@@ -177,9 +263,11 @@ def examples_seen(steps: int, batches_per_epoch: int, size: int, batch_size: int
 
 
 def fit_classifier(
-    model_dir: Path, task: Task, *, lr: float, seed: int, protocol: Protocol
+    model_dir: Path, task: Task, *, lr: float, seed: int, protocol: Protocol, processes: Processes | None = None
 ) -> tuple[Any, Any, dict[str, Any]]:
-    """Fine-tune ``model_dir`` on ``task``'s train split; (the model, its tokenizer, what training measured)."""
+    """Fine-tune ``model_dir`` on ``task``'s train split; (the model, its tokenizer, what training measured).
+    ``processes``: None reads a launcher's environment; Processes() trains in this process alone (eval.glue at the
+    end of a multi-process pretraining run, where only rank 0 fine-tunes)."""
     protocol.check()
     torch.manual_seed(seed)  # the head's initial weights
     model, tokenizer = load_classifier(model_dir, task)
@@ -188,10 +276,16 @@ def fit_classifier(
     batches_per_epoch = math.ceil(len(train_rows) / protocol.batch_size)
     total_steps = math.ceil(batches_per_epoch * protocol.epochs)
     pl.seed_everything(seed, verbose=False)  # training's random draws (dropout) start from the seed, as Trainer's
-    loader = DataLoader(
-        train_rows, batch_size=protocol.batch_size, sampler=EpochSeededSampler(len(train_rows), seed),
-        collate_fn=collate,
-    )  # fmt: skip
+    processes = processes or Processes.from_environment()
+    if processes.world > 1:
+        shards = GlobalBatchShards(len(train_rows), seed, protocol.batch_size, processes.rank, processes.world)
+        loader = DataLoader(WeightedRows(train_rows), batch_sampler=shards,
+                            collate_fn=weighted_collator(collate))  # fmt: skip
+    else:
+        loader = DataLoader(
+            train_rows, batch_size=protocol.batch_size, sampler=EpochSeededSampler(len(train_rows), seed),
+            collate_fn=collate,
+        )  # fmt: skip
     module = SequenceClassifier(model, lr=lr, protocol=protocol, total_steps=total_steps)
     lightning_log = logging.getLogger("lightning.pytorch")
     level = lightning_log.level
@@ -201,7 +295,8 @@ def fit_classifier(
             max_steps=total_steps, max_epochs=-1, precision=protocol.precision,
             gradient_clip_val=protocol.max_grad_norm, logger=False, enable_checkpointing=False,
             enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-            use_distributed_sampler=False, accelerator="auto", devices=1,
+            use_distributed_sampler=False, accelerator="auto", devices=processes.local,
+            num_nodes=processes.world // processes.local, strategy="ddp" if processes.world > 1 else "auto",
         )  # fmt: skip
         started = time.perf_counter()
         trainer.fit(module, train_dataloaders=loader)
@@ -225,11 +320,12 @@ def score_classifier(model: Any, tokenizer: Any, task: Task, protocol: Protocol)
 
 
 def finetune_cell(
-    model_dir: Path, task: Task, *, lr: float, seed: int, protocol: Protocol, save_to: Path | None = None
+    model_dir: Path, task: Task, *, lr: float, seed: int, protocol: Protocol, save_to: Path | None = None,
+    processes: Processes | None = None,
 ) -> dict[str, Any]:
     """Fine-tune ``model_dir`` on ``task`` at ``lr`` with ``seed``; returns dev metrics, timing and the settings.
     ``save_to``: also write the fine-tuned model and its tokenizer there (for degen-analyze: geometry after)."""
-    model, tokenizer, info = fit_classifier(model_dir, task, lr=lr, seed=seed, protocol=protocol)
+    model, tokenizer, info = fit_classifier(model_dir, task, lr=lr, seed=seed, protocol=protocol, processes=processes)
     dev = score_classifier(model, tokenizer, task, protocol)
     if save_to is not None:
         with atomic_directory(save_to, replace=True) as staging:

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from degen_train.finetune.cell import Protocol, finetune_cell
+from degen_train.finetune.cell import Processes, Protocol, finetune_cell
 from degen_train.finetune.metrics import glue_average
 from degen_train.finetune.tasks import Task
 from degen_train.io import atomic_write_json, atomic_write_text
@@ -30,16 +30,18 @@ def cell_file(out: Path, task: str, lr: float, seed: int) -> Path:
 
 def run_grid(
     model_dir: Path, tasks: Sequence[Task], *, learning_rates: Sequence[float], seeds: Sequence[int],
-    protocol: Protocol, out: Path, save_models: bool = False,
+    protocol: Protocol, out: Path, save_models: bool = False, processes: Processes | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Every cell not yet done, then the summary (OUT/glue.json, OUT/glue.md); returns the summary.
-    ``save_models``: each cell also keeps its fine-tuned model in CELL/model/ (degen-analyze reads it)."""
+    ``save_models``: each cell also keeps its fine-tuned model in CELL/model/ (degen-analyze reads it).
+    ``processes``: as fit_classifier's (None: a launcher's environment)."""
+    processes = processes or Processes.from_environment()
     if not learning_rates:
         raise ValueError("the learning-rate grid is empty: give at least one (--lr 2e-5)")
     if not seeds:
         raise ValueError("no seeds: give --seeds 1 or more")
     settings = {"model": str(model_dir), "protocol": asdict(protocol)}
-    _check_same_settings(out, settings)
+    _check_same_settings(out, settings, write=processes.rank == 0)
     cells = [(t, lr, s) for t in tasks for lr in learning_rates for s in seeds]
     results: dict[str, list[dict[str, Any]]] = {t.layout.name: [] for t in tasks}
     for index, (task, lr, seed) in enumerate(cells, 1):
@@ -48,19 +50,22 @@ def run_grid(
             results[task.layout.name].append(json.loads(path.read_text()))
             continue
         log.info("[%d/%d] %s lr=%g seed=%d", index, len(cells), task.layout.name, lr, seed)
-        result = finetune_cell(model_dir, task, lr=lr, seed=seed, protocol=protocol,
-                               save_to=path.parent / "model" if save_models else None)  # fmt: skip
-        atomic_write_json(path, result)
+        writer = processes.rank == 0  # under a launcher, every process trains; one writes
+        result = finetune_cell(model_dir, task, lr=lr, seed=seed, protocol=protocol, processes=processes,
+                               save_to=path.parent / "model" if save_models and writer else None)  # fmt: skip
+        if writer:
+            atomic_write_json(path, result)
         log.info("  %s dev score %.2f (%.0f examples/s)", task.layout.name, result["score"],
                  result["examples_per_second"])  # fmt: skip
         results[task.layout.name].append(result)
     summary = summarize(results, settings)
-    atomic_write_json(out / "glue.json", summary)
-    atomic_write_text(out / "glue.md", format_summary(summary))
+    if processes.rank == 0:
+        atomic_write_json(out / "glue.json", summary)
+        atomic_write_text(out / "glue.md", format_summary(summary))
     return summary
 
 
-def _check_same_settings(out: Path, settings: dict[str, Any]) -> None:
+def _check_same_settings(out: Path, settings: dict[str, Any], *, write: bool) -> None:
     record = out / "settings.json"
     if record.exists():
         before = json.loads(record.read_text())
@@ -74,7 +79,8 @@ def _check_same_settings(out: Path, settings: dict[str, Any]) -> None:
                 f"another --out, or the same settings to resume it"
             )
         return
-    atomic_write_json(record, settings)
+    if write:
+        atomic_write_json(record, settings)
 
 
 def summarize(results: dict[str, list[dict[str, Any]]], settings: dict[str, Any]) -> dict[str, Any]:
@@ -122,7 +128,7 @@ def protocol_from(settings: dict[str, Any]) -> tuple[Protocol, list[float], list
     refused, naming the known ones."""
     from omegaconf import OmegaConf
 
-    from degen_train.cli.paths import config_dir
+    from degen_train.paths import config_dir
 
     defaults = OmegaConf.to_container(OmegaConf.load(config_dir() / "finetune.yaml"))
     unknown = sorted(set(settings) - set(defaults))
@@ -137,8 +143,9 @@ def protocol_from(settings: dict[str, Any]) -> tuple[Protocol, list[float], list
 
 def finetune_export(model_dir: Path, tasks: Sequence[Task], settings: dict[str, Any], out: Path) -> dict[str, Any]:
     """GLUE of a run's export at the end of training (eval.glue): the grid into ``out``; per task its mean score,
-    and the average, for summary.json."""
+    and the average, for summary.json. It runs in the calling process alone (rank 0 of a pretraining run)."""
     protocol, rates, seeds = protocol_from(settings)
-    summary = run_grid(model_dir, tasks, learning_rates=rates, seeds=seeds, protocol=protocol, out=out)
+    summary = run_grid(model_dir, tasks, learning_rates=rates, seeds=seeds, protocol=protocol, out=out,
+                       processes=Processes())  # fmt: skip
     scores = {name: {"mean": t["mean"], "std": t["std"], "lr": t["chosen_lr"]} for name, t in summary["tasks"].items()}
     return {"tasks": scores, "average": summary["average"], "seeds": len(seeds), "folder": str(out)}
