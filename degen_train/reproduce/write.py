@@ -13,6 +13,7 @@ from degen_train.io import atomic_directory
 from degen_train.reproduce.methods import METHOD_PARTS, method_section
 from degen_train.reproduce.page import (
     copy_picture,
+    glue_columns,
     layer_figure,
     mean_std_table,
     row_of,
@@ -48,6 +49,8 @@ def write_page(cfg: DictConfig, results: list[tuple[Run, dict]], minilm: dict[st
             sections.append(luo_section(teacher, minilm, folder))
         sections += [method_section(name, rows) for name in METHOD_PARTS
                      if name in cfg.parts and any(r.part == name for r, _ in results)]  # fmt: skip
+        if "glue" in cfg.parts and "GLUE average" in rows:
+            sections.append(glue_section(cfg, rows, minilm))
         (folder / "README.md").write_text("\n\n".join(sections) + "\n")
         rows.to_csv(folder / "runs.csv", index=False)
     return target / "README.md"
@@ -181,6 +184,43 @@ def luo_section(teacher: tuple[Run, dict], minilm: dict[str, Any] | None, folder
             " ".join(pictures),
         ]
     )
+
+
+def glue_section(cfg: DictConfig, rows: pd.DataFrame, minilm: dict[str, Any] | None) -> str:
+    """Part (m): the downstream claims of TaCL and COCO-LM, GLUE dev after fine-tuning, against their baselines."""
+    columns = [c for c in rows.columns if c.startswith("GLUE ") and c != "GLUE average"] + ["GLUE average"]
+    protocol = OmegaConf.to_container(cfg.glue.finetune)
+    settings = ", ".join(f"{key} {value}" for key, value in protocol.items())
+    sections = [
+        "## (m) Downstream: GLUE dev after fine-tuning the exports of (c) and (d)",
+        f"Each student of part (c) and each model of part (d) fine-tuned on {', '.join(map(str, cfg.glue.tasks))} "
+        f"with `degen-finetune`'s protocol (conf/finetune.yaml) under these settings: {settings}; each task's score "
+        "is GLUE's metric ×100 (STS-B: the mean of Pearson and Spearman), the average is over the tasks, and the "
+        "± is over pretraining seeds. `max_train_examples` keeps the first rows of each training split (SST-2's "
+        "67k rows become a fixed subset); the dev splits are whole.",
+    ]
+    for part, base, other, claim in (
+        ("tacl", "mlm_nsp", "tacl", "TaCL reports GLUE dev 79.6 → 81.2 over BERT-base"),
+        ("coco", "electra", "coco_lm", "COCO-LM reports higher GLUE dev than ELECTRA at every size"),
+    ):
+        part_rows = rows[(rows.part == part) & rows.variant.isin([base, other])]
+        if part_rows.empty or part_rows["GLUE average"].isna().all():
+            continue
+        sections += [f"{claim}:", mean_std_table(part_rows, columns),
+                     *claims(part_rows, base, other, {"GLUE average": "higher"})]  # fmt: skip
+    if minilm and minilm.get("glue"):
+        reference = {column: value for column, value in glue_columns(minilm["glue"]).items()}
+        cells = " | ".join(f"{reference[c]:.1f}" if c in reference else "–" for c in columns)
+        sections += [
+            "A real pretrained model (22M parameters, 6 layers) fine-tuned the same way, one fine-tuning seed, for "
+            "scale:",
+            f"| model | {' | '.join(columns)} |\n| --- |{' --- |' * len(columns)}\n| all-MiniLM-L6-v2 | {cells} |",
+        ]
+    sections.append(
+        "*Scale: 2-layer encoders pretrained for a few hundred steps; the papers fine-tune BERT-base-sized models "
+        "pretrained for 125k–150k steps, with a learning-rate grid and 5 seeds per task.*"
+    )
+    return "\n\n".join(sections)
 
 
 def claims(rows: pd.DataFrame, base: str, other: str, expectations: dict[str, str]) -> list[str]:
