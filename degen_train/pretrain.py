@@ -41,6 +41,7 @@ from degen_train.data.datamodule import (  # noqa: E402
     describe_prepared,
     make_collator,
     prepare_data,
+    tokenize_node_part,
 )
 from degen_train.data.mixture import mixture_seen, mixture_sources  # noqa: E402
 from degen_train.evaluate import evaluate  # noqa: E402
@@ -130,7 +131,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 def prepare_only(cfg: DictConfig, *, family: str, data_format: str) -> dict[str, Any]:
     """Tokenizer and examples into data.cache_dir, then stop: a job prepares once (one node, or several waiting on
-    the build lock), and every later run of the same data settings, each rank of each node, only memory-maps."""
+    the build lock), and every later run of the same data settings, each rank of each node, only memory-maps.
+    With data.tokenize_part=K: this node's share of the documents only (node_parts.py)."""
+    if cfg.data.get("tokenize_part") is not None:
+        return {"tokenized_part": _prepare_node_part(cfg, family=family, data_format=data_format)}
     data = prepare_data(cfg.data, family=family, data_format=data_format, seed=int(cfg.seed))
     prepared = describe_prepared(data)
     shape = f"{family}, {data_format}, block {int(cfg.data.block_size)}"
@@ -144,6 +148,20 @@ def prepare_only(cfg: DictConfig, *, family: str, data_format: str) -> dict[str,
     lines.append("runs with the same data settings, seed (for NSP pairs) and data.cache_dir read this cache")
     print("\n".join(lines))
     return {"prepared": prepared}
+
+
+def _prepare_node_part(cfg: DictConfig, *, family: str, data_format: str) -> dict[str, Any]:
+    done = tokenize_node_part(cfg.data, family=family, data_format=data_format)
+    shape = f"{family}, {data_format}"
+    lines = [f"tokenized part {done['part']} of {done['parts']} ({shape}); tokenizer {done['tokenizer']}"]
+    for split in ("train", "validation"):
+        missing = done[split]["missing_parts"]
+        waiting = f"parts still to come: {missing}" if missing else "all parts are in the cache"
+        lines.append(f"  {split}: {done[split]['documents']} documents in {done[split]['part']} ({waiting})")
+    lines.append("once every part is there, a run (or prepare_only=true without data.tokenize_part) packs the examples "
+                 "from them")  # fmt: skip
+    print("\n".join(lines))
+    return done
 
 
 @dataclass

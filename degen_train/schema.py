@@ -54,7 +54,18 @@ class DataConfig(BaseModel):
     validation_fraction: float = Field(gt=0, lt=1)
     document_unit: Literal["line", "paragraph", "document"]
     examples: Literal["packed", "sentences"] = "packed"
+    tokenize_parts: int = Field(default=1, ge=1)
+    tokenize_part: int | None = Field(default=None, ge=0)
     tokenizer: TokenizerConfig
+
+    @model_validator(mode="after")
+    def part_within_parts(self) -> DataConfig:
+        if self.tokenize_part is not None and self.tokenize_part >= self.tokenize_parts:
+            raise ValueError(
+                f"data.tokenize_part={self.tokenize_part} must be in 0..{self.tokenize_parts - 1}: this node's "
+                f"index among data.tokenize_parts={self.tokenize_parts} nodes"
+            )
+        return self
 
 
 class ModelConfig(BaseModel):
@@ -173,6 +184,7 @@ class TrainConfig(BaseModel):
     ckpt_path: str | None = None
     branch_from: str | None = None
     allow_slow_precision: bool = False
+    prepare_only: bool = False
     threads: Any = "auto"
     masking: MaskingConfig
     data: DataConfig
@@ -192,6 +204,11 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def sections_agree(self) -> TrainConfig:
+        if self.data.tokenize_part is not None and not self.prepare_only:
+            raise ValueError(
+                f"data.tokenize_part={self.data.tokenize_part} tokenizes one node's share of the corpus and stops: "
+                f"give prepare_only=true with it, then train without it once every part is in the cache"
+            )
         if self.data.examples == "sentences" and "nsp" in self.objective:
             raise ValueError("data.examples=sentences cannot make NSP pairs: use data.examples=packed with NSP")
         if self.model.init_from is None and self.data.block_size > self.model.max_position:

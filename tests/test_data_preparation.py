@@ -20,7 +20,7 @@ from degen_train.data import cache_lock, resumable
 from degen_train.data import examples as examples_module
 from degen_train.data import tokenizer as tokenizer_module
 from degen_train.data.corpus import load_corpus
-from degen_train.data.datamodule import prepare_data
+from degen_train.data.datamodule import prepare_data, tokenize_node_part
 from degen_train.data.encoding import documents_ids, encoded_batches
 from degen_train.data.examples import build_examples
 from degen_train.data.tokenizer import get_tokenizer
@@ -106,7 +106,7 @@ sys.path.insert(0, {repo!r})
 logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
 from degen_train.config import load_config
 from degen_train.data import examples, tokenizer
-from degen_train.data.datamodule import prepare_data
+from degen_train.data.datamodule import prepare_data, tokenize_node_part
 
 def slowly(function):
     def wrapped(*args, **kwargs):
@@ -220,8 +220,9 @@ def test_a_killed_preparation_resumes_where_it_stopped(
     kept = json.loads((partial / "progress.json").read_text())
     assert kept["shards"] == 3 and 0 < kept["documents"] < len(corpus.train)
     monkeypatch.setattr(resumable, "_commit", real_commit)
-    tokenized, real_encode = [], resumable.documents_ids if data_format == "causal" else resumable.documents_segment_ids
-    monkeypatch.setattr(resumable, real_encode.__name__, lambda texts, tok: tokenized.append(len(texts)) or
+    tokenized = []
+    real_encode = examples_module.documents_ids if data_format == "causal" else examples_module.documents_segment_ids
+    monkeypatch.setattr(examples_module, real_encode.__name__, lambda texts, tok: tokenized.append(len(texts)) or
                         real_encode(texts, tok))  # fmt: skip
     with caplog.at_level(logging.INFO, logger="degen_train.data.resumable"):
         resumed = build("killed")
@@ -229,3 +230,85 @@ def test_a_killed_preparation_resumes_where_it_stopped(
     assert sum(tokenized) == len(corpus.train) - kept["documents"]
     assert resumed["input_ids"] == whole["input_ids"]
     assert not partial.exists()
+
+
+@pytest.mark.parametrize("case", ["mlm packed", "mlm_nsp pairs", "mlm sentences"])
+def test_nodes_tokenize_parts_and_a_run_packs_the_same_bytes_from_them(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Three nodes each tokenize their share (data.tokenize_part=K of 3) into one cache; the run that then builds
+    the examples packs them from the parts, tokenizing nothing, into the bytes one node's build writes."""
+    data_format, layout = CASES[case]
+    settings = ["data.tokenizer.vocab_size=1000", f"data.examples={layout}"]
+    alone = prepare_data(load_config([f"data.cache_dir={tmp_path / 'alone'}", *settings]).data, family="encoder",
+                         data_format=data_format, seed=0)  # fmt: skip
+    nodes_cache = tmp_path / "nodes"
+    for part in (2, 0, 1):  # nodes finish in any order
+        node = load_config([f"data.cache_dir={nodes_cache}", *settings, "data.tokenize_parts=3",
+                            f"data.tokenize_part={part}"]).data  # fmt: skip
+        done = tokenize_node_part(node, family="encoder", data_format=data_format)
+        assert done["train"]["missing_parts"] == {2: [0, 1], 0: [1], 1: []}[part]
+    assert sum(1 for _ in (nodes_cache / "tokenized").glob("*/part-*-of-00003")) == 6  # train and validation
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the run tokenized documents that the nodes' parts hold")
+
+    monkeypatch.setattr(examples_module, "encoded_batches", forbidden)
+    with caplog.at_level(logging.INFO, logger="degen_train.data.examples"):
+        packed = prepare_data(load_config([f"data.cache_dir={nodes_cache}", *settings]).data, family="encoder",
+                              data_format=data_format, seed=0)  # fmt: skip
+    assert "packing from 3 tokenized parts" in caplog.text
+    for split in ("train", "validation"):
+        folders = [Path(getattr(d, split).cache_files[0]["filename"]).parent for d in (alone, packed)]
+        assert arrow_bytes(folders[0]) == arrow_bytes(folders[1])
+
+
+def test_a_node_part_prints_what_it_did_and_what_is_left(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    settings = [f"data.cache_dir={tmp_path / 'cache'}", "data.tokenizer.vocab_size=1000", "prepare_only=true",
+                "data.tokenize_parts=2", "data.tokenize_part=1"]  # fmt: skip
+    summary = run(tmp_path / "node1", *settings)
+    printed = capsys.readouterr().out
+    assert summary["tokenized_part"]["part"] == 1 and summary["tokenized_part"]["train"]["documents"] > 0
+    assert "tokenized part 1 of 2" in printed and "parts still to come: [0]" in printed
+    assert not (tmp_path / "node1" / "config.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["data.tokenize_parts=2", "data.tokenize_part=2", "prepare_only=true"],
+         r"data\.tokenize_part=2 must be in 0\.\.1: this node's index among data\.tokenize_parts=2 nodes"),
+        (["data.tokenize_parts=2", "data.tokenize_part=0"],
+         r"data\.tokenize_part=0 tokenizes one node's share of the corpus and stops: give prepare_only=true"),
+        (["data.tokenize_parts=0"], r"data\.tokenize_parts.*greater than or equal to 1"),
+    ],
+)  # fmt: skip
+def test_a_bad_node_part_is_refused_naming_it(overrides: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        validate_config(load_config(overrides))
+
+
+def test_a_streamed_corpus_is_not_split_over_nodes(tmp_path: Path) -> None:
+    node = load_config([f"data.cache_dir={tmp_path}", "data.tokenizer.vocab_size=1000", "data.streaming=true",
+                        "data.tokenize_parts=2", "data.tokenize_part=0"]).data  # fmt: skip
+    with pytest.raises(ValueError, match=r"a streamed corpus \(data\.streaming=true\) has no length to split"):
+        tokenize_node_part(node, family="decoder", data_format="causal")
+
+
+def test_more_nodes_than_documents_leave_empty_parts_that_still_complete_the_set(tmp_path: Path) -> None:
+    """Ten documents, one of them held out for validation, over four nodes: three validation parts are empty."""
+    corpus = tmp_path / "ten.txt"
+    corpus.write_text("".join(f"line {i} says the cat sat on the mat again and again.\n" for i in range(10)))
+    settings = ["data=text", f"data.path={corpus}", "data.document_unit=line", "data.tokenizer.vocab_size=200",
+                "data.validation_fraction=0.1"]  # fmt: skip
+    alone = prepare_data(load_config([f"data.cache_dir={tmp_path / 'alone'}", *settings]).data, family="decoder",
+                         data_format="causal", seed=0)  # fmt: skip
+    for part in range(4):
+        node = load_config([f"data.cache_dir={tmp_path / 'nodes'}", *settings, "data.tokenize_parts=4",
+                            f"data.tokenize_part={part}"]).data  # fmt: skip
+        done = tokenize_node_part(node, family="decoder", data_format="causal")
+        assert done["validation"]["documents"] == (1 if part == 3 else 0)
+    packed = prepare_data(load_config([f"data.cache_dir={tmp_path / 'nodes'}", *settings]).data, family="decoder",
+                          data_format="causal", seed=0)  # fmt: skip
+    assert packed.train["input_ids"] == alone.train["input_ids"]
+    assert packed.validation["input_ids"] == alone.validation["input_ids"]

@@ -28,6 +28,7 @@ from degen_train.data.mixture import (
     normalised,
     with_sources,
 )
+from degen_train.data.node_parts import missing_parts, parts_folder, tokenize_part
 from degen_train.data.sampling import PositionedExamples, ShardedBatches, StepBatchSampler
 from degen_train.data.tokenizer import get_tokenizer, tokenizer_identity
 from degen_train.io import cache_key
@@ -127,6 +128,23 @@ def _tokenizer(cfg: Any, family: str, documents: Any, identity: str, run_tokeniz
 
 def _examples(cfg: Any, corpus: Any, tokenizer: Any, *, data_format: str, seed: int) -> tuple[Any, Any]:
     """The corpus's train/validation documents, then each one's examples (cached)."""
+    splits = _split_documents(cfg, corpus, tokenizer)
+    common = {
+        "num_proc": preparation_threads(cfg.get("num_proc")),
+        "tokenizer": tokenizer,
+        "data_format": data_format,
+        "block_size": int(cfg.block_size),
+        "seed": seed,
+        "layout": str(cfg.get("examples", "packed")),
+    }
+    cache_root = Path(str(cfg.cache_dir)).expanduser()
+    train, validation = (build_examples(documents, cache_root=cache_root, identity=identity, **common)
+                         for documents, identity in splits)  # fmt: skip
+    return train, validation
+
+
+def _split_documents(cfg: Any, corpus: Any, tokenizer: Any) -> tuple[tuple[Any, str], tuple[Any, str]]:
+    """(documents, cache identity) of the train and the validation split, as every run and node splits them."""
     if corpus.validation is not None:
         train_docs, validation_docs = corpus.train, corpus.validation
     elif cfg.streaming:  # a stream has no random split: its first documents are the validation set
@@ -146,19 +164,31 @@ def _examples(cfg: Any, corpus: Any, tokenizer: Any, *, data_format: str, seed: 
         cfg.streaming,
         cfg.validation_documents,
     )
-    common = {
-        "num_proc": preparation_threads(cfg.get("num_proc")),
-        "tokenizer": tokenizer,
-        "data_format": data_format,
-        "block_size": int(cfg.block_size),
-        "seed": seed,
-        "layout": str(cfg.get("examples", "packed")),
-    }
-    train = build_examples(train_docs, cache_root=Path(str(cfg.cache_dir)).expanduser(),
-                           identity=identity + ":train", **common)  # fmt: skip
-    validation = build_examples(validation_docs, cache_root=Path(str(cfg.cache_dir)).expanduser(),
-                                identity=identity + ":validation", **common)  # fmt: skip
-    return train, validation
+    return (train_docs, identity + ":train"), (validation_docs, identity + ":validation")
+
+
+def tokenize_node_part(cfg: Any, *, family: str, data_format: str) -> dict[str, Any]:
+    """``prepare_only=true data.tokenize_part=K data.tokenize_parts=N``: the tokenizer (trained once, under its
+    build lock, by whichever node comes first), then node K's share of each split tokenized into the cache.
+    A run finds all N parts of a split there and packs its examples from them (node_parts.py)."""
+    part, parts = int(cfg.tokenize_part), int(cfg.tokenize_parts)
+    if cfg.get("sources"):
+        raise ValueError("data.tokenize_part splits one corpus over nodes: not with data.sources (prepare a mixture "
+                         "on one node)")  # fmt: skip
+    corpus = load_corpus(cfg)
+    if corpus.validation is None and not cfg.streaming and len(corpus.train) < 2:
+        raise ValueError(too_few_documents(corpus, cfg))
+    tokenizer = _tokenizer(cfg, family, corpus.train, corpus.identity, None)
+    segmented = data_format == "mlm_nsp" or str(cfg.get("examples", "packed")) == "sentences"
+    cache_root = Path(str(cfg.cache_dir)).expanduser()
+    splits = {}
+    for name, (documents, identity) in zip(("train", "validation"), _split_documents(cfg, corpus, tokenizer),
+                                           strict=True):  # fmt: skip
+        folder = parts_folder(cache_root, identity, segmented=segmented)
+        path, count = tokenize_part(documents, tokenizer, folder, part=part, parts=parts, segmented=segmented,
+                                    threads=preparation_threads(cfg.get("num_proc")))  # fmt: skip
+        splits[name] = {"part": str(path), "documents": count, "missing_parts": missing_parts(folder, parts)}
+    return {"tokenizer": tokenizer_identity(tokenizer), "part": part, "parts": parts, **splits}
 
 
 def preparation_threads(setting: int | None) -> int:

@@ -19,14 +19,15 @@ import logging
 import random
 import tempfile
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import datasets
 
 from degen_train.data.cache_lock import building
-from degen_train.data.encoding import documents_segment_ids, encoded_batches
+from degen_train.data.encoding import documents_ids, documents_segment_ids, encoded_batches
+from degen_train.data.node_parts import complete_parts, parts_folder, tokenized_batches
 from degen_train.data.resumable import build_in_shards
 from degen_train.io import CACHE_ELSEWHERE, atomic_directory, cache_key
 
@@ -71,8 +72,23 @@ def build_examples(
             log.info("examples cache hit (built by another process while this one waited): %s", target)
             return datasets.load_from_disk(str(target))
         log.info("building examples into %s", target)
+        segmented = data_format == "mlm_nsp" or layout == "sentences"
+        parts = complete_parts(parts_folder(cache_root, identity, segmented=segmented))
+        if parts is not None:
+            log.info("packing from %d tokenized parts (data.tokenize_parts): nothing is tokenized", len(parts))
+
+        def encoded_after(skip: int) -> Iterable[list]:
+            """The documents' ids (segments' ids) in batches after the first ``skip``: from the nodes' parts when
+            they are all there, else tokenized here."""
+            if parts is not None:
+                return tokenized_batches(parts, skip=skip)
+            texts = _batches(documents.skip(skip) if skip else documents)
+            encode = documents_segment_ids if segmented else documents_ids
+            return encoded_batches(texts, tokenizer, encode, threads=num_proc)
+
         if data_format == "mlm_nsp":  # pairs draw from a pool of earlier documents: built in one pass
-            rows = nsp_pairs(_segmented(documents, tokenizer, num_proc), tokenizer, block_size=block_size, seed=seed)
+            documents_segments = (segments for batch in encoded_after(0) for segments in batch if segments)
+            rows = nsp_pairs(documents_segments, tokenizer, block_size=block_size, seed=seed)
             staged = atomic_directory(target, when_full=CACHE_ELSEWHERE)
             with tempfile.TemporaryDirectory(dir=cache_root) as scratch, staged as staging:
                 examples = _materialise(rows, scratch)
@@ -81,9 +97,7 @@ def build_examples(
                 examples.save_to_disk(str(staging))
         else:
             maker = example_maker(tokenizer, data_format=data_format, layout=layout, block_size=block_size)
-            segmented = layout == "sentences"
-            build_in_shards(documents, tokenizer, maker, target, segmented=segmented, threads=num_proc,
-                            read_batch=READ_BATCH)  # fmt: skip
+            build_in_shards(encoded_after, maker, target)
     return datasets.load_from_disk(str(target))
 
 
@@ -105,11 +119,6 @@ def _materialise(rows: Iterator[dict], scratch: str) -> datasets.Dataset:
 def _batches(documents: Any) -> Iterator[list[str]]:
     for batch in documents.iter(batch_size=READ_BATCH):
         yield batch["text"]
-
-
-def _segmented(documents: Any, tokenizer: Any, threads: int) -> Iterator[list[list[int]]]:
-    for batch in encoded_batches(_batches(documents), tokenizer, documents_segment_ids, threads=threads):
-        yield from (segments for segments in batch if segments)
 
 
 def frame(tokenizer: Any, data_format: str) -> tuple[list[int], list[int], int]:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import datasets
 
-from degen_train.data.encoding import documents_ids, documents_segment_ids, encoded_batches
 from degen_train.io import CACHE_ELSEWHERE, atomic_directory, atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -31,17 +31,9 @@ def partial_folder(target: Path) -> Path:
     return target.parent / f".{target.name}.partial"
 
 
-def build_in_shards(
-    documents: datasets.Dataset | datasets.IterableDataset,
-    tokenizer: Any,
-    maker: Any,
-    target: Path,
-    *,
-    segmented: bool,
-    threads: int,
-    read_batch: int = 512,
-) -> None:
-    """Every document through ``maker`` (PackedBlocks or SentenceExamples) into the cache entry ``target``."""
+def build_in_shards(encoded_after: Callable[[int], Iterable[list]], maker: Any, target: Path) -> None:
+    """Every document through ``maker`` (PackedBlocks or SentenceExamples) into the cache entry ``target``.
+    ``encoded_after(n)``: the documents' token ids (or segments' ids) in batches, after the first n documents."""
     partial = partial_folder(target)
     progress = _read_progress(partial)
     done = int(progress["documents"])
@@ -55,10 +47,8 @@ def build_in_shards(
             progress["shards"],
         )
         maker.carry = list(progress["carry"])
-        documents = documents.skip(done)
-    encode = documents_segment_ids if segmented else documents_ids
     pending: list[dict] = []
-    for batch in encoded_batches(_texts(documents, read_batch), tokenizer, encode, threads=threads):
+    for batch in encoded_after(done):
         for document in batch:
             pending.extend(maker.feed(document))
         done += len(batch)
@@ -75,11 +65,6 @@ def build_in_shards(
         table = shards[0] if len(shards) == 1 else datasets.concatenate_datasets(shards)
         table.save_to_disk(str(staging))
     shutil.rmtree(partial, ignore_errors=True)
-
-
-def _texts(documents: Any, read_batch: int) -> Any:
-    for batch in documents.iter(batch_size=read_batch):
-        yield batch["text"]
 
 
 def _read_progress(partial: Path) -> dict[str, Any]:
