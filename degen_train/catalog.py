@@ -19,6 +19,7 @@ import pkgutil
 from collections.abc import Mapping
 from typing import Any
 
+from degen_train.term_options import TermOptionError
 from degen_train.terms import TERM_REGISTRY, LossTerm, register_term
 
 TERM_PACKAGES = ("degen_train.objectives", "degen_train.regularizers")
@@ -87,6 +88,8 @@ def build_terms(sections: Mapping[str, Mapping[str, Any] | None]) -> tuple[dict[
                     raise ValueError(unknown_option_message(section, key, registered, option, allowed))
             try:
                 terms[key] = registry[registered](**options)
+            except TermOptionError as error:  # said under the key the config has, not the term's default one
+                raise error.at(f"{section}.{key}") from None
             except TypeError as error:
                 raise ValueError(f"bad options for loss term {section}.{key}: {error}") from error
             weights[key] = weight

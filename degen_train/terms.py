@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from degen_train.accumulation import STANDARD_COUNTS, active_window, window_mean
 from degen_train.collectives import is_distributed, sum_over_processes, world_size
+from degen_train.term_options import checked
 from degen_train.types import OPTIONAL_FIELDS, ForwardOutput, TermOutput
 
 TERM_REGISTRY: dict[str, type[LossTerm]] = {}
@@ -53,6 +54,12 @@ class LossTerm(nn.Module):
     # cannot give it the other micro-batches' samples, and a run says so at start.
     mixes_samples: str | None = None
     paper_metrics: ClassVar[tuple[str, ...]] = ()  # the metrics its paper reports, named in summary.json
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every term's options are checked against its constructor's annotations first (term_options.py)."""
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = checked(cls.__dict__["__init__"])  # type: ignore[method-assign]
 
     def forward(self, output: ForwardOutput) -> TermOutput:  # pragma: no cover - abstract
         raise NotImplementedError

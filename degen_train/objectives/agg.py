@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 import torch.nn.functional as F
+from annotated_types import Ge, Interval
 from torch import Tensor
 
 from degen_train.accumulation import active_window
@@ -89,15 +90,15 @@ class GatedLikelihoodTerm(TokenPredictionTerm):
     # agg_target_ids: the (V,) target counts of a micro-batch, so that an accumulation window counts as one update
     averages_over = ("targets", "agg_target_ids")
 
-    def __init__(self, *, alpha: float = 0.03, window_steps: int = 1000, per_targets: int | None = 32768) -> None:
+    def __init__(
+        self,
+        *,
+        alpha: Annotated[float, Interval(gt=0, lt=1)] = 0.03,
+        window_steps: Annotated[int, Ge(1)] = 1000,
+        per_targets: Annotated[int, Ge(1)] | None = 32768,
+    ) -> None:
         super().__init__(chunk_size=None)
-        if not 0 < alpha < 1:
-            raise ValueError(f"objective.agg.alpha must be in (0, 1), got {alpha}")
-        if per_targets is not None and per_targets < 1:
-            raise ValueError(f"objective.agg.per_targets must be >= 1 or null, got {per_targets}")
         self.per_targets = per_targets
-        if window_steps < 1:
-            raise ValueError(f"objective.agg.window_steps must be >= 1, got {window_steps}")
         self.alpha, self.window_steps = alpha, window_steps
         self.requires = frozenset()  # its own logits from the labelled hidden states
         self.window: deque[tuple[Tensor, Tensor]] = deque()  # per step: (ids, counts) of the targets seen

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Any, Literal
+
 import torch
 import torch.nn.functional as F
+from annotated_types import Ge
 from torch import Tensor, nn
 
 from degen_train.objectives.corruption import GeneratorCorruption
 from degen_train.objectives.electra import replaced_token_detection
 from degen_train.terms import TermContext, distributed_mean, register_term
 from degen_train.types import ForwardOutput, TermOutput
-
-LM_FORMS = ("paper", "released")
-CLM_HEADS = ("released", "mlm_head")
 
 
 def corrective_lm_paper(lm_logits: Tensor, targets: Tensor, copy_logits: Tensor, copied: Tensor) -> Tensor:
@@ -43,15 +43,14 @@ class CorrectiveLMTerm(GeneratorCorruption):
     averages_over = ("targets", "tokens")  # generator and CLM: the masked tokens; copy: every real token
 
     def __init__(
-        self, *, copy_weight: float = 50.0, lm_form: str = "paper", clm_head: str = "released", **generator_options
+        self,
+        *,
+        copy_weight: Annotated[float, Ge(0)] = 50.0,
+        lm_form: Literal["paper", "released"] = "paper",
+        clm_head: Literal["released", "mlm_head"] = "released",
+        **generator_options: Any,
     ) -> None:
         super().__init__(**generator_options)
-        if lm_form not in LM_FORMS:
-            raise ValueError(f"objective.coco_clm.lm_form={lm_form!r} is not one of {', '.join(LM_FORMS)}")
-        if clm_head not in CLM_HEADS:
-            raise ValueError(f"objective.coco_clm.clm_head={clm_head!r} is not one of {', '.join(CLM_HEADS)}")
-        if copy_weight < 0:
-            raise ValueError(f"objective.coco_clm.copy_weight must be >= 0, got {copy_weight}")
         self.copy_weight, self.lm_form, self.clm_head = copy_weight, lm_form, clm_head
         self.requires = frozenset({"logits"}) if clm_head == "mlm_head" else frozenset()  # the main MLM head's
         self.copy_head: nn.Module | None = None

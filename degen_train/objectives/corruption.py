@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
 import torch.nn.functional as F
+from annotated_types import Ge, Gt
 from torch import Tensor
 
 from degen_train.models.generator import AuxiliaryGenerator, sample_replacements
 from degen_train.terms import LossTerm, TermContext, distributed_mean
 from degen_train.types import ForwardOutput
-
-SAMPLE_MODES = ("train", "eval")
 
 
 class GeneratorCorruption(LossTerm):
@@ -34,19 +33,12 @@ class GeneratorCorruption(LossTerm):
         generator_hidden_fraction: float | str = "auto",
         generator_heads: int | None = None,
         generator_intermediate_size: int | None = None,
-        generator_weight: float = 1.0,
-        generator_sample_mode: str | None = None,
-        sampling_temperature: float = 1.0,
+        generator_weight: Annotated[float, Ge(0)] = 1.0,
+        generator_sample_mode: Literal["train", "eval"] | None = None,
+        sampling_temperature: Annotated[float, Gt(0)] = 1.0,
     ) -> None:
         super().__init__()
-        if generator_weight < 0 or sampling_temperature <= 0:
-            raise ValueError(
-                f"{self.name}: generator_weight must be >= 0 and sampling_temperature > 0, got "
-                f"{generator_weight} and {sampling_temperature}"
-            )
         self.sample_mode = generator_sample_mode or self.default_sample_mode
-        if self.sample_mode not in SAMPLE_MODES:
-            raise ValueError(f"{self.name}.generator_sample_mode={self.sample_mode!r} is not one of train, eval")
         if generator_hidden_fraction != "auto" and not 0 < float(generator_hidden_fraction) <= 1:
             raise ValueError(f"{self.name}: generator_hidden_fraction not in (0, 1]: {generator_hidden_fraction}")
         self.generator_options = {

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Any, Literal
+
 import torch.nn.functional as F
+from annotated_types import Ge
 from torch import Tensor, nn
 
 from degen_train.objectives.corruption import GeneratorCorruption
@@ -16,21 +19,18 @@ def replaced_token_detection(logits: Tensor, replaced: Tensor, mask: Tensor) -> 
     return loss, mask.sum().float()
 
 
-HEAD_FORMS = ("released", "linear")
-
-
 @register_term("electra")
 class ElectraTerm(GeneratorCorruption):
     """L = L_gen + λ · L_RTD, λ = 50; Clark et al. 2020 (ELECTRA)."""
 
     def __init__(
-        self, *, detection_weight: float = 50.0, detection_head: str = "released", **generator_options
+        self,
+        *,
+        detection_weight: Annotated[float, Ge(0)] = 50.0,
+        detection_head: Literal["released", "linear"] = "released",
+        **generator_options: Any,
     ) -> None:
         super().__init__(**generator_options)
-        if detection_weight < 0:
-            raise ValueError(f"objective.electra.detection_weight must be >= 0, got {detection_weight}")
-        if detection_head not in HEAD_FORMS:
-            raise ValueError(f"objective.electra.detection_head={detection_head!r} is not one of released, linear")
         self.detection_weight, self.detection_head_form = detection_weight, detection_head
         self.detection_head: nn.Module | None = None
 

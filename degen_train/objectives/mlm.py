@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 import torch.nn.functional as F
+from annotated_types import Ge
 from torch import Tensor, nn
 
 from degen_train.objectives.chunked_ce import chunked_linear_cross_entropy
@@ -34,10 +37,8 @@ class TokenPredictionTerm(LossTerm):
     perplexity_metric = "loss"
     averages_over = ("targets",)
 
-    def __init__(self, *, chunk_size: int | None = None) -> None:
+    def __init__(self, *, chunk_size: Annotated[int, Ge(1)] | None = None) -> None:
         super().__init__()
-        if chunk_size is not None and chunk_size < 1:
-            raise ValueError(f"{self.name}.chunk_size must be >= 1 or null, got {chunk_size}")
         self.chunk_size = chunk_size
         self.requires = frozenset() if chunk_size else frozenset({"logits"})
 

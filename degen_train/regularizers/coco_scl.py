@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
 import torch.nn.functional as F
+from annotated_types import Gt, Interval
 from torch import Tensor, nn
 
 from degen_train.collectives import gather_with_gradient, is_distributed
@@ -58,9 +59,6 @@ def crop_views(ids: Tensor, attention_mask: Tensor, sample_seeds: Tensor, *, fra
     return {"input_ids": cropped, "attention_mask": mask, "labels": torch.full_like(cropped, -100)}
 
 
-PROJECTIONS = ("released", "linear")
-
-
 @register_term("coco_scl")
 class SequenceContrastiveTerm(LossTerm):
     """InfoNCE between [CLS] projections of the main input and a cropped original, τ = 1."""
@@ -71,19 +69,13 @@ class SequenceContrastiveTerm(LossTerm):
     def __init__(
         self,
         *,
-        crop_fraction: float = 0.9,
-        temperature: float = 1.0,
+        crop_fraction: Annotated[float, Interval(gt=0, le=1)] = 0.9,
+        temperature: Annotated[float, Gt(0)] = 1.0,
         gather_negatives: bool = False,
-        projection: str = "released",
+        projection: Literal["released", "linear"] = "released",
     ) -> None:
         super().__init__()
-        if projection not in PROJECTIONS:
-            raise ValueError(f"regularizer.coco_scl.projection={projection!r} is not one of {', '.join(PROJECTIONS)}")
         self.projection_form = projection
-        if not 0 < crop_fraction <= 1:
-            raise ValueError(f"regularizer.coco_scl.crop_fraction must be in (0, 1], got {crop_fraction}")
-        if temperature <= 0:
-            raise ValueError(f"regularizer.coco_scl.temperature must be > 0, got {temperature}")
         self.crop_fraction, self.temperature, self.gather_negatives = crop_fraction, temperature, gather_negatives
         self.projection: nn.Module | None = None
 

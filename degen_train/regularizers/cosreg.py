@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -13,11 +14,6 @@ from degen_train.terms import LossTerm, TermContext, register_term
 from degen_train.types import ForwardOutput, TermOutput
 
 log = logging.getLogger("degen_train")
-
-MATRICES = ("input", "output", "both")
-ROWS = ("all", "seen")
-TARGETS = ("embedding", "hidden")
-NORMALISATIONS = ("n_squared", "pairs")
 
 
 class _UnitSum(torch.autograd.Function):
@@ -112,17 +108,14 @@ class CosineRegularizer(LossTerm):
     """γ · R_cos over embedding rows (all, or only tokens seen so far) or over the batch's hidden states."""
 
     def __init__(
-        self, *, matrix: str = "output", rows: str = "all", target: str = "embedding", normalization: str = "n_squared"
+        self,
+        *,
+        matrix: Literal["input", "output", "both"] = "output",
+        rows: Literal["all", "seen"] = "all",
+        target: Literal["embedding", "hidden"] = "embedding",
+        normalization: Literal["n_squared", "pairs"] = "n_squared",
     ) -> None:
         super().__init__()
-        for name, value, choices in (
-            ("matrix", matrix, MATRICES),
-            ("rows", rows, ROWS),
-            ("target", target, TARGETS),
-            ("normalization", normalization, NORMALISATIONS),
-        ):
-            if value not in choices:
-                raise ValueError(f"regularizer.cosreg.{name}={value!r} is not one of {', '.join(choices)}")
         self.matrix, self.rows, self.target, self.normalization = matrix, rows, target, normalization
         if target == "hidden":
             self.mixes_samples = "one Σŵ over the batch's hidden states"

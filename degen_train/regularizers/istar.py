@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Annotated, Literal
 
 import torch
+from annotated_types import Ge, Interval
 from torch import Tensor
 
 from degen_train.collectives import is_distributed, sum_over_processes, sum_with_gradient
 from degen_train.terms import LossTerm, TermContext, register_term
 from degen_train.types import ForwardOutput, TermOutput
-
-DIRECTIONS = ("increase", "decrease")
-LAYERS = ("last", "all")
-PRIORS = ("refresh", "warmup", "identity")
-PADDING = ("include", "exclude")
 
 
 def isoscore_of_covariance(covariance: Tensor) -> Tensor:
@@ -92,25 +89,15 @@ class IsoScoreStarTerm(LossTerm):
     def __init__(
         self,
         *,
-        direction: str = "decrease",
-        zeta: float = 0.2,
-        prior: str = "refresh",
-        layers: str = "last",
-        padding: str = "include",
-        refresh_every_steps: int | None = None,
-        refresh_points: int = 250_000,
+        direction: Literal["increase", "decrease"] = "decrease",
+        zeta: Annotated[float, Interval(ge=0, le=1)] = 0.2,
+        prior: Literal["refresh", "warmup", "identity"] = "refresh",
+        layers: Literal["last", "all"] = "last",
+        padding: Literal["include", "exclude"] = "include",
+        refresh_every_steps: Annotated[int, Ge(1)] | None = None,
+        refresh_points: Annotated[int, Ge(2)] = 250_000,
     ) -> None:
         super().__init__()
-        for name, value, choices in (("direction", direction, DIRECTIONS), ("prior", prior, PRIORS),
-                                     ("layers", layers, LAYERS), ("padding", padding, PADDING)):  # fmt: skip
-            if value not in choices:
-                raise ValueError(f"regularizer.istar.{name}={value!r} is not one of {', '.join(choices)}")
-        if not 0 <= zeta <= 1:
-            raise ValueError(f"regularizer.istar.zeta={zeta}: the shrinkage weight lies in [0, 1]")
-        if refresh_every_steps is not None and refresh_every_steps < 1:
-            raise ValueError(f"regularizer.istar.refresh_every_steps must be >= 1 or null, got {refresh_every_steps}")
-        if refresh_points < 2:
-            raise ValueError(f"regularizer.istar.refresh_points must be >= 2, got {refresh_points}")
         self.direction, self.zeta, self.prior, self.layers = direction, zeta, prior, layers
         self.padding, self.refresh_every_steps, self.refresh_points = padding, refresh_every_steps, refresh_points
         self.requires = frozenset({"all_hidden_states"}) if layers == "all" else frozenset()

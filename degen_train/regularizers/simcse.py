@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
 import torch.nn.functional as F
+from annotated_types import Gt
 from torch import Tensor, nn
 
 from degen_train.collectives import gather_with_gradient, is_distributed
 from degen_train.terms import LossTerm, TermContext, distributed_mean, register_term
 from degen_train.types import ForwardOutput, TermOutput
-
-POOLERS = ("cls_mlp", "cls", "mean")
 
 
 def simcse_loss_sum(first: Tensor, second: Tensor, *, temperature: float, keys: Tensor | None = None,
@@ -41,12 +40,14 @@ class DropoutContrastTerm(LossTerm):
     averages_over = ("sequences",)
     mixes_samples = "the batch's other sequences as negatives"
 
-    def __init__(self, *, temperature: float = 0.05, pooler: str = "cls_mlp", gather_negatives: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        temperature: Annotated[float, Gt(0)] = 0.05,
+        pooler: Literal["cls_mlp", "cls", "mean"] = "cls_mlp",
+        gather_negatives: bool = True,
+    ) -> None:
         super().__init__()
-        if pooler not in POOLERS:
-            raise ValueError(f"regularizer.simcse.pooler={pooler!r} is not one of {', '.join(POOLERS)}")
-        if temperature <= 0:
-            raise ValueError(f"regularizer.simcse.temperature must be > 0, got {temperature}")
         self.temperature, self.pooler, self.gather_negatives = temperature, pooler, gather_negatives
         self.mlp: nn.Module | None = None
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 import torch
 import torch.nn.functional as F
+from annotated_types import Interval
 from torch import Tensor
 
 from degen_train.terms import LossTerm, TermContext, distributed_mean, register_term
 from degen_train.types import ForwardOutput, TermOutput
-
-MASK_FROM = ("attention", "pad_token")
 
 
 def simctg_loss_sum(
@@ -46,12 +47,13 @@ class TokenContrastiveDecoderTerm(LossTerm):
     family = "decoder"
     averages_over = ("simctg_pairs",)
 
-    def __init__(self, *, margin: float = 0.5, mask_from: str = "attention") -> None:
+    def __init__(
+        self,
+        *,
+        margin: Annotated[float, Interval(ge=0, le=2)] = 0.5,  # a cosine margin
+        mask_from: Literal["attention", "pad_token"] = "attention",
+    ) -> None:
         super().__init__()
-        if mask_from not in MASK_FROM:
-            raise ValueError(f"regularizer.simctg.mask_from={mask_from!r} is not one of {', '.join(MASK_FROM)}")
-        if not 0 <= margin <= 2:
-            raise ValueError(f"regularizer.simctg.margin={margin}: a cosine margin lies in [0, 2]")
         self.margin, self.mask_from = margin, mask_from
         self.pad_id: int | None = None
 

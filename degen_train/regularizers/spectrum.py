@@ -4,15 +4,15 @@ paper, and the yaml names each choice."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
+from annotated_types import Ge
 from torch import Tensor, nn
 
 from degen_train.terms import LossTerm, TermContext, register_term
 from degen_train.types import ForwardOutput, TermOutput
 
-PROFILES = ("polynomial", "exponential")
 FACTORS = "spectral_factors"  # the submodule's name in the HF model (and in checkpoints)
 
 
@@ -100,12 +100,14 @@ class SpectrumControlTerm(LossTerm):
 
     paper_metrics = ("spectrum_gap",)
 
-    def __init__(self, *, profile: str = "polynomial", decay: float = 0.5, orthogonality_weight: float = 1.0) -> None:
+    def __init__(
+        self,
+        *,
+        profile: Literal["polynomial", "exponential"] = "polynomial",
+        decay: Annotated[float, Ge(0)] = 0.5,
+        orthogonality_weight: Annotated[float, Ge(0)] = 1.0,
+    ) -> None:
         super().__init__()
-        if profile not in PROFILES:
-            raise ValueError(f"regularizer.spectrum_control.profile={profile!r} is not one of {', '.join(PROFILES)}")
-        if decay < 0:
-            raise ValueError(f"regularizer.spectrum_control.decay must be >= 0, got {decay}")
         self.profile, self.decay, self.orthogonality_weight = profile, decay, orthogonality_weight
         self._model: list[nn.Module] = []  # not a submodule: the factors belong to the HF model
 

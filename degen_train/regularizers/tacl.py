@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Annotated, Literal
 
 import torch
 import torch.nn.functional as F
+from annotated_types import Gt
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoModel
 
@@ -46,9 +48,6 @@ def resolve_teacher_path(teacher: str | None) -> str:
     return resolved
 
 
-TEACHER_SHARDING = ("shard", "replicate")
-
-
 @register_term("tacl")
 class TokenContrastiveTerm(LossTerm):
     """InfoNCE between student tokens at masked positions and the frozen teacher's tokens of the same sequence."""
@@ -59,20 +58,14 @@ class TokenContrastiveTerm(LossTerm):
         self,
         *,
         teacher: str | None = None,
-        temperature: float = 0.01,
+        temperature: Annotated[float, Gt(0)] = 0.01,
         pad_in_denominator: bool = True,
         teacher_dropout: bool = True,
         exclude_same_token: bool = False,
-        teacher_sharding: str = "shard",
+        teacher_sharding: Literal["shard", "replicate"] = "shard",
     ) -> None:
         super().__init__()
-        if teacher_sharding not in TEACHER_SHARDING:
-            raise ValueError(
-                f"regularizer.tacl.teacher_sharding={teacher_sharding!r} is not one of {', '.join(TEACHER_SHARDING)}"
-            )
         self.teacher_sharding = teacher_sharding
-        if temperature <= 0:
-            raise ValueError(f"regularizer.tacl.temperature must be > 0, got {temperature}")
         self.teacher_path = resolve_teacher_path(teacher)
         self.temperature = temperature
         self.pad_in_denominator = pad_in_denominator

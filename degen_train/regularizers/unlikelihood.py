@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from degen_train.terms import LossTerm, TermContext, distributed_mean, register_term
 from degen_train.types import ForwardOutput, TermOutput
-
-CANDIDATE_SETS = ("released", "paper")
 
 
 def context_candidates(ids: Tensor, context: Tensor, labels: Tensor, *, include_current: bool = True) -> Tensor:
@@ -79,12 +79,8 @@ class TokenUnlikelihoodTerm(LossTerm):
     requires = frozenset({"logits"})
     averages_over = ("targets",)
 
-    def __init__(self, *, candidates: str = "released") -> None:
+    def __init__(self, *, candidates: Literal["released", "paper"] = "released") -> None:
         super().__init__()
-        if candidates not in CANDIDATE_SETS:
-            raise ValueError(
-                f"regularizer.unlikelihood.candidates={candidates!r} is not one of {', '.join(CANDIDATE_SETS)}"
-            )
         self.candidates = candidates
         self.pad_id: int | None = None
 

@@ -61,7 +61,7 @@ def test_warm_up_prior_is_the_first_batch_and_shrinks_later_batches() -> None:
 def test_bad_options_name_the_choices() -> None:
     with pytest.raises(ValueError, match=r"regularizer.istar.direction='up' is not one of increase, decrease"):
         IsoScoreStarTerm(direction="up")
-    with pytest.raises(ValueError, match=r"regularizer.istar.zeta=1.5: the shrinkage weight lies in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"regularizer.istar.zeta must be in \[0, 1\], got 1.5"):
         IsoScoreStarTerm(zeta=1.5)
 
 

@@ -90,5 +90,5 @@ def test_pad_token_masking_equals_the_released_code_with_a_pad_id_inside() -> No
 def test_bad_options_name_the_choices() -> None:
     with pytest.raises(ValueError, match=r"regularizer.simctg.mask_from='pads' is not one of attention, pad_token"):
         TokenContrastiveDecoderTerm(mask_from="pads")
-    with pytest.raises(ValueError, match=r"regularizer.simctg.margin=3: a cosine margin lies in \[0, 2\]"):
+    with pytest.raises(ValueError, match=r"regularizer.simctg.margin must be in \[0, 2\], got 3"):
         TokenContrastiveDecoderTerm(margin=3)
