@@ -14,6 +14,7 @@ import datasets  # noqa: E402
 
 from bench import (  # noqa: E402
     analysis,
+    attention,
     chunked_ce,
     data,
     finetune,
@@ -45,6 +46,7 @@ def main() -> None:
         "recipes",
         "optimizers",
         "data",
+        "attention",
     }
     machine = cpu_description()
     bf16 = f"yes ({', '.join(machine['bf16_flags'])})" if machine["native_bf16"] else "no: bf16 rows are emulated"
@@ -73,6 +75,8 @@ def main() -> None:
         recipes.main()
     if "optimizers" in wanted:
         optimizers.main()
+    if "attention" in wanted:
+        attention.main()
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from degen_train.io import atomic_directory
+from degen_train.models.attention_variants import exported_model_type
 from degen_train.regularizers.spectrum import fold_spectral_state
 
 PROVENANCE_FILE = "degen_train.json"  # in the export folder: how the weights were made
@@ -36,4 +37,15 @@ def export_pretrained(
             tokenizer.save_pretrained(str(staging))
         if record is not None:
             (staging / PROVENANCE_FILE).write_text(json.dumps(record, indent=2, default=str))
+        declare_variant(staging / "config.json", model.config)
     return target
+
+
+def declare_variant(config_file: Path, config: Any) -> None:
+    """An attention variant's export declares model_type degen_<arch>: stock transformers refuses to load it rather
+    than compute plain softmax (models/attention_variants.py); degen_train's processes load it."""
+    model_type = exported_model_type(config)
+    if model_type != config.model_type:
+        values = json.loads(config_file.read_text())
+        values["model_type"] = model_type
+        config_file.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")

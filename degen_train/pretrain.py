@@ -336,7 +336,9 @@ def build_module(
 ) -> PretrainModule:
     """The HF model (seeded), its terms set up against it, and the LightningModule around both."""
     torch.manual_seed(int(cfg.seed))
-    hf_model = build_hf_model(cfg.model, tokenizer=data.tokenizer, with_nsp_head=with_nsp_head)
+    hf_model = build_hf_model(
+        cfg.model, tokenizer=data.tokenizer, with_nsp_head=with_nsp_head, sequence_length=cfg.data.block_size
+    )
     if cfg.model.get("compile"):
         blocks = compile_blocks(hf_model)
         log.info("model.compile: %d blocks compiled in place (%s, ...)", len(blocks), blocks[0])

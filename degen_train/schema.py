@@ -68,6 +68,18 @@ class DataConfig(BaseModel):
         return self
 
 
+class AttentionVariantConfig(BaseModel):
+    """model.attention_variant: how heads may do nothing (degen_train/models/attention_variants.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: Literal["softmax", "clipped_softmax", "gated", "output_gate"] = "softmax"
+    alpha: float | None = Field(default=None, ge=0)  # clipped softmax: γ = −α/T; null = the family's released α
+    eta: float = Field(default=1.0, ge=1)  # clipped softmax: ζ, the stretch above 1
+    gate: Literal["linear", "mlp"] | None = None  # gated: G_h's form; null = the family's released one
+    gate_init: float | None = Field(default=None, gt=0, lt=1)  # gated: π_init; null = the family's released one
+    granularity: Literal["headwise", "elementwise"] = "elementwise"  # output gate
+
+
 class ModelConfig(BaseModel):
     # Closed: every key a model preset or architecture reads is listed, so `+model.hiden_size=64` is refused
     # (naming the nearest setting) instead of training the preset's width in silence.
@@ -89,6 +101,16 @@ class ModelConfig(BaseModel):
     local_attention: int | None = Field(default=None, ge=1)  # ModernBERT's sliding window
     rope_theta: float | None = Field(default=None, gt=0)  # Llama / Qwen2
     norm_eps: float | None = Field(default=None, gt=0)
+    attention_variant: AttentionVariantConfig = Field(default_factory=AttentionVariantConfig)
+
+    @model_validator(mode="after")
+    def clipped_softmax_runs_eager(self) -> ModelConfig:
+        if self.attention_variant.name == "clipped_softmax" and self.attention != "eager":
+            raise ValueError(
+                f"attention_variant.name=clipped_softmax needs the score matrix, which attention={self.attention} "
+                f"never forms: set model.attention=eager"
+            )
+        return self
 
     @model_validator(mode="after")
     def heads_divide_width(self) -> ModelConfig:

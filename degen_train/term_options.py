@@ -44,7 +44,7 @@ def checked(init: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(init)
     def init_checked(self: Any, *args: Any, **kwargs: Any) -> None:
         given = signature.bind(self, *args, **kwargs).arguments
-        hints = _hints(init)
+        hints = option_hints(init)
         for option, value in given.items():
             if option in hints and option != "self":
                 _check(type(self), option, value, hints[option])
@@ -54,7 +54,7 @@ def checked(init: Callable[..., None]) -> Callable[..., None]:
 
 
 @functools.cache
-def _hints(init: Callable[..., None]) -> dict[str, Any]:
+def option_hints(init: Callable[..., None]) -> dict[str, Any]:
     """The parameters' annotations resolved in the term's module (one that cannot be resolved is not checked)."""
     hints = {}
     for name, parameter in inspect.signature(init).parameters.items():
@@ -94,6 +94,16 @@ def describe(key: str, value: Any, hint: Any, error: dict[str, Any]) -> str:
     if rule and error["type"] in BOUND_ERRORS:
         return f"{key} must be {rule}{or_null}, got {value}"
     return f"{key}={value!r}: {error['msg']}"
+
+
+def allowed(hint: Any) -> str | None:
+    """What an annotation allows, said briefly: 'all|seen', '> 0', 'in (0, 1) or null'; None for a plain type."""
+    nullable, inner = _without_none(hint)
+    or_null = " or null" if nullable else ""
+    if typing.get_origin(inner) is typing.Literal:
+        return "|".join(map(str, typing.get_args(inner))) + ("|null" if nullable else "")
+    rule = _range(inner)
+    return f"{rule}{or_null}" if rule else None
 
 
 def _without_none(hint: Any) -> tuple[bool, Any]:

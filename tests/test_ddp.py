@@ -73,6 +73,12 @@ CASES = {
     # Spectrum control: no sample mixing, but its factors replace a tied parameter through a pre-forward hook;
     # DDP must see them used in the forward and reduce their gradients like any weight.
     "spectrum_control": (["recipe=spectrum_control", "model=gpt2_tiny"], ("train/spectrum_control/loss",)),
+    # Attention variants: gates are parameters of each attention module, fed the attention input by a pre-hook.
+    "gated_attention": (["recipe=bert_mlm", "model.attention_variant.name=gated"], ("train/mlm/loss",)),
+    "output_gate": (
+        ["recipe=gpt2_mle", "model=llama_tiny", "model.attention_variant.name=output_gate", "model.attention=eager"],
+        ("train/mle/loss",),
+    ),
 }
 
 

@@ -40,6 +40,8 @@ CASES = {
     **BEYOND_BERT_AND_GPT2,
     # torch.compile of every block (model.compile=true), with the process group's hooks around them.
     "compiled": (["recipe=bert_mlm", "model=tiny", "model.compile=true"], ("train/mlm/loss", "val/loss")),
+    # Gated attention: each block's gates sharded with it, fed the block's attention input by a pre-hook.
+    "gated_attention": (["recipe=bert_mlm", "model=tiny", "model.attention_variant.name=gated"], ("train/mlm/loss",)),
 }
 
 

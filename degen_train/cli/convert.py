@@ -40,6 +40,7 @@ def hf_model_of(checkpoint: dict[str, Any]) -> Any:
     from transformers import AutoConfig
 
     from degen_train.models.architectures import ARCHITECTURES
+    from degen_train.models.attention_variants import SETTINGS_KEY, install_attention_variant
 
     identity = checkpoint.get("degen_train", {})
     if "hf_config" not in identity:
@@ -54,6 +55,8 @@ def hf_model_of(checkpoint: dict[str, Any]) -> Any:
     config_values = dict(identity["hf_config"])
     config = AutoConfig.for_model(config_values.pop("model_type"), **config_values)
     model = classes[name](config)
+    if getattr(config, SETTINGS_KEY, None):  # the attention variant it was trained with: its gates, its softmax
+        install_attention_variant(model, getattr(config, SETTINGS_KEY), arch=config.model_type)
     state = checkpoint["state_dict"]
     weights = {k.removeprefix(MODEL_PREFIX): v for k, v in state.items() if k.startswith(MODEL_PREFIX)}
     weights = fold_spectral_state(weights, model)  # spectrum control's U·diag(σ)·Vᵀ as one plain matrix

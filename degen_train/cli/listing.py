@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from degen_train.catalog import discover_terms
 from degen_train.paths import config_dir
+from degen_train.term_options import allowed, option_hints
 
 # A full stop and a space end a sentence, except after an abbreviation ("et al. 2022", "e.g. x", "vs. y").
 SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)(?<!\bcf)[.!?](?=\s)")
@@ -39,18 +40,22 @@ def first_sentence(path: Path) -> str:
 
 
 def term_switches(cls: type) -> str:
-    """key=default for each keyword of the term's constructor, and of its bases' when it passes **options on."""
-    switches: dict[str, object] = {}
+    """key=default for each keyword of the term's constructor, and of its bases' when it passes **options on,
+    with what its annotation allows (the check term_options.py applies): ``rows='all' (all|seen)``."""
+    switches: dict[str, str] = {}
     for klass in cls.__mro__:
         if "__init__" not in vars(klass) or klass.__module__.startswith("torch"):
             continue
-        parameters = inspect.signature(klass.__init__).parameters.values()
+        init = vars(klass)["__init__"]
+        hints = option_hints(getattr(init, "__wrapped__", init))
+        parameters = inspect.signature(init).parameters.values()
         for p in parameters:
-            if p.default is not inspect.Parameter.empty:
-                switches.setdefault(p.name, p.default)
+            if p.default is not inspect.Parameter.empty and p.name not in switches:
+                rule = allowed(hints[p.name]) if p.name in hints else None
+                switches[p.name] = f"{p.name}={p.default!r}" + (f" ({rule})" if rule else "")
         if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
             break
-    return " ".join(f"{name}={default!r}" for name, default in switches.items())
+    return " ".join(switches.values())
 
 
 def listing() -> str:

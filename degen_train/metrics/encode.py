@@ -14,6 +14,8 @@ from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
+import degen_train.models  # noqa: F401 - registers the degen_<arch> types of exports with an attention variant
+
 log = logging.getLogger(__name__)
 POOLING_LAYERS = ("last", "first_last")
 # A folder holds a tokenizer when it has one of these (fast, WordPiece, BPE, SentencePiece).

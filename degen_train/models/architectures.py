@@ -156,5 +156,6 @@ def architecture(name: str | None, *, family: str | None = None) -> Architecture
 
 
 def architecture_of(model_type: str) -> Architecture | None:
-    """The architecture of a loaded model's ``config.model_type`` (None if we do not build that type)."""
-    return ARCHITECTURES.get(model_type)
+    """The architecture of a loaded model's ``config.model_type`` (None if we do not build that type); an export
+    with an attention variant declares degen_<arch> (models/attention_variants.py)."""
+    return ARCHITECTURES.get(model_type.removeprefix("degen_"))

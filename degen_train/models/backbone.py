@@ -21,6 +21,7 @@ from transformers import (
 
 from degen_train.io import resolve_pretrained
 from degen_train.models.architectures import ARCHITECTURES, Architecture, architecture, architecture_of
+from degen_train.models.attention_variants import SETTINGS_KEY, install_attention_variant, variant_settings
 from degen_train.models.loading import load_pretrained
 from degen_train.types import ForwardOutput
 
@@ -65,9 +66,16 @@ def model_family(cfg: Any) -> str:
     return model_architecture(cfg).family
 
 
-def build_hf_model(cfg: Any, *, tokenizer: Any, with_nsp_head: bool) -> PreTrainedModel:
-    """A fresh model from the size preset, or the weights at ``cfg.init_from`` (path or hub name)."""
+def build_hf_model(
+    cfg: Any, *, tokenizer: Any, with_nsp_head: bool, sequence_length: int | None = None
+) -> PreTrainedModel:
+    """A fresh model from the size preset, or the weights at ``cfg.init_from`` (path or hub name), with the
+    configured attention variant installed (``sequence_length``: the T of clipped softmax's γ = −α/T)."""
     arch = model_architecture(cfg)
+    variant = variant_settings(
+        cfg.get("attention_variant") or {}, family=arch.family, arch=arch.name, attention=cfg.attention,
+        length=sequence_length,
+    )  # fmt: skip
     if with_nsp_head and arch.nsp_class is None:
         with_heads = [a.name for a in ARCHITECTURES.values() if a.nsp_class is not None]
         raise ValueError(
@@ -89,9 +97,17 @@ def build_hf_model(cfg: Any, *, tokenizer: Any, with_nsp_head: bool) -> PreTrain
                 f"model.init_from={cfg.init_from} has {model.get_input_embeddings().num_embeddings} embeddings "
                 f"but the tokenizer has {len(tokenizer)} tokens: use that model's tokenizer (data.tokenizer.path)"
             )
+        trained_with = getattr(model.config, SETTINGS_KEY, None)
+        if trained_with is not None and trained_with != variant:
+            raise ValueError(
+                f"model.init_from={cfg.init_from} was trained with attention variant {trained_with}; set "
+                f"model.attention_variant to it (this run asks for {variant})"
+            )
+        if trained_with is None:  # a stock model: the variant's fresh gates on its trained attention, as released
+            install_attention_variant(model, variant, arch=arch.name)
         return model.train()  # from_pretrained leaves eval mode: continued pretraining would run without dropout
     model_class = arch.nsp_class if with_nsp_head else arch.model_class
-    return model_class(arch.make_config(cfg, tokenizer))
+    return install_attention_variant(model_class(arch.make_config(cfg, tokenizer)), variant, arch=arch.name)
 
 
 def shape_signature(model: PreTrainedModel) -> dict[str, Any]:

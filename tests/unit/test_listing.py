@@ -32,3 +32,12 @@ def test_every_recipe_description_in_the_listing_is_a_whole_sentence() -> None:
     for name, description in described.items():
         assert description.rstrip().endswith((".", ".)")), (name, description)
     assert max(len(line) for line in text.splitlines()) <= 124
+
+
+def test_each_term_switch_shows_what_its_annotation_allows() -> None:
+    # The same annotations that check the options (term_options.py) say them in --list.
+    text = " ".join(listing().split())
+    assert "rows='all' (all|seen)" in text
+    assert "alpha=0.03 (in (0, 1))" in text
+    assert "per_targets=32768 (>= 1 or null)" in text
+    assert "generator_sample_mode=None (train|eval|null)" in text  # ELECTRA's, from its base class

@@ -8,7 +8,7 @@ import typing
 import pytest
 
 from degen_train.catalog import build_terms, discover_terms
-from degen_train.term_options import _hints, _without_none
+from degen_train.term_options import _without_none, option_hints
 from degen_train.terms import LossTerm
 
 
@@ -26,7 +26,7 @@ def _choices() -> list[tuple[str, str, tuple]]:
     cases = []
     for name, term in sorted(discover_terms().items()):
         for _, init in _initializers(term):
-            for option, hint in _hints(getattr(init, "__wrapped__", init)).items():
+            for option, hint in option_hints(getattr(init, "__wrapped__", init)).items():
                 _, inner = _without_none(hint)
                 if typing.get_origin(inner) is typing.Literal:
                     cases.append((name, option, typing.get_args(inner)))
@@ -39,7 +39,8 @@ def test_every_option_of_every_term_has_an_annotation_that_resolves() -> None:
         for klass, init in _initializers(term):
             raw = getattr(init, "__wrapped__", init)
             keyword = {p for p, v in inspect.signature(raw).parameters.items() if v.kind is v.KEYWORD_ONLY}
-            assert keyword <= set(_hints(raw)), f"{name} ({klass.__name__}): unresolved {keyword - set(_hints(raw))}"
+            unresolved = keyword - set(option_hints(raw))
+            assert not unresolved, f"{name} ({klass.__name__}): unresolved {unresolved}"
             assert getattr(init, "__wrapped__", None) is not None, f"{klass.__name__}.__init__ is not checked"
 
 

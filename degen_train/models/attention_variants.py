@@ -1,0 +1,292 @@
+"""Attention that can do nothing: clipped softmax, gated attention, the output gate (model.attention_variant).
+
+A head with nothing to add learns to do nothing by pushing its softmax to extremes, and the large activations that
+takes are the outliers that break 8-bit quantization (Bondarenko et al. 2023); the variants here give it a cheap way
+to do nothing instead. Each is installed into the stock transformers model, never a copied modeling file:
+
+- ``clipped_softmax``: clip((ζ − γ)·softmax(x) + γ, 0, 1) with γ = −α/T, T the training sequence length (the released
+  ``BertSelfAttentionWithExtras``). It needs the score matrix, so it runs on our eager attention function.
+- ``gated``: per token and head, π = σ(G_h(x_h)) scales the head's output, x_h the head's slice of the attention
+  input (released ``conditional_per_token``: a linear map, or the d→d/4→1 ReLU MLP of the BERT script).
+- ``output_gate``: Y ⊙ σ(X·W_θ) on the attention output before its output projection, one gate per head
+  (headwise) or per element (elementwise); Qiu et al. 2025, whose released Qwen3 code reads the gate from an
+  extended q_proj (the same map: here a separate linear, biased when q_proj is).
+
+How it is installed: a gate is a child module of each attention module (so it is in the state dict, sharded with
+its block by FSDP2, synchronised by DDP); a forward pre-hook hands it the attention input; the attention function
+registered with transformers' ``AttentionInterface`` (``degen_eager``, ``degen_sdpa``) computes attention and then
+applies the gate. The variant's settings travel in ``config.degen_attention``, so an export records what it computes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from transformers import AttentionInterface, PreTrainedModel
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
+
+VARIANTS = ("softmax", "clipped_softmax", "gated", "output_gate")
+# The module each architecture calls its attention function from (it receives the attention input as hidden_states).
+ATTENTION_MODULES = {
+    "bert": "BertSelfAttention",
+    "roberta": "RobertaSelfAttention",
+    "modernbert": "ModernBertAttention",
+    "gpt2": "GPT2Attention",
+    "llama": "LlamaAttention",
+    "qwen2": "Qwen2Attention",
+}
+# The released settings, per family: the BERT scripts for encoders, the OPT scripts (and Qiu et al.) for decoders.
+RELEASED = {
+    "encoder": {"alpha": 3.2, "gate": "mlp", "gate_init": None},  # γ = −0.025 at T = 128 (bert_base_clipped_softmax)
+    "decoder": {"alpha": 12.0, "gate": "linear", "gate_init": 0.25},  # opt_125m_{clipped_softmax,gated_attention}
+}
+SETTINGS_KEY = "degen_attention"  # the config attribute (and config.json key) holding a variant's settings
+
+
+def clipped_softmax(scores: Tensor, *, gamma: float, eta: float) -> Tensor:
+    """clip((η − γ)·softmax(x) + γ, 0, 1) over the last dimension; Bondarenko et al. 2023, γ = −α/T."""
+    return torch.clip(F.softmax(scores, dim=-1) * (eta - gamma) + gamma, 0, 1)
+
+
+def _uniform_like_linear(tensor: Tensor, fan_in: int) -> None:
+    # nn.Linear's own initialisation, U(−1/√fan_in, 1/√fan_in): the released gates are built after the model's init.
+    bound = 1 / math.sqrt(fan_in)
+    nn.init.uniform_(tensor, -bound, bound)
+
+
+class HeadGate(nn.Module):
+    """π_{t,h} = σ(G_h(x_{t,h})), x_{t,h} the h-th head's slice of token t's attention input; Bondarenko et al. 2023.
+
+    G_h is linear (d_head → 1) or the ReLU MLP d_head → d_head/4 → 1; all heads' maps are held as one batched weight
+    (the released code keeps a ModuleList of nn.Linear per head: the same function and initialisation).
+    """
+
+    def __init__(self, heads: int, head_dim: int, *, form: str, init: float | None) -> None:
+        super().__init__()
+        self.heads, self.head_dim, self.form = heads, head_dim, form
+        inner = head_dim // 4 if form == "mlp" else 1
+        self.weight = nn.Parameter(torch.empty(heads, head_dim, inner))  # (H, d, d/4 or 1)
+        self.bias = nn.Parameter(torch.empty(heads, inner))
+        _uniform_like_linear(self.weight, head_dim)
+        _uniform_like_linear(self.bias, head_dim)
+        if form == "mlp":
+            self.weight_out = nn.Parameter(torch.empty(heads, inner, 1))  # (H, d/4, 1)
+            self.bias_out = nn.Parameter(torch.empty(heads, 1))
+            _uniform_like_linear(self.weight_out, inner)
+            _uniform_like_linear(self.bias_out, inner)
+        if init is not None:  # π_init: the bias at logit(π_init), as released (only for the linear gate)
+            nn.init.constant_(self.bias_out if form == "mlp" else self.bias, math.log(init / (1 - init)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        batch, length, _ = x.shape
+        heads = x.view(batch, length, self.heads, self.head_dim)  # (B, T, H, d)
+        logits = torch.einsum("bthd,hde->bthe", heads, self.weight) + self.bias  # (B, T, H, d/4 or 1)
+        if self.form == "mlp":
+            logits = torch.einsum("bthe,heo->btho", torch.relu(logits), self.weight_out) + self.bias_out
+        return torch.sigmoid(logits)  # (B, T, H, 1)
+
+
+class OutputGate(nn.Module):
+    """σ(X·W_θ + b) per head (headwise, W_θ: D × H) or per element (elementwise, D × H·d); Qiu et al. 2025."""
+
+    def __init__(self, hidden: int, heads: int, head_dim: int, *, granularity: str, bias: bool, std: float) -> None:
+        super().__init__()
+        self.heads, self.width = heads, (head_dim if granularity == "elementwise" else 1)
+        self.proj = nn.Linear(hidden, heads * self.width, bias=bias)
+        nn.init.normal_(self.proj.weight, std=std)  # as q_proj, whose extension it is in the released code
+        if bias:
+            nn.init.zeros_(self.proj.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        batch, length, _ = x.shape
+        return torch.sigmoid(self.proj(x)).view(batch, length, self.heads, self.width)  # (B, T, H, 1 or d)
+
+
+def _remember_gate_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
+    """Hands the attention input to the gate (a forward pre-hook): attention functions see q, k and v only."""
+    module.attention_gate_input = args[0] if args else kwargs["hidden_states"]
+
+
+def _gated(module: nn.Module, output: Tensor) -> Tensor:
+    """The attention output (B, T, H, d) times the module's gate, when it has one."""
+    gate = getattr(module, "attention_gate", None)
+    if gate is None:
+        return output
+    x = module.__dict__.pop("attention_gate_input")  # taken, so a stale input is never reused
+    return output * gate(x).to(output.dtype)
+
+
+def degen_eager_attention(
+    module: nn.Module,
+    query: Tensor,  # (B, H, T, d)
+    key: Tensor,  # (B, H_kv, S, d)
+    value: Tensor,
+    attention_mask: Tensor | None,  # additive, (B, 1, T, S)
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **_: Any,
+) -> tuple[Tensor, Tensor]:
+    """Eager attention with the configured softmax (plain or clipped), then the gate: out (B, T, H, d)."""
+    groups = query.shape[1] // key.shape[1]  # grouped-query attention: each key/value head serves `groups` heads
+    if groups > 1:
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    scores = torch.matmul(query, key.transpose(2, 3)) * (scaling if scaling is not None else query.shape[-1] ** -0.5)
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    settings = getattr(module.config, SETTINGS_KEY)
+    if settings["variant"] == "clipped_softmax":
+        weights = clipped_softmax(scores.float(), gamma=settings["gamma"], eta=settings["eta"]).to(query.dtype)
+    else:
+        weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value).transpose(1, 2).contiguous()
+    return _gated(module, output), weights
+
+
+def degen_sdpa_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, *args: Any, **kwargs: Any):
+    """torch's SDPA (as transformers calls it), then the gate: the gates keep the fused kernel."""
+    output, weights = sdpa_attention_forward(module, query, key, value, *args, **kwargs)
+    return _gated(module, output), weights
+
+
+AttentionInterface.register("degen_eager", degen_eager_attention)
+AttentionInterface.register("degen_sdpa", degen_sdpa_attention)
+AttentionMaskInterface.register("degen_eager", eager_mask)
+AttentionMaskInterface.register("degen_sdpa", sdpa_mask)
+
+
+def variant_settings(
+    variant: Mapping[str, Any], *, family: str, arch: str, attention: str, length: int | None
+) -> dict:
+    """The settings a variant runs with, its released defaults filled in; bad input refused by name."""
+    name = variant.get("name", "softmax")
+    if name not in VARIANTS:
+        raise ValueError(f"model.attention_variant.name={name!r} is not one of {', '.join(VARIANTS)}")
+    if name != "softmax" and arch not in ATTENTION_MODULES:
+        defined = ", ".join(ATTENTION_MODULES)
+        raise ValueError(f"model.attention_variant.name={name} is defined for {defined}, not model.arch={arch}")
+    if name == "clipped_softmax" and attention != "eager":
+        raise ValueError(
+            f"model.attention_variant.name=clipped_softmax needs the score matrix, which model.attention={attention} "
+            f"never forms: set model.attention=eager"
+        )
+    released = RELEASED[family]
+    settings: dict[str, Any] = {"variant": name}
+    if name == "clipped_softmax":
+        if length is None:
+            raise ValueError("clipped_softmax needs the training sequence length T (γ = −α/T): pass sequence_length")
+        alpha = variant.get("alpha") if variant.get("alpha") is not None else released["alpha"]
+        eta = variant.get("eta") or 1.0
+        settings |= {"alpha": alpha, "length": length, "gamma": -alpha / length, "eta": eta}
+    if name == "gated":
+        form = variant.get("gate") or released["gate"]
+        init = variant.get("gate_init")
+        settings |= {"gate": form, "gate_init": init if init is not None else released["gate_init"]}
+    if name == "output_gate":
+        settings |= {"granularity": variant.get("granularity", "elementwise")}
+    return settings
+
+
+def _attention_modules(model: nn.Module, arch: str) -> list[nn.Module]:
+    return [module for module in model.modules() if type(module).__name__ == ATTENTION_MODULES[arch]]
+
+
+def install_attention_variant(model: PreTrainedModel, settings: Mapping[str, Any], *, arch: str) -> PreTrainedModel:
+    """Install ``settings`` (from ``variant_settings``) into ``model`` in place: gates, hooks, attention function."""
+    if settings["variant"] == "softmax":
+        return model
+    config = model.config
+    if any(hasattr(module, "attention_gate") for module in _attention_modules(model, arch)):
+        raise ValueError("this model has an attention variant installed already")
+    setattr(config, SETTINGS_KEY, dict(settings))
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    for module in _attention_modules(model, arch):
+        if settings["variant"] == "gated":
+            gate: nn.Module = HeadGate(heads, head_dim, form=settings["gate"], init=settings["gate_init"])
+        elif settings["variant"] == "output_gate":
+            bias = _query_has_bias(module)
+            gate = OutputGate(config.hidden_size, heads, head_dim, granularity=settings["granularity"], bias=bias,
+                              std=config.initializer_range)  # fmt: skip
+        else:
+            continue
+        module.attention_gate = gate
+        module.register_forward_pre_hook(_remember_gate_input, with_kwargs=True)
+    eager = settings["variant"] == "clipped_softmax" or config._attn_implementation in ("eager", "degen_eager")
+    implementation = "degen_eager" if eager else "degen_sdpa"
+    model.set_attn_implementation(implementation)
+    return model
+
+
+def _query_has_bias(module: nn.Module) -> bool:
+    for name in ("q_proj", "query", "c_attn", "Wqkv"):
+        projection = getattr(module, name, None)
+        if projection is not None:
+            return getattr(projection, "bias", None) is not None
+    return True
+
+
+# Export: a model with a variant computes what its stock class does not, so its config.json names the model type
+# ``degen_<arch>``. Plain transformers then refuses it ("does not recognize this architecture") instead of loading
+# plain softmax without a word; every degen_train process registers the classes below, built from the stock ones
+# and this module (never code from the folder), so degen-analyze, degen-eval, degen-finetune and init_from load it.
+EXPORTED_TYPE_PREFIX = "degen_"
+
+
+def exported_model_type(config: Any) -> str:
+    """The model_type an export of ``config`` declares: the stock one, or degen_<arch> when a variant is installed."""
+    settings = getattr(config, SETTINGS_KEY, None)
+    if not settings or settings.get("variant", "softmax") == "softmax":
+        return config.model_type
+    return EXPORTED_TYPE_PREFIX + config.model_type
+
+
+def _variant_class(base: type, config_class: type, arch: str) -> type:
+    def __init__(self: Any, config: Any, *args: Any, **kwargs: Any) -> None:
+        base.__init__(self, config, *args, **kwargs)
+        install_attention_variant(self, getattr(config, SETTINGS_KEY), arch=arch)
+
+    return type(f"Degen{base.__name__}", (base,), {"__init__": __init__, "config_class": config_class})
+
+
+def register_exported_classes() -> None:
+    """Teach transformers' Auto classes, in this process, the degen_<arch> types our exports with a variant declare."""
+    import transformers
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForCausalLM,
+        AutoModelForMaskedLM,
+        AutoModelForPreTraining,
+        AutoModelForSequenceClassification,
+    )
+    from transformers.models.auto import modeling_auto
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    heads = {
+        AutoModel: modeling_auto.MODEL_MAPPING_NAMES,
+        AutoModelForMaskedLM: modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+        AutoModelForCausalLM: modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        AutoModelForPreTraining: modeling_auto.MODEL_FOR_PRETRAINING_MAPPING_NAMES,
+        AutoModelForSequenceClassification: modeling_auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
+    }
+    for arch in ATTENTION_MODULES:
+        model_type = EXPORTED_TYPE_PREFIX + arch
+        if model_type in CONFIG_MAPPING:
+            continue  # registered already (this module imported twice under another name)
+        base_config = CONFIG_MAPPING[arch]
+        config_class = type(f"Degen{base_config.__name__}", (base_config,), {"model_type": model_type})
+        AutoConfig.register(model_type, config_class)
+        for auto, names in heads.items():
+            if arch in names:
+                base = getattr(transformers, names[arch])
+                auto.register(config_class, _variant_class(base, config_class, arch))
+
+
+register_exported_classes()
