@@ -20,7 +20,8 @@ from degen_train.paths import config_dir  # noqa: E402
 
 log = logging.getLogger("degen_train.reproduce")
 PARTS = ("gao", "tacl", "coco", "luo", "simctg", "unlikelihood", "agg", "spectrum_control", "istar", "simcse",
-         "muon", "muon_cosreg", "muon_encoder", "cosreg_cooldown", "glue")  # fmt: skip
+         "muon", "muon_cosreg", "muon_encoder", "cosreg_cooldown", "glue", "clipped_softmax", "gated_attention",
+         "output_gate")  # fmt: skip
 
 
 def load_settings(overrides: Sequence[str]) -> DictConfig:
@@ -48,7 +49,7 @@ def reproduce(cfg: DictConfig) -> str:
     for index, run in enumerate(runs, 1):
         log.info("[%d/%d] %s / %s / seed %d", index, len(runs), run.part, run.variant, run.seed)
         results.append((run, execute(run, cfg)))
-    minilm = reference_model(cfg) if {"luo", "glue"} & set(cfg.parts) else None
+    minilm = reference_model(cfg) if {"luo", "glue", "clipped_softmax", "gated_attention"} & set(cfg.parts) else None
     page = write_page(cfg, results, minilm)
     log.info("wrote %s in %.1f min", page, (time.perf_counter() - started) / 60)
     return str(page)

@@ -14,6 +14,8 @@ import pandas as pd
 
 GAO_BASELINE = ("recipe=gao_cosreg", "regularizer.cosreg.weight=0")
 DECODER_METHODS = ("simctg", "unlikelihood", "agg", "spectrum_control")
+ATTENTION_COLUMNS = ["val perplexity", "max kurtosis", "max ‖x‖∞", "outlier dims (Luo)", "attention sink rate",
+                     "W8A8 gap", "STS-B raw"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -151,8 +153,43 @@ METHOD_PARTS: dict[str, MethodPart] = {
         "a cooldown a quarter of a short run long is little time for a regulariser to reshape the embedding",
         shown=("stable",),
     ),
+    # (n) Attention that can do nothing: the outliers, the attention sink and the W8A8 gap.
+    "clipped_softmax": MethodPart(
+        "(n) Bondarenko et al. 2023: clipped softmax removes the outliers",
+        "An MLM encoder (recipe bert_mlm, eager attention) with clipped softmax (γ = −α/T with the released BERT "
+        "script's α: γ = −0.025 at T = 128; ζ = 1) against plain softmax on the same path. W8A8: weights and "
+        "activations fake-quantized to 8 bits as the released probe does (degen-eval --w8a8), pseudo-perplexity on "
+        "WikiText-2's validation text before and after.",
+        ("attention", "softmax"),
+        ("model.attention_variant.name=clipped_softmax",),
+        {"max kurtosis": "lower", "max ‖x‖∞": "lower", "W8A8 gap": "lower", "val perplexity": "not higher"},
+        ATTENTION_COLUMNS,
+        "the paper trains BERT-base for 1M steps, where a few hidden dimensions reach |x| ≈ 735; outliers grow with "
+        "training, so softmax_long (seed 0, five times the steps) shows whether they start to appear at this size",
+        shown=("softmax_long",),
+    ),
+    "gated_attention": MethodPart(
+        "(n) Bondarenko et al. 2023: gated attention removes the outliers",
+        "The same encoder with gated attention (per token and head, the released BERT script's MLP gate "
+        "d → d/4 → 1) against plain softmax.",
+        ("attention", "softmax"),
+        ("model.attention_variant.name=gated",),
+        {"max kurtosis": "lower", "max ‖x‖∞": "lower", "W8A8 gap": "lower", "val perplexity": "not higher"},
+        ATTENTION_COLUMNS,
+        "as for clipped softmax: at this size and length the plain encoder may have no outliers to remove",
+    ),
+    "output_gate": MethodPart(
+        "(n) Qiu et al. 2025: the attention output gate removes the sink",
+        "Part (a)'s MLE decoder with the elementwise output gate Y ⊙ σ(X·W_θ) against MLE.",
+        ("gao", "mle"),
+        ("model.attention_variant.name=output_gate",),
+        {"attention sink rate": "lower", "max ‖x‖∞": "lower", "W8A8 gap": "lower", "val perplexity": "not higher"},
+        [*ATTENTION_COLUMNS[:3], "attention sink rate", "W8A8 gap"],
+        "the paper trains 1.7B-parameter models on 3.5T tokens; a 2-layer decoder may have no sink to remove",
+    ),
 }
 OPTIMIZER_PARTS = ("muon", "muon_cosreg", "muon_encoder", "cosreg_cooldown")
+ATTENTION_PARTS = ("attention", "clipped_softmax", "gated_attention", "output_gate")
 
 
 def plan_methods(cfg, add: Callable, teacher_folder) -> None:  # noqa: ANN001 - DictConfig, plan's add, Path
@@ -187,6 +224,17 @@ def plan_methods(cfg, add: Callable, teacher_folder) -> None:  # noqa: ANN001 - 
         for variant, gamma in (("cooldown", 0.0), ("cosreg_cooldown", 1.0)):
             add("cosreg_cooldown", variant, seed, total, *GAO_BASELINE, *wsd, f"branch_from={parent.folder}@{stable}",
                 f"regularizer.cosreg.weight={gamma}", encoder=False)  # fmt: skip
+    encoder = ("recipe=bert_mlm", f"model={cfg.encoder}", "model.attention=eager")  # clipped softmax's path for all
+    for seed in seeds if parts & {"clipped_softmax", "gated_attention"} else ():
+        add("attention", "softmax", seed, cfg.steps.attention, *encoder, encoder=True)
+        for name in ("clipped_softmax", "gated_attention"):
+            if name in parts:
+                add(name, name, seed, cfg.steps.attention, *encoder, *METHOD_PARTS[name].overrides, encoder=True)
+    if "clipped_softmax" in parts:  # do outliers start to appear with more training? One seed, five times the steps
+        add("clipped_softmax", "softmax_long", 0, 5 * int(cfg.steps.attention), *encoder, encoder=True)
+    for seed in seeds if "output_gate" in parts else ():
+        add("output_gate", "output_gate", seed, cfg.steps.gao, *GAO_BASELINE, f"model={cfg.decoder}",
+            *METHOD_PARTS["output_gate"].overrides, encoder=False)  # fmt: skip
     for seed in seeds if "simcse" in parts else ():
         add("simcse", "simcse", seed, cfg.steps.simcse, "recipe=simcse", f"start={teacher_folder}", encoder=True,
             recipe_batches=True)  # fmt: skip

@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from degen_train.io import atomic_write_json
-from degen_train.reproduce.methods import DECODER_METHODS, plan_methods
+from degen_train.reproduce.methods import ATTENTION_PARTS, DECODER_METHODS, plan_methods
 
 log = logging.getLogger("degen_train.reproduce")
 
@@ -73,7 +73,7 @@ def plan(cfg: DictConfig) -> list[Run]:
     if "glue" in parts:  # part (m) fine-tunes the exports of parts (c) and (d)
         parts |= {"tacl", "coco"}
     # The same recipe with γ = 0 (logged, not optimised) and γ = 1; the γ = 0 runs are the decoder methods' baseline.
-    with_mle = parts & {"gao", "muon", "muon_cosreg", *DECODER_METHODS}
+    with_mle = parts & {"gao", "muon", "muon_cosreg", "output_gate", *DECODER_METHODS}
     for seed in seeds if with_mle else ():
         for variant, gamma in (("mle", 0.0), ("cosreg", 1.0)) if parts & {"gao", "muon_cosreg"} else (("mle", 0.0),):
             add("gao", variant, seed, cfg.steps.gao, "recipe=gao_cosreg", f"model={cfg.decoder}",
@@ -147,6 +147,13 @@ def execute(run: Run, cfg: DictConfig) -> dict[str, Any]:
         if not cls_file.exists():
             evaluate(run.folder, sts=[sts], pooling="cls", out=run.folder / "eval_cls")
         result["eval_cls"] = json.loads(cls_file.read_text())
+    w8a8_file, text = run.folder / "eval_w8a8" / "eval.json", shared / "wikitext-2" / "valid.txt"
+    if w8a8_wanted(run, cfg) and text.exists():
+        if not w8a8_file.exists():
+            started = time.perf_counter()
+            evaluate(run.folder, w8a8=text, out=run.folder / "eval_w8a8")
+            seconds["w8a8"] = time.perf_counter() - started
+        result["w8a8"] = json.loads(w8a8_file.read_text())["w8a8"]
     if glue_wanted(cfg) and run.part in GLUE_PARTS and run.variant != "teacher":
         started = time.perf_counter()
         result["glue"] = finetune_on_glue(run.folder / "hf", cfg, run.folder / "glue")
@@ -157,6 +164,11 @@ def execute(run: Run, cfg: DictConfig) -> dict[str, Any]:
 
 
 GLUE_PARTS = ("tacl", "coco")
+
+
+def w8a8_wanted(run: Run, cfg: DictConfig) -> bool:
+    """Part (n)'s runs, and part (a)'s MLE when it is the output gate's baseline: their W8A8 gap."""
+    return run.part in ATTENTION_PARTS or (run.part, run.variant) == ("gao", "mle") and "output_gate" in cfg.parts
 
 
 def glue_wanted(cfg: DictConfig) -> bool:

@@ -49,6 +49,8 @@ def write_page(cfg: DictConfig, results: list[tuple[Run, dict]], minilm: dict[st
             sections.append(luo_section(teacher, minilm, folder))
         sections += [method_section(name, rows) for name in METHOD_PARTS
                      if name in cfg.parts and any(r.part == name for r, _ in results)]  # fmt: skip
+        if minilm is not None and {"clipped_softmax", "gated_attention"} & set(cfg.parts):
+            sections.append(outlier_reference(minilm))
         if "glue" in cfg.parts and "GLUE average" in rows:
             sections.append(glue_section(cfg, rows, minilm))
         (folder / "README.md").write_text("\n\n".join(sections) + "\n")
@@ -246,3 +248,17 @@ def _eval_picture(results: list[tuple[Run, dict]], variant: str) -> str | None:
          if r.variant == variant and r.seed == 0 and "eval" in x),
         None,
     )  # fmt: skip
+
+
+def outlier_reference(minilm: dict[str, Any]) -> str:
+    """Part (n)'s real-model line: all-MiniLM-L6-v2's outliers, measured as the runs' are (degen-analyze)."""
+    outliers = minilm["analysis"].get("outliers") or {}
+    if "max_kurtosis" not in outliers:
+        return "Reference: all-MiniLM-L6-v2's outliers were not measured (an analysis from before they existed)."
+    dims = minilm["analysis"]["layers"][-1].get("outlier_dims") or []
+    return (
+        f"Reference, a real pretrained encoder (all-MiniLM-L6-v2, 6 layers, H = 384, the same sentences): max "
+        f"kurtosis {outliers['max_kurtosis']:.1f}, max ‖x‖∞ {outliers['max_inf_norm']:.1f}, "
+        f"{outliers['massive_activations']} massive activations, attention sink rate "
+        f"{outliers['attention_sink_rate']:.2f}, Luo's outlier dimensions of its last layer {dims}."
+    )
