@@ -175,6 +175,20 @@ def test_the_lightning_internals_we_use_are_still_there(tmp_path: Path) -> None:
     assert (tmp_path / "logs" / "metrics.csv").read_text().startswith("step,train/loss\n0,1.0")
 
 
+def test_the_transformers_internals_we_use_are_still_there() -> None:
+    """models/attention_variants.py reads which attention a config runs from ``config._attn_implementation`` (no
+    public getter) and registers its functions and masks under names of its own (README: Where the house departs)."""
+    from transformers import BertConfig
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    import degen_train.models  # noqa: F401 - registers degen_eager and degen_sdpa
+
+    assert BertConfig(attn_implementation="eager")._attn_implementation == "eager"
+    for name in ("degen_eager", "degen_sdpa"):
+        assert name in ALL_ATTENTION_FUNCTIONS.valid_keys() and name in ALL_MASK_ATTENTION_FUNCTIONS.valid_keys()
+
+
 def test_weight_zero_mlm_freezes_the_vocabulary_transform_but_not_the_words() -> None:
     """SimCSE logs MLM at weight 0: the transform and bias get no gradient, the tied word matrix does."""
     backbone = tiny_backbone()
