@@ -252,7 +252,10 @@ def _variant_class(base: type, config_class: type, arch: str) -> type:
         base.__init__(self, config, *args, **kwargs)
         install_attention_variant(self, getattr(config, SETTINGS_KEY), arch=arch)
 
-    return type(f"Degen{base.__name__}", (base,), {"__init__": __init__, "config_class": config_class})
+    name = f"Degen{base.__name__}"
+    variant_class = type(name, (base,), {"__init__": __init__, "config_class": config_class, "__module__": __name__})
+    globals()[name] = variant_class  # a module attribute, so that pickle finds the class by name
+    return variant_class
 
 
 def register_exported_classes() -> None:
@@ -281,7 +284,9 @@ def register_exported_classes() -> None:
         if model_type in CONFIG_MAPPING:
             continue  # registered already (this module imported twice under another name)
         base_config = CONFIG_MAPPING[arch]
-        config_class = type(f"Degen{base_config.__name__}", (base_config,), {"model_type": model_type})
+        name = f"Degen{base_config.__name__}"
+        config_class = type(name, (base_config,), {"model_type": model_type, "__module__": __name__})
+        globals()[name] = config_class
         AutoConfig.register(model_type, config_class)
         for auto, names in heads.items():
             if arch in names:
