@@ -51,7 +51,7 @@ def row_of(run: Run, result: dict[str, Any]) -> dict[str, Any]:
         row.update({"max kurtosis": outliers["max_kurtosis"], "max ‖x‖∞": outliers["max_inf_norm"],
                     "outlier dims (Luo)": float(len(layers[-1].get("outlier_dims") or []))})  # fmt: skip
         if outliers.get("attention_sink_rate") is not None:
-            row["attention sink rate"] = outliers["attention_sink_rate"]
+            row["attention sink %"] = outliers["attention_sink_rate"]
     if result.get("w8a8"):  # the W8A8 probe's perplexity gap (part (n))
         row["W8A8 gap"] = result["w8a8"]["perplexity_gap"]
     generation = analysis.get("generation") or {}

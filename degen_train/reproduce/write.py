@@ -259,6 +259,7 @@ def outlier_reference(minilm: dict[str, Any]) -> str:
     return (
         f"Reference, a real pretrained encoder (all-MiniLM-L6-v2, 6 layers, H = 384, the same sentences): max "
         f"kurtosis {outliers['max_kurtosis']:.1f}, max ‖x‖∞ {outliers['max_inf_norm']:.1f}, "
-        f"{outliers['massive_activations']} massive activations, attention sink rate "
-        f"{outliers['attention_sink_rate']:.2f}, Luo's outlier dimensions of its last layer {dims}."
+        f"{outliers['massive_activations']} massive activations, attention sink "
+        f"{outliers['attention_sink_rate']:.1f}% (Gu et al.'s ε = 0.3), Luo's outlier dimensions of its last "
+        f"layer {dims}."
     )
