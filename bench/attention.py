@@ -8,12 +8,8 @@ of the path and the cost of the clip, apart)."""
 
 from __future__ import annotations
 
-import statistics
-import tempfile
-from pathlib import Path
-
 from bench.common import REPO, save
-from bench.recipes import timed_run
+from bench.recipes import interleaved_step_times, ratio_rows
 
 VARIANTS = {
     "softmax_sdpa": [],
@@ -22,30 +18,12 @@ VARIANTS = {
     "gated": ["model.attention_variant.name=gated"],
     "output_gate": ["model.attention_variant.name=output_gate"],
 }
-RECIPES = {"bert_mlm": "model=mini", "gpt2_mle": "model=gpt2_mini"}
+RECIPES = {"bert_mlm": ["recipe=bert_mlm", "model=mini"], "gpt2_mle": ["recipe=gpt2_mle", "model=gpt2_mini"]}
 
 
 def main(rounds: int = 2) -> None:
-    times: dict[tuple[str, str], list[float]] = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        root = Path(scratch)
-        for recipe, model in RECIPES.items():
-            timed_run(root / recipe / "warm", [f"recipe={recipe}", model], 2)  # tokenizer and example caches
-        for turn in range(rounds):
-            for recipe, model in RECIPES.items():
-                for name, settings in VARIANTS.items():
-                    overrides = [f"recipe={recipe}", model, *settings]
-                    short, _ = timed_run(root / f"{recipe}-{name}-{turn}-short", overrides, 4)
-                    long, _ = timed_run(root / f"{recipe}-{name}-{turn}-long", overrides, 16)
-                    times.setdefault((recipe, name), []).append((long - short) / 12)
-    rows = []
-    for recipe in RECIPES:
-        plain = statistics.median(times[(recipe, "softmax_sdpa")])
-        for name in VARIANTS:
-            per_step = statistics.median(times[(recipe, name)])
-            rows.append({"recipe": recipe, "variant": name, "seconds_per_step": round(per_step, 3),
-                         "vs_softmax_sdpa": round(per_step / plain, 2)})  # fmt: skip
-            print(f"{recipe:<9} {name:<16} {per_step:6.3f} s/step  ×{per_step / plain:.2f} of softmax (SDPA)")
+    times = interleaved_step_times(RECIPES, VARIANTS, rounds=rounds)
+    rows = ratio_rows(times, kind="variant", against="softmax_sdpa", said="softmax (SDPA)")
     save("attention", {"rows": rows, "method": __doc__.split("\n\n")[1].replace("\n", " ")})
     print(f"written to {REPO / 'bench' / 'results' / 'attention.json'}")
 

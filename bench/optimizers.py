@@ -7,12 +7,8 @@ bfloat16 Newton–Schulz (the default) and with muon_ns_dtype=float32."""
 
 from __future__ import annotations
 
-import statistics
-import tempfile
-from pathlib import Path
-
 from bench.common import REPO, save
-from bench.recipes import timed_run
+from bench.recipes import interleaved_step_times, ratio_rows
 
 OPTIMIZERS = {
     "adamw": ["optimizer=adamw"],
@@ -23,26 +19,8 @@ RECIPES = ["bert_mlm", "gpt2_mle"]
 
 
 def main(rounds: int = 2) -> None:
-    times: dict[tuple[str, str], list[float]] = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        root = Path(scratch)
-        for recipe in RECIPES:
-            timed_run(root / recipe / "warm", [f"recipe={recipe}"], 2)  # tokenizer and example caches
-        for turn in range(rounds):
-            for recipe in RECIPES:
-                for name, settings in OPTIMIZERS.items():
-                    overrides = [f"recipe={recipe}", *settings]
-                    short, _ = timed_run(root / f"{recipe}-{name}-{turn}-short", overrides, 4)
-                    long, _ = timed_run(root / f"{recipe}-{name}-{turn}-long", overrides, 16)
-                    times.setdefault((recipe, name), []).append((long - short) / 12)
-    rows = []
-    for recipe in RECIPES:
-        adamw = statistics.median(times[(recipe, "adamw")])
-        for name in OPTIMIZERS:
-            per_step = statistics.median(times[(recipe, name)])
-            rows.append({"recipe": recipe, "optimizer": name, "seconds_per_step": round(per_step, 3),
-                         "vs_adamw": round(per_step / adamw, 2)})  # fmt: skip
-            print(f"{recipe:<9} {name:<13} {per_step:6.3f} s/step  ×{per_step / adamw:.2f} of AdamW")
+    times = interleaved_step_times({recipe: [f"recipe={recipe}"] for recipe in RECIPES}, OPTIMIZERS, rounds=rounds)
+    rows = ratio_rows(times, kind="optimizer", against="adamw", said="AdamW")
     save("optimizers", {"rows": rows, "method": __doc__.split("\n\n")[1].replace("\n", " ")})
     print(f"written to {REPO / 'bench' / 'results' / 'optimizers.json'}")
 

@@ -8,6 +8,7 @@ Validation is left out of the estimate (final_validation=false, one validation b
 from __future__ import annotations
 
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -39,6 +40,38 @@ def timed_run(folder: Path, overrides: list[str], steps: int) -> tuple[float, di
     start = time.perf_counter()
     summary = train(cfg)
     return time.perf_counter() - start, summary
+
+
+def interleaved_step_times(
+    recipes: dict[str, list[str]], settings: dict[str, list[str]], *, rounds: int
+) -> dict[tuple[str, str], float]:
+    """{(recipe, setting): seconds per step}, every setting on every recipe, the settings taking turns: each runs 4
+    and 16 steps into fresh folders, the step time is the difference over 12 steps (start-up and caches cancel), the
+    median of ``rounds`` rounds. ``recipes``: name -> its overrides (recipe=NAME, model=...)."""
+    times: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        for recipe, base in recipes.items():
+            timed_run(root / recipe / "warm", base, 2)  # tokenizer and example caches
+        for turn in range(rounds):
+            for recipe, base in recipes.items():
+                for name, extra in settings.items():
+                    short, _ = timed_run(root / f"{recipe}-{name}-{turn}-short", [*base, *extra], 4)
+                    long, _ = timed_run(root / f"{recipe}-{name}-{turn}-long", [*base, *extra], 16)
+                    times.setdefault((recipe, name), []).append((long - short) / 12)
+    return {key: statistics.median(values) for key, values in times.items()}
+
+
+def ratio_rows(times: dict[tuple[str, str], float], *, kind: str, against: str, said: str) -> list[dict]:
+    """One row per (recipe, setting) of ``interleaved_step_times``: seconds per step and the ratio to ``against``
+    on the same recipe (column ``vs_AGAINST``), each printed as it is made ("×1.04 of SAID")."""
+    rows = []
+    for (recipe, name), per_step in times.items():
+        ratio = per_step / times[(recipe, against)]
+        rows.append({"recipe": recipe, kind: name, "seconds_per_step": round(per_step, 3),
+                     f"vs_{against}": round(ratio, 2)})  # fmt: skip
+        print(f"{recipe:<9} {name:<16} {per_step:6.3f} s/step  ×{ratio:.2f} of {said}")
+    return rows
 
 
 def main(names: list[str] | None = None) -> None:
