@@ -17,6 +17,7 @@ VARIANTS = {
     "clipped_softmax": ["model.attention=eager", "model.attention_variant.name=clipped_softmax"],
     "gated": ["model.attention_variant.name=gated"],
     "output_gate": ["model.attention_variant.name=output_gate"],
+    "kv_bias": ["model.attention_variant.name=kv_bias"],
 }
 RECIPES = {"bert_mlm": ["recipe=bert_mlm", "model=mini"], "gpt2_mle": ["recipe=gpt2_mle", "model=gpt2_mini"]}
 

@@ -72,7 +72,7 @@ class AttentionVariantConfig(BaseModel):
     """model.attention_variant: how heads may do nothing (degen_train/models/attention_variants.py)."""
 
     model_config = ConfigDict(extra="forbid")
-    name: Literal["softmax", "clipped_softmax", "gated", "output_gate"] = "softmax"
+    name: Literal["softmax", "clipped_softmax", "gated", "output_gate", "kv_bias"] = "softmax"
     alpha: float | None = Field(default=None, ge=0)  # clipped softmax: γ = −α/T; null = the family's released α
     eta: float = Field(default=1.0, ge=1)  # clipped softmax: ζ, the stretch above 1
     gate: Literal["linear", "mlp"] | None = None  # gated: G_h's form; null = the family's released one

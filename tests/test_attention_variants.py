@@ -1,9 +1,10 @@
-"""Clipped softmax, gated attention and the output gate (degen_train/models/attention_variants.py).
+"""Clipped softmax, gated attention, the output gate and the key/value bias (models/attention_variants.py).
 
 Expected values are transcriptions of the released code, run on identical tensors: Bondarenko et al. 2023's
 ``BertSelfAttentionWithExtras.forward`` and ``clipped_softmax`` (Qualcomm-AI-research/outlier-free-transformers,
-transformers_language/models/{bert_attention,softmax}.py), and Qiu et al. 2025's gated ``Qwen3Attention`` (its q_proj
-extended by the gate scores, split per key/value head; qiuzh20/gated_attention, modeling_qwen3.py).
+transformers_language/models/{bert_attention,softmax}.py), Qiu et al. 2025's gated ``Qwen3Attention`` (its q_proj
+extended by the gate scores, split per key/value head; qiuzh20/gated_attention, modeling_qwen3.py), and Sun et al.
+2024's explicit attention bias (locuslab/massive-activations, gpt-2/model_attn_bias.py).
 """
 
 from __future__ import annotations
@@ -164,6 +165,48 @@ def test_llama_output_gate_equals_the_released_extended_query_projection(granula
     assert torch.allclose(ours, expected, atol=1e-5)
 
 
+def released_attention_with_bias(attention, x, k_bias, v_bias):
+    """gpt-2/model_attn_bias.py CausalSelfAttention.forward (Sun et al. 2024; no dropout): k', v' prepended, the
+    causal mask with an always-open first column, then the output projection."""
+    batch, length, width = x.shape
+    heads = k_bias.shape[1]
+    q, k, v = attention.c_attn(x).split(width, dim=2)
+    k, q, v = (t.view(batch, length, heads, width // heads).transpose(1, 2) for t in (k, q, v))
+    mask = torch.ones(length, length, dtype=torch.bool).tril(diagonal=0)
+    mask = torch.cat((torch.ones(length, 1, dtype=torch.bool), mask), dim=1)
+    k = torch.cat((k_bias.repeat(batch, 1, 1, 1), k), dim=2)
+    v = torch.cat((v_bias.repeat(batch, 1, 1, 1), v), dim=2)
+    y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False)
+    return attention.c_proj(y.transpose(1, 2).contiguous().view(batch, length, width))
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_gpt2_kv_bias_equals_the_released_attention_bias_in_output_and_gradient(attention: str) -> None:
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(0)
+    config = GPT2Config(n_embd=32, n_head=4, n_layer=1, attn_implementation=attention, attn_pdrop=0.0,
+                        resid_pdrop=0.0, embd_pdrop=0.0)  # fmt: skip
+    model = GPT2Model(config).eval()
+    settings = variant_settings({"name": "kv_bias"}, family="decoder", arch="gpt2", attention=attention, length=16)
+    install_attention_variant(model, settings, arch="gpt2")
+    module = model.h[0].attn
+    x = torch.randn(2, 16, 32, requires_grad=True)
+    causal = torch.full((16, 16), torch.finfo(torch.float32).min).triu(1)[None, None]
+    ours = module(x, attention_mask=causal if attention == "eager" else None)[0]  # SDPA: its causal flag, no mask
+    k_bias = module.attention_kv_bias.key.detach().clone()[None].requires_grad_(True)  # (1, H, 1, d), as released
+    v_bias = module.attention_kv_bias.value.detach().clone()[None].requires_grad_(True)
+    x_released = x.detach().clone().requires_grad_(True)
+    expected = released_attention_with_bias(module, x_released, k_bias, v_bias)
+    assert torch.allclose(ours, expected, atol=1e-6)
+    upstream = torch.randn_like(ours)
+    (ours * upstream).sum().backward()
+    (expected * upstream).sum().backward()
+    assert torch.allclose(x.grad, x_released.grad, atol=1e-6)
+    assert torch.allclose(module.attention_kv_bias.key.grad, k_bias.grad[0], atol=1e-6)
+    assert torch.allclose(module.attention_kv_bias.value.grad, v_bias.grad[0], atol=1e-6)
+
+
 def test_clipped_softmax_at_alpha_0_is_the_stock_eager_attention_on_every_architecture() -> None:
     for arch in TINY:
         cfg, tokenizer = tiny(arch, "model.attention=eager")
@@ -183,8 +226,8 @@ def test_clipped_softmax_at_alpha_0_is_the_stock_eager_attention_on_every_archit
          r"attention_variant.name=clipped_softmax needs the score matrix, which attention=sdpa never forms: set "
          r"model.attention=eager"),
         (["model.attention_variant.name=sigmoid"],
-         r"model.attention_variant.name='sigmoid': Input should be 'softmax', 'clipped_softmax', 'gated' or "
-         r"'output_gate'"),
+         r"model.attention_variant.name='sigmoid': Input should be 'softmax', 'clipped_softmax', 'gated', "
+         r"'output_gate' or 'kv_bias'"),
         (["model.attention_variant.gate_init=1.5"],
          r"model.attention_variant.gate_init=1.5: Input should be less than 1"),
     ],
@@ -216,12 +259,22 @@ def test_an_export_computes_what_was_trained_and_stock_transformers_refuses_it(t
                        with_nsp_head=False)  # fmt: skip
 
 
-def test_resume_with_a_gated_model_is_exact(tmp_path: Path) -> None:
-    common = ["model.attention_variant.name=gated", "model.dropout=0", "model.attention_dropout=0", "export_hf=false"]
+@pytest.mark.parametrize(
+    "variant",
+    [
+        ["model.attention_variant.name=gated"],
+        ["model.attention_variant.name=clipped_softmax", "model.attention=eager"],
+        ["model=llama_tiny", "objective=mle", "model.attention_variant.name=output_gate"],
+        ["model=llama_tiny", "objective=mle", "model.attention_variant.name=kv_bias"],
+    ],
+    ids=["gated", "clipped_softmax", "output_gate", "kv_bias"],
+)
+def test_resume_with_each_variant_is_exact(tmp_path: Path, variant: list[str]) -> None:
+    common = [*variant, "model.dropout=0", "model.attention_dropout=0", "export_hf=false"]
     run(tmp_path / "straight", *common, "trainer.max_steps=4")
     run(tmp_path / "split", *common, "trainer.max_steps=2", "scheduler.total_steps=4")
     run(tmp_path / "split", *common, "trainer.max_steps=4", "ckpt_path=last")
     a = checkpoint_weights(tmp_path / "straight" / "checkpoints" / "last.ckpt")
     b = checkpoint_weights(tmp_path / "split" / "checkpoints" / "last.ckpt")
-    assert any("attention_gate" in key for key in a)
+    assert "clipped_softmax" in variant[0] or any("attention_gate" in k or "attention_kv_bias" in k for k in a)
     assert all(torch.equal(a[key], b[key]) for key in a)

@@ -79,6 +79,12 @@ CASES = {
         ["recipe=gpt2_mle", "model=llama_tiny", "model.attention_variant.name=output_gate", "model.attention=eager"],
         ("train/mle/loss",),
     ),
+    # kv_bias: a learned key/value slot per key/value head, behind RoPE and grouped-query attention, on SDPA.
+    "kv_bias": (["recipe=gpt2_mle", "model=llama_tiny", "model.attention_variant.name=kv_bias"], ("train/mle/loss",)),
+    "clipped_softmax": (
+        ["recipe=bert_mlm", "model.attention_variant.name=clipped_softmax", "model.attention=eager"],
+        ("train/mlm/loss",),
+    ),
 }
 
 

@@ -42,6 +42,11 @@ CASES = {
     "compiled": (["recipe=bert_mlm", "model=tiny", "model.compile=true"], ("train/mlm/loss", "val/loss")),
     # Gated attention: each block's gates sharded with it, fed the block's attention input by a pre-hook.
     "gated_attention": (["recipe=bert_mlm", "model=tiny", "model.attention_variant.name=gated"], ("train/mlm/loss",)),
+    "clipped_softmax": (["recipe=bert_mlm", "model=tiny", "model.attention_variant.name=clipped_softmax",
+                         "model.attention=eager"], ("train/mlm/loss",)),  # fmt: skip
+    "output_gate": (["recipe=gpt2_mle", "model=llama_tiny", "model.attention_variant.name=output_gate"],
+                    ("train/mle/loss",)),  # fmt: skip
+    "kv_bias": (["recipe=gpt2_mle", "model=llama_tiny", "model.attention_variant.name=kv_bias"], ("train/mle/loss",)),
 }
 
 

@@ -8,6 +8,9 @@ to do nothing instead. Each is installed into the stock transformers model, neve
   ``BertSelfAttentionWithExtras``). It needs the score matrix, so it runs on our eager attention function.
 - ``gated``: per token and head, π = σ(G_h(x_h)) scales the head's output, x_h the head's slice of the attention
   input (released ``conditional_per_token``: a linear map, or the d→d/4→1 ReLU MLP of the BERT script).
+- ``kv_bias``: a learned key k' and value v' per head, one more slot every query may attend to: softmax(q·[k'; K]ᵀ)
+  [v'; V] (Sun et al. 2024, the released ``gpt-2/model_attn_bias.py``: N(0, 0.02), no position; the attention maps
+  returned leave the slot out, so a sink measured on them is the first real token's).
 - ``output_gate``: Y ⊙ σ(X·W_θ) on the attention output before its output projection, one gate per head
   (headwise) or per element (elementwise); Qiu et al. 2025, whose released Qwen3 code reads the gate from an
   extended q_proj (the same map: here a separate linear, biased when q_proj is).
@@ -31,7 +34,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
-VARIANTS = ("softmax", "clipped_softmax", "gated", "output_gate")
+VARIANTS = ("softmax", "clipped_softmax", "gated", "output_gate", "kv_bias")
 # The module each architecture calls its attention function from (it receives the attention input as hidden_states).
 ATTENTION_MODULES = {
     "bert": "BertSelfAttention",
@@ -108,6 +111,30 @@ class OutputGate(nn.Module):
         return torch.sigmoid(self.proj(x)).view(batch, length, self.heads, self.width)  # (B, T, H, 1 or d)
 
 
+class KeyValueBias(nn.Module):
+    """k', v' ∈ R^{H_kv × 1 × d}: the explicit attention bias of Sun et al. 2024, prepended to every key and value."""
+
+    def __init__(self, kv_heads: int, head_dim: int) -> None:
+        super().__init__()
+        self.key = nn.Parameter(torch.empty(kv_heads, 1, head_dim))
+        self.value = nn.Parameter(torch.empty(kv_heads, 1, head_dim))
+        nn.init.normal_(self.key, std=0.02)  # as released
+        nn.init.normal_(self.value, std=0.02)
+
+    def prepend(
+        self, key: Tensor, value: Tensor, mask: Tensor | None, causal: bool
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """[k'; K], [v'; V] and the mask with the slot open to every query (additive 0 or True)."""
+        batch, length = key.shape[0], key.shape[2]
+        key = torch.cat([self.key.to(key.dtype).expand(batch, -1, -1, -1), key], dim=2)
+        value = torch.cat([self.value.to(value.dtype).expand(batch, -1, -1, -1), value], dim=2)
+        if mask is None and causal:  # SDPA's causal flag cannot shift by one slot: the mask is made explicit
+            mask = torch.ones(length, length, dtype=torch.bool, device=key.device).tril()[None, None]
+        if mask is not None:
+            mask = F.pad(mask, (1, 0), value=True if mask.dtype == torch.bool else 0.0)
+        return key, value, mask
+
+
 def _remember_gate_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
     """Hands the attention input to the gate (a forward pre-hook): attention functions see q, k and v only."""
     module.attention_gate_input = args[0] if args else kwargs["hidden_states"]
@@ -133,6 +160,9 @@ def degen_eager_attention(
     **_: Any,
 ) -> tuple[Tensor, Tensor]:
     """Eager attention with the configured softmax (plain or clipped), then the gate: out (B, T, H, d)."""
+    bias = getattr(module, "attention_kv_bias", None)
+    if bias is not None:
+        key, value, attention_mask = bias.prepend(key, value, attention_mask, causal=False)  # eager masks are explicit
     groups = query.shape[1] // key.shape[1]  # grouped-query attention: each key/value head serves `groups` heads
     if groups > 1:
         key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
@@ -146,11 +176,17 @@ def degen_eager_attention(
         weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     weights = F.dropout(weights, p=dropout, training=module.training)
     output = torch.matmul(weights, value).transpose(1, 2).contiguous()
-    return _gated(module, output), weights
+    return _gated(module, output), (weights[..., 1:] if bias is not None else weights)
 
 
 def degen_sdpa_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, *args: Any, **kwargs: Any):
     """torch's SDPA (as transformers calls it), then the gate: the gates keep the fused kernel."""
+    bias = getattr(module, "attention_kv_bias", None)
+    if bias is not None:
+        mask = args[0] if args else kwargs.pop("attention_mask", None)
+        causal = query.shape[2] > 1 and bool(kwargs.get("is_causal", getattr(module, "is_causal", False)))
+        key, value, mask = bias.prepend(key, value, mask, causal=causal)
+        args, kwargs = (mask, *args[1:]), {**kwargs, "is_causal": False}
     output, weights = sdpa_attention_forward(module, query, key, value, *args, **kwargs)
     return _gated(module, output), weights
 
@@ -202,7 +238,8 @@ def install_attention_variant(model: PreTrainedModel, settings: Mapping[str, Any
     if settings["variant"] == "softmax":
         return model
     config = model.config
-    if any(hasattr(module, "attention_gate") for module in _attention_modules(model, arch)):
+    if any(hasattr(module, "attention_gate") or hasattr(module, "attention_kv_bias")
+           for module in _attention_modules(model, arch)):  # fmt: skip
         raise ValueError("this model has an attention variant installed already")
     setattr(config, SETTINGS_KEY, dict(settings))
     heads = config.num_attention_heads
@@ -214,6 +251,10 @@ def install_attention_variant(model: PreTrainedModel, settings: Mapping[str, Any
             bias = _query_has_bias(module)
             gate = OutputGate(config.hidden_size, heads, head_dim, granularity=settings["granularity"], bias=bias,
                               std=config.initializer_range)  # fmt: skip
+        elif settings["variant"] == "kv_bias":
+            kv_heads = getattr(config, "num_key_value_heads", None) or heads
+            module.attention_kv_bias = KeyValueBias(kv_heads, head_dim)
+            continue
         else:
             continue
         module.attention_gate = gate
