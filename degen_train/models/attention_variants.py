@@ -237,28 +237,24 @@ def install_attention_variant(model: PreTrainedModel, settings: Mapping[str, Any
     """Install ``settings`` (from ``variant_settings``) into ``model`` in place: gates, hooks, attention function."""
     if settings["variant"] == "softmax":
         return model
-    config = model.config
-    if any(hasattr(module, "attention_gate") or hasattr(module, "attention_kv_bias")
-           for module in _attention_modules(model, arch)):  # fmt: skip
+    config, modules = model.config, _attention_modules(model, arch)
+    if any(hasattr(module, "attention_gate") or hasattr(module, "attention_kv_bias") for module in modules):
         raise ValueError("this model has an attention variant installed already")
     setattr(config, SETTINGS_KEY, dict(settings))
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    for module in _attention_modules(model, arch):
-        if settings["variant"] == "gated":
-            gate: nn.Module = HeadGate(heads, head_dim, form=settings["gate"], init=settings["gate_init"])
+    for module in modules:  # clipped softmax adds nothing to a module: its attention function does it all
+        if settings["variant"] == "kv_bias":
+            module.attention_kv_bias = KeyValueBias(getattr(config, "num_key_value_heads", None) or heads, head_dim)
+        elif settings["variant"] == "gated":
+            module.attention_gate = HeadGate(heads, head_dim, form=settings["gate"], init=settings["gate_init"])
         elif settings["variant"] == "output_gate":
-            bias = _query_has_bias(module)
-            gate = OutputGate(config.hidden_size, heads, head_dim, granularity=settings["granularity"], bias=bias,
-                              std=config.initializer_range)  # fmt: skip
-        elif settings["variant"] == "kv_bias":
-            kv_heads = getattr(config, "num_key_value_heads", None) or heads
-            module.attention_kv_bias = KeyValueBias(kv_heads, head_dim)
-            continue
-        else:
-            continue
-        module.attention_gate = gate
-        module.register_forward_pre_hook(_remember_gate_input, with_kwargs=True)
+            module.attention_gate = OutputGate(
+                config.hidden_size, heads, head_dim, granularity=settings["granularity"],
+                bias=_query_has_bias(module), std=config.initializer_range,
+            )  # fmt: skip
+        if hasattr(module, "attention_gate"):
+            module.register_forward_pre_hook(_remember_gate_input, with_kwargs=True)
     eager = settings["variant"] == "clipped_softmax" or config._attn_implementation in ("eager", "degen_eager")
     implementation = "degen_eager" if eager else "degen_sdpa"
     model.set_attn_implementation(implementation)
