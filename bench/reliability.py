@@ -46,7 +46,8 @@ def step_fn(cfg: Any, model: Any, data: list[dict], *, guarded: bool) -> tuple[C
     terms, weights = build_terms({"objective": cfg.objective})
     backbone, loss = Backbone(model), WeightedSum(terms, weights)
     optimizer = build_optimizer([backbone], lr=1e-4, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-8)
-    guard, shim = DivergenceGuard(), _ModuleShim()
+    guard = DivergenceGuard(on_nonfinite="stop", max_skips=10, spike_sigma=None, spike_window=100)  # the defaults
+    shim = _ModuleShim()
 
     def step(i: int) -> None:
         total, logged = loss(backbone(data[i % len(data)]))

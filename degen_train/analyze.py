@@ -32,7 +32,7 @@ from degen_train.metrics.isotropy import (
     top_k_variance_share,
 )
 from degen_train.metrics.transforms import clip_outliers, fit_whitening
-from degen_train.sweep import has_no_effect_on_result
+from degen_train.resume import has_no_effect_on_result
 
 log = logging.getLogger("degen_train.analyze")
 

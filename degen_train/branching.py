@@ -20,7 +20,7 @@ from degen_train.checkpoints import checkpoint_header
 
 log = logging.getLogger("degen_train")
 STEP_FILE = re.compile(r"^step=(\d+)\.ckpt$")
-# What a branch may change beyond what any resume may (resume_policy.MAY_CHANGE).
+# What a branch may change beyond what any resume may (resume.MAY_CHANGE).
 BRANCH_MAY_CHANGE = ("scheduler.", "branch_from", "data.tokenizer.path")
 
 
@@ -45,10 +45,10 @@ def checkpoint_steps(run: Path) -> dict[int, Path]:
 def start_branch(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
     """Point ``cfg`` at the parent's checkpoint and tokenizer (or at the branch's own checkpoints when it is being
     resumed); returns what summary.json records, or None when ``branch_from`` is not set."""
-    if not cfg.get("branch_from"):
+    if not cfg.branch_from:
         return None
     parent, step = parse_branch(cfg.branch_from)
-    if cfg.get("ckpt_path") not in (None, "", "null", "auto", "last"):  # last/auto: the branch's own, if any
+    if cfg.ckpt_path not in (None, "", "null", "auto", "last"):  # last/auto: the branch's own, if any
         raise ValueError(f"branch_from={cfg.branch_from} and ckpt_path={cfg.ckpt_path}: give one of them")
     if not (parent / "checkpoints").is_dir():
         raise FileNotFoundError(f"branch_from={cfg.branch_from}: {parent} is not a run folder (no checkpoints/)")
@@ -66,7 +66,7 @@ def start_branch(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
     own = sorted((run_dir / "checkpoints").glob("*.ckpt")) if (run_dir / "checkpoints").is_dir() else []
     with open_dict(cfg):
         cfg.ckpt_path = "auto" if own else str(steps[step])
-        if not cfg.data.tokenizer.get("path"):
+        if not cfg.data.tokenizer.path:
             cfg.data.tokenizer.path = str(parent / "tokenizer")
     log.info("branch_from: %s", "resuming the branch from its own checkpoints" if own else f"{parent} at step {step}")
     return {"run": str(parent), "step": step, "checkpoint": str(steps[step])}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from pathlib import Path
 from typing import Any
 
 import hydra
@@ -14,24 +13,10 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from degen_train.callbacks.plain_progress import PlainProgress
-from degen_train.checkpoints import AtomicCheckpointIO, CheckpointError, checkpoint_header, newest_checkpoint
-from degen_train.models.architectures import DEFAULT_ARCH
+from degen_train.checkpoints import AtomicCheckpointIO
 from degen_train.terms import LossTerm, TermContext
 
 log = logging.getLogger("degen_train")
-
-CHECKPOINT_MODEL_KEYS = (
-    "family",
-    "arch",
-    "hidden_size",
-    "num_layers",
-    "num_heads",
-    "intermediate_size",
-    "max_position",
-    "tie_embeddings",
-    "init_from",
-)
-
 
 def data_format_for(terms: dict[str, LossTerm], family: str, model_name: str) -> str:
     """Check every term fits the model family and return the example layout the terms need."""
@@ -53,99 +38,6 @@ def data_format_for(terms: dict[str, LossTerm], family: str, model_name: str) ->
 def setup_terms(terms: dict[str, LossTerm], context: TermContext) -> None:
     for term in terms.values():
         term.setup(context)
-
-
-RESUME_CHOICES = ("last", "auto")
-
-
-def resolve_checkpoint(ckpt_path: str | None, run_dir: Path) -> Path | None:
-    """The checkpoint a run starts from.
-
-    ``last``: the newest checkpoint of RUN that verifies (or, lacking a sidecar, loads), an error if none;
-    ``auto``: the same, or a fresh start when RUN has none (for requeued cluster jobs); a path: that file;
-    null: a fresh run, refused if RUN already holds checkpoints (they would be overwritten).
-    """
-    folder = run_dir / "checkpoints"
-    if ckpt_path in (None, "", "null"):
-        existing = sorted(p.name for p in folder.glob("*.ckpt")) if folder.is_dir() else []
-        if existing:
-            raise FileExistsError(
-                f"{run_dir} already holds checkpoints ({', '.join(existing)}): a fresh run would overwrite them. "
-                f"Resume it with ckpt_path=last (or auto), or give this run another hydra.run.dir"
-            )
-        return None
-    if ckpt_path in RESUME_CHOICES:
-        path, notes = newest_checkpoint(folder)
-        for note in notes:
-            log.warning("passed over %s", note)
-        if path is None:
-            if ckpt_path == "auto":
-                log.info("ckpt_path=auto: no checkpoint in %s, starting a fresh run", folder)
-                return None
-            found = sorted(p.name for p in folder.glob("*.ckpt")) if folder.is_dir() else []
-            raise FileNotFoundError(
-                f"ckpt_path=last but {folder} holds no checkpoint that loads (files there: "
-                f"{', '.join(found) or 'none'}); check that hydra.run.dir names the run to continue, or use "
-                f"ckpt_path=auto to start afresh when there is none"
-            )
-        log.info("ckpt_path=%s: resuming from %s", ckpt_path, path)
-        return path
-    path = Path(ckpt_path).expanduser()
-    if not path.exists():
-        raise FileNotFoundError(f"ckpt_path={ckpt_path} does not exist (or use ckpt_path=last / auto)")
-    return path
-
-
-def check_checkpoint_matches(path: Path, cfg: DictConfig, term_names: list[str]) -> dict[str, Any]:
-    """Refuse a checkpoint written by another model shape or another set of loss terms; returns it (weights only)."""
-    loaded = checkpoint_header(path)
-    saved = loaded.get("degen_train")
-    if saved is None:
-        raise CheckpointError(f"{path} is not a degen_train checkpoint (no 'degen_train' entry)")
-    for key in CHECKPOINT_MODEL_KEYS:
-        before, now = saved["model"].get(key), cfg.model.get(key)
-        if key == "arch" and before is None:  # written before model.arch existed: the family's architecture
-            before = DEFAULT_ARCH.get(saved["model"].get("family"))
-        if before != now:
-            raise ValueError(
-                f"checkpoint {path} was written with model.{key}={before}, this run has model.{key}={now}: "
-                f"use the run's model settings, or start a new run from its export (model.init_from=RUN/hf)"
-            )
-    if sorted(saved["terms"]) != sorted(term_names):
-        raise ValueError(
-            f"checkpoint {path} was trained with loss terms {sorted(saved['terms'])}, this run has "
-            f"{sorted(term_names)}: resume with the same terms, or start a new run from model.init_from=RUN/hf"
-        )
-    return loaded
-
-
-def check_signature(path: Path, saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
-    """Refuse a checkpoint whose model shape (vocabulary size, widths, class) differs from the model just built.
-
-    The config keys are checked before any data is read; this catches what only the built model shows,
-    e.g. a tokenizer retrained with another vocabulary size.
-    """
-    if saved is None:
-        raise CheckpointError(f"{path} has no model signature: it was not written by degen_train")
-    differing = [f"{k}: checkpoint {saved.get(k)!r}, this run {v!r}" for k, v in current.items() if saved.get(k) != v]
-    if differing:
-        raise ValueError(
-            f"checkpoint {path} does not fit this run's model ({'; '.join(differing)}): resume with the run's own "
-            f"data and tokenizer settings, or start a new run from its export (model.init_from=RUN/hf)"
-        )
-
-
-def check_tokenizer(path: Path, saved: dict[str, Any], tokenizer: Any) -> None:
-    """Refuse to resume with another tokenizer than the checkpoint was trained with (its recorded hash)."""
-    from degen_train.data.tokenizer import tokenizer_identity
-
-    recorded = (saved.get("provenance") or {}).get("tokenizer_sha")
-    now = tokenizer_identity(tokenizer)
-    if recorded and recorded != now:
-        raise ValueError(
-            f"checkpoint {path} was trained with tokenizer {recorded}, this run has {now} (the same vocabulary size, "
-            f"other tokens): resume with the run's own tokenizer (RUN/tokenizer/, or data.tokenizer.path=RUN/tokenizer)"
-        )
 
 
 def instantiate(cfg: Any, **kwargs: Any) -> Any:
@@ -178,7 +70,7 @@ def build_trainer(cfg: DictConfig, *, interactive: bool | None = None) -> pl.Tra
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
         overrides["enable_progress_bar"] = False
     if bar_wanted and not interactive:
-        callbacks.append(PlainProgress(every_n_steps=int(cfg.trainer.get("log_every_n_steps", 10))))
+        callbacks.append(PlainProgress(every_n_steps=cfg.trainer.log_every_n_steps))
     loggers = [instantiate(c) for c in (cfg.logger or {}).values() if c is not None]
     if not loggers:  # logger=none: nothing for a learning-rate monitor to write to
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]

@@ -14,15 +14,11 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
 
 
-def check_push(cfg: Any, *, export_hf: bool) -> None:
-    """Before training: a push needs an export, a repo id, and a network unless it is a dry run."""
-    if not cfg or not cfg.get("repo_id"):
+def check_push(cfg: Any) -> None:
+    """Before training: a push needs a network unless it is a dry run (the keys are checked in schema.py)."""
+    if not cfg.repo_id:
         return
-    if not export_hf:
-        raise ValueError(f"push_to_hub.repo_id={cfg.repo_id} needs export_hf=true: the export is what is pushed")
-    if "/" not in str(cfg.repo_id):
-        raise ValueError(f"push_to_hub.repo_id={cfg.repo_id!r} must be OWNER/NAME, e.g. my-lab/bert-tiny-cosreg")
-    if hub_offline() and not cfg.get("dry_run"):
+    if hub_offline() and not cfg.dry_run:
         raise ValueError(
             f"push_to_hub.repo_id={cfg.repo_id} but HF_HUB_OFFLINE=1: go online, or set push_to_hub.dry_run=true "
             f"to see what would be uploaded"
@@ -34,10 +30,10 @@ def push_export(folder: Path, cfg: Any) -> dict[str, Any]:
     files = sorted(p for p in folder.rglob("*") if p.is_file())
     plan = {
         "repo_id": str(cfg.repo_id),
-        "private": bool(cfg.get("private", True)),
+        "private": bool(cfg.private),
         "files": [str(p.relative_to(folder)) for p in files],
         "bytes": sum(p.stat().st_size for p in files),
-        "dry_run": bool(cfg.get("dry_run")),
+        "dry_run": bool(cfg.dry_run),
     }
     if plan["dry_run"]:
         log.info("push_to_hub dry run: would upload %d files (%d bytes) to %s", len(files), plan["bytes"], cfg.repo_id)
@@ -46,7 +42,7 @@ def push_export(folder: Path, cfg: Any) -> dict[str, Any]:
 
     api = HfApi()
     api.create_repo(str(cfg.repo_id), private=plan["private"], exist_ok=True)
-    commit = api.upload_folder(folder_path=str(folder), repo_id=str(cfg.repo_id), commit_message=cfg.get("message"))
+    commit = api.upload_folder(folder_path=str(folder), repo_id=str(cfg.repo_id), commit_message=cfg.message)
     plan["url"] = str(getattr(commit, "commit_url", commit))
     log.info("pushed %s to %s", folder, plan["url"])
     return plan

@@ -13,7 +13,7 @@ from torch import Tensor
 from degen_train.accumulation import Window, averaging_over, reduce_counts, verify_counts
 from degen_train.loggers import ResumingLogger
 from degen_train.models.backbone import Backbone
-from degen_train.parallel import apply_fsdp2
+from degen_train.parallel import parallelize
 from degen_train.rng import DROPOUT_SALT, VALIDATION_DROPOUT_SALT, mix_seed
 from degen_train.terms import WeightedSum
 
@@ -30,6 +30,7 @@ class PretrainModule(pl.LightningModule):
         scheduler_factory: Callable[..., Any],
         seed: int,
         checkpoint_identity: dict[str, Any],
+        compile_model: bool = False,
     ) -> None:
         super().__init__()
         self.backbone, self.loss = backbone, loss
@@ -47,6 +48,7 @@ class PretrainModule(pl.LightningModule):
         self._window: Window | None = None  # the accumulation window being trained (accumulate_grad_batches > 1)
         self._window_logged: Tensor | None = None  # Σ of its micro-batches' logged values so far
         self.source_labels: list[str] = []  # a mixture's sources (data.sources), as the batches' ``source`` numbers
+        self.compile_model = compile_model  # model.compile: blocks compiled in configure_model (parallelize)
         self._counts_verified = False  # the terms' count() checked against their forward on the first window
         self.states_sampled_at: int | None = None  # the last update before which a term sampled states (Throughput)
 
@@ -62,24 +64,12 @@ class PretrainModule(pl.LightningModule):
         return self.loss(self.backbone(batch, requires=self.loss.requires))
 
     def configure_model(self) -> None:
-        """Parallelism in one place: FSDP2 when the strategy asks for it (degen_train.parallel); else nothing."""
-        from torch.distributed.fsdp import FSDPModule
-
+        """Compile and FSDP2, in the order degen_train.parallel.parallelize gives; nothing else changes the model."""
         options = getattr(self.trainer.strategy, "fsdp_options", None)
-        if options is None or isinstance(self, FSDPModule):  # not FSDP2, or sharded already (fit, then validate)
-            return
-        units = set(getattr(self.backbone.model, "_no_split_modules", None) or ())
-        mesh = self.device_mesh["data_parallel"]
-        # Frozen models outside the tree (a TaCL teacher) first: they must not join the root's group.
-        for term in self.loss.terms.values():
-            for frozen in term.frozen_modules():
-                frozen.to(self.device)
-                kind = type(frozen).__name__  # before fully_shard renames the class (FSDPBertModel)
-                frozen_units = set(getattr(frozen, "_no_split_modules", None) or ())
-                done = apply_fsdp2(frozen, frozen_units, mesh, options, frozen=True)
-                log.info("FSDP2: %s's frozen %s sharded (%d units and its root)", term.name, kind, len(done))
-        sharded = apply_fsdp2(self, units, mesh, options)
-        log.info("FSDP2: %d units sharded (%s ...) and the root", len(sharded), ", ".join(sharded[:3]))
+        frozen = [(term.name, module) for term in self.loss.terms.values() for module in term.frozen_modules()]
+        parallelize(self, self.backbone.model, frozen, compile_model=self.compile_model, fsdp_options=options,
+                    mesh=self.device_mesh["data_parallel"] if options is not None else None,
+                    device=self.device)  # fmt: skip
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         self._seed_step_randomness(batch_idx)

@@ -1,4 +1,5 @@
-"""FSDP2 (``torch.distributed.fsdp.fully_shard``), applied in one place, through Lightning's ModelParallelStrategy.
+"""How a run is spread over devices, in one place: ``parallelize`` (compile, then FSDP2), the FSDP2 strategy
+(``torch.distributed.fsdp.fully_shard`` through Lightning's ModelParallelStrategy) and the DeepSpeed factory.
 
 Sharding units are the model's own ``_no_split_modules`` (BertLayer, GPT2Block, LlamaDecoderLayer, ...), found
 anywhere in the LightningModule (the backbone, and the generator of ELECTRA / COCO-LM); a unit that holds a
@@ -9,6 +10,8 @@ parameter a term reads is gathered for it. Pure data parallelism: one mesh dimen
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import math
 import weakref
 from collections.abc import Iterator
@@ -17,10 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch.strategies import ModelParallelStrategy
+from lightning.pytorch.strategies import ModelParallelStrategy, Strategy
 from torch import Tensor, nn
 
 from degen_train.checkpoints import by_name, by_position
+from degen_train.models.compile import compile_blocks
+
+log = logging.getLogger("degen_train")
 
 PRECISIONS = {None: None, "bf16": torch.bfloat16, "fp32": torch.float32}
 _ROOTS: weakref.WeakSet[nn.Module] = weakref.WeakSet()  # every module apply_fsdp2 made a root, for local_shard
@@ -152,6 +158,49 @@ class FSDP2Strategy(ModelParallelStrategy):
         for i, optimizer in enumerate(optimizers):
             set_optimizer_state_dict(self.model, optimizer, tensors[f"optimizer_{i}"])
         return header
+
+
+def deepspeed_strategy(*, stage: int = 2, offload_optimizer: bool = False, **kwargs: Any) -> Strategy:
+    """DeepSpeed ZeRO stage 1-3 (strategy=deepspeed); a clear error when the package is missing."""
+    if importlib.util.find_spec("deepspeed") is None:
+        raise ValueError("strategy=deepspeed needs the deepspeed package: pip install deepspeed")
+    from lightning.pytorch.strategies import DeepSpeedStrategy
+
+    return DeepSpeedStrategy(stage=stage, offload_optimizer=offload_optimizer, **kwargs)
+
+
+def parallelize(
+    root: nn.Module, model: nn.Module, frozen: list[tuple[str, nn.Module]], *, compile_model: bool,
+    fsdp_options: dict[str, Any] | None, mesh: Any, device: torch.device,
+) -> None:  # fmt: skip
+    """Everything that changes how ``root`` (the LightningModule) runs, in this order (torchtitan's):
+
+    1. model.compile: each block of ``model`` compiled in place, so FSDP2 then shards the compiled modules and
+       its hooks run around the compiled graphs (compiling after sharding would trace through them).
+    2. FSDP2 on the ``frozen`` models outside the tree (a TaCL teacher, as (term name, module)) first: they
+       must not join the root's parameter group.
+    3. FSDP2 on ``model``'s blocks (and a generator's), then the root.
+    DDP needs nothing here: Lightning wraps the module after this returns. Runs once per module (Lightning calls
+    configure_model again for the final validation: nothing is applied twice).
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    if getattr(root, "_parallelized", False):
+        return
+    root._parallelized = True
+    if compile_model:
+        blocks = compile_blocks(model)
+        log.info("model.compile: %d blocks compiled in place (%s, ...)", len(blocks), blocks[0])
+    if fsdp_options is None or isinstance(root, FSDPModule):
+        return
+    for term_name, module in frozen:
+        module.to(device)
+        kind = type(module).__name__  # before fully_shard renames the class (FSDPBertModel)
+        done = apply_fsdp2(module, set(getattr(module, "_no_split_modules", None) or ()), mesh, fsdp_options,
+                           frozen=True)  # fmt: skip
+        log.info("FSDP2: %s's frozen %s sharded (%d units and its root)", term_name, kind, len(done))
+    sharded = apply_fsdp2(root, set(getattr(model, "_no_split_modules", None) or ()), mesh, fsdp_options)
+    log.info("FSDP2: %d units sharded (%s ...) and the root", len(sharded), ", ".join(sharded[:3]))
 
 
 @contextmanager

@@ -104,7 +104,7 @@ def check_precision(cfg: Any) -> PrecisionVerdict | None:
         dtype=str(dtype).removeprefix("torch."),
         low_rate=low,
         fp32_rate=fp32,
-        allowed=bool(cfg.get("allow_slow_precision")),
+        allowed=cfg.allow_slow_precision,
         device=device,
     )
     if verdict.action == "refuse":

@@ -19,17 +19,7 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from degen_train.accumulation import accumulation_warnings  # noqa: E402
 from degen_train.branching import BRANCH_MAY_CHANGE, start_branch  # noqa: E402
-from degen_train.build import (  # noqa: E402
-    RESUME_CHOICES,
-    build_trainer,
-    check_checkpoint_matches,
-    check_signature,
-    check_tokenizer,
-    data_format_for,
-    resolve_checkpoint,
-    resolved_config,
-    setup_terms,
-)
+from degen_train.build import build_trainer, data_format_for, resolved_config, setup_terms  # noqa: E402
 from degen_train.callbacks.best_sts import BestBySTS  # noqa: E402
 from degen_train.callbacks.isotropy import IsotropyMonitor  # noqa: E402
 from degen_train.callbacks.throughput import Throughput  # noqa: E402
@@ -54,21 +44,26 @@ from degen_train.loggers import ClosingLogger, ResumingLogger  # noqa: E402
 from degen_train.metrics.perplexity import read_documents  # noqa: E402
 from degen_train.metrics.probes import read_sts, read_wic  # noqa: E402
 from degen_train.models.backbone import Backbone, build_hf_model, model_family, shape_signature  # noqa: E402
-from degen_train.models.compile import check_compile_available, compile_blocks  # noqa: E402
+from degen_train.models.compile import check_compile_available  # noqa: E402
 from degen_train.module import PretrainModule  # noqa: E402
 from degen_train.parallel import full_state_dict  # noqa: E402
 from degen_train.paths import check_output_folder  # noqa: E402
 from degen_train.precision import check_precision  # noqa: E402
 from degen_train.provenance import run_provenance  # noqa: E402
 from degen_train.quiet import silence_known_noise  # noqa: E402
-from degen_train.resume_policy import check_resume  # noqa: E402
+from degen_train.resume import (  # noqa: E402
+    RESUME_CHOICES,
+    check_checkpoint_matches,
+    check_resume,
+    check_signature,
+    check_tokenizer,
+    finished_summary,
+    resolve_checkpoint,
+)
 from degen_train.run_table import end_of_run_table, human, parameter_counts  # noqa: E402
 from degen_train.runlock import is_launching_process, refuse_writes_into_other_runs, run_dir_lock  # noqa: E402
-from degen_train.schema import validate_config  # noqa: E402
-from degen_train.sweep import (  # noqa: E402
-    finished_summary,
-    swept_overrides,
-)
+from degen_train.schema import checked_config  # noqa: E402
+from degen_train.sweep import swept_overrides  # noqa: E402
 from degen_train.terms import TermContext, WeightedSum  # noqa: E402
 from degen_train.threads import local_process_count, use_threads  # noqa: E402
 
@@ -80,31 +75,31 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     run_dir = Path(cfg.run_dir)
     silence_known_noise()  # also when train() is called from Python (tests, notebooks, benchmarks)
     # 1. Everything that can be checked from the config alone, before data or weights; nothing is written.
-    validate_config(cfg)
-    use_threads(cfg.get("threads", "auto"), local_process_count(cfg.trainer))
+    cfg = checked_config(cfg)  # from here on, every listed key is present with its checked value (schema.py)
+    use_threads(cfg.threads, local_process_count(cfg.trainer))
     terms, weights = build_terms({"objective": cfg.objective, "regularizer": cfg.regularizer})
     family = model_family(cfg.model)
-    if cfg.model.get("compile"):
+    if cfg.model.compile:
         check_compile_available("cuda" if cfg.trainer.get("accelerator") in ("gpu", "cuda") else "cpu")
     data_format = data_format_for(terms, family, _choice("model"))
-    if cfg.get("prepare_only"):
+    if cfg.prepare_only:
         return prepare_only(cfg, family=family, data_format=data_format)
     for warning in accumulation_warnings(terms, weights, int(cfg.trainer.accumulate_grad_batches)):
         log.warning(warning)
     for path in cfg.eval.sts:  # probe files are read now so that a typo fails before training, not after
         read_sts(path)
-    for wic in (cfg.eval.wic, cfg.eval.get("wic_fit")):
+    for wic in (cfg.eval.wic, cfg.eval.wic_fit):
         if wic:
             read_wic(wic)
-    if cfg.eval.get("w8a8"):
+    if cfg.eval.w8a8:
         read_documents(cfg.eval.w8a8, what="eval.w8a8 text file")
     glue_tasks = glue_tasks_of(cfg)  # read and checked now: a bad GLUE file fails before training
-    check_push(cfg.get("push_to_hub"), export_hf=bool(cfg.export_hf))
+    check_push(cfg.push_to_hub)
     check_precision(cfg)  # a precision this hardware emulates is refused here, not after hours of slow steps
-    check_weight_averaging_fits(cfg.get("callbacks"), cfg.get("strategy"))
-    if cfg.data.get("sources"):
+    check_weight_averaging_fits(cfg.callbacks, cfg.get("strategy"))
+    if cfg.data.sources:
         mixture_sources(cfg.data)  # weights, labels and keys checked before any corpus is read
-        if int(cfg.data.get("overfit_batches", 0)):
+        if cfg.data.overfit_batches:
             raise ValueError("data.overfit_batches overfits the batches of one corpus: not with data.sources")
     check_output_folder(run_dir, "run_dir")
     refuse_writes_into_other_runs(cfg, run_dir)
@@ -133,7 +128,7 @@ def prepare_only(cfg: DictConfig, *, family: str, data_format: str) -> dict[str,
     """Tokenizer and examples into data.cache_dir, then stop: a job prepares once (one node, or several waiting on
     the build lock), and every later run of the same data settings, each rank of each node, only memory-maps.
     With data.tokenize_part=K: this node's share of the documents only (node_parts.py)."""
-    if cfg.data.get("tokenize_part") is not None:
+    if cfg.data.tokenize_part is not None:
         return {"tokenized_part": _prepare_node_part(cfg, family=family, data_format=data_format)}
     data = prepare_data(cfg.data, family=family, data_format=data_format, seed=int(cfg.seed))
     prepared = describe_prepared(data)
@@ -209,7 +204,7 @@ def _build(
 ) -> Built:  # fmt: skip
     """2. Data (cached), the model and its terms, the trainer. A resumed run keeps the tokenizer it trained with."""
     own = run_dir / "tokenizer"
-    reuse = checkpoint is not None and not cfg.data.tokenizer.get("path") and (own / "tokenizer.json").is_file()
+    reuse = checkpoint is not None and not cfg.data.tokenizer.path and (own / "tokenizer.json").is_file()
     data = prepare_data(
         cfg.data, family=family, data_format=data_format, seed=int(cfg.seed), run_tokenizer=own if reuse else None
     )
@@ -226,7 +221,7 @@ def _build(
         batch_size=int(cfg.data.batch_size),
         num_workers=int(cfg.data.num_workers),
         seed=int(cfg.seed),
-        overfit_batches=int(cfg.data.get("overfit_batches", 0)),
+        overfit_batches=cfg.data.overfit_batches,
         window_counter=module.loss.window_counts,
     )
     trainer = build_trainer(cfg)
@@ -290,22 +285,22 @@ def _export_and_probe(
     hf = run_dir / "hf"
     export_pretrained(built.module.backbone.model, built.data.tokenizer, hf, record=built.record,
                       state_dict=gathered_weights)  # fmt: skip
-    if cfg.get("push_to_hub") and cfg.push_to_hub.get("repo_id"):
+    if cfg.push_to_hub.repo_id:
         summary["push_to_hub"] = push_export(hf, cfg.push_to_hub)
     probes = family == "encoder" and (cfg.eval.sts or cfg.eval.wic)
-    if probes or cfg.eval.get("w8a8"):
+    if probes or cfg.eval.w8a8:
         summary["eval"] = evaluate(
             hf,
             sts=list(cfg.eval.sts) if probes else [],
             wic=cfg.eval.wic if probes else None,
-            wic_fit=cfg.eval.get("wic_fit") if probes else None,
+            wic_fit=cfg.eval.wic_fit if probes else None,
             out=run_dir / "eval",
             layer=cfg.eval.layer,
             pooling=cfg.eval.pooling,
-            w8a8=cfg.eval.get("w8a8"),
+            w8a8=cfg.eval.w8a8,
         )
     if glue_tasks:  # fine-tuned copies of the export, scored on GLUE dev (RUN/glue/, resumable)
-        settings = OmegaConf.to_container(cfg.eval.get("finetune") or {}, resolve=True)
+        settings = OmegaConf.to_container(cfg.eval.finetune, resolve=True)
         summary["glue"] = finetune_export(hf, glue_tasks, settings, run_dir / "glue")
 
 
@@ -320,15 +315,10 @@ def _finish(run_dir: Path, trainer: Any, summary: dict) -> None:
 
 def glue_tasks_of(cfg: DictConfig) -> list:
     """eval.glue's tasks read from eval.glue_dir (each file checked), and eval.finetune's keys checked; [] if none."""
-    names = list(cfg.eval.get("glue") or [])
-    if not names:
+    if not cfg.eval.glue:  # needs export_hf and eval.glue_dir: checked in schema.py
         return []
-    if not cfg.export_hf:
-        raise ValueError("eval.glue fine-tunes the export: it needs export_hf=true")
-    if not cfg.eval.get("glue_dir"):
-        raise ValueError("eval.glue needs eval.glue_dir: the folder GLUE's download wrote (holding RTE/, SST-2/, ...)")
-    protocol_from(OmegaConf.to_container(cfg.eval.get("finetune") or {}, resolve=True))
-    return [load_glue_task(name, cfg.eval.glue_dir) for name in names]
+    protocol_from(OmegaConf.to_container(cfg.eval.finetune, resolve=True))
+    return [load_glue_task(name, cfg.eval.glue_dir) for name in cfg.eval.glue]
 
 
 def build_module(
@@ -339,9 +329,6 @@ def build_module(
     hf_model = build_hf_model(
         cfg.model, tokenizer=data.tokenizer, with_nsp_head=with_nsp_head, sequence_length=cfg.data.block_size
     )
-    if cfg.model.get("compile"):
-        blocks = compile_blocks(hf_model)
-        log.info("model.compile: %d blocks compiled in place (%s, ...)", len(blocks), blocks[0])
     backbone = Backbone(hf_model)
     setup_terms(
         terms,
@@ -374,6 +361,7 @@ def build_module(
         scheduler_factory=hydra.utils.instantiate(cfg.scheduler),
         seed=int(cfg.seed),
         checkpoint_identity=identity,
+        compile_model=cfg.model.compile,  # applied with FSDP2 in configure_model (parallel.parallelize)
     )
 
 

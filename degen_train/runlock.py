@@ -63,8 +63,8 @@ def refuse_writes_into_other_runs(cfg: Any, run_dir: Path) -> None:
     """A run writes its checkpoints and logs into its own folder, never into another run's (a folder with
     config.yaml and checkpoints/): such a path, from a copied or handed-over config, is refused naming the key."""
     own = run_dir.resolve()
-    places = {"callbacks.checkpoint.dirpath": (cfg.get("callbacks") or {}).get("checkpoint", {}) or {}}
-    places = {key: value.get("dirpath") for key, value in places.items()}
+    checkpoint = cfg.callbacks.checkpoint if cfg.callbacks else None
+    places = {"callbacks.checkpoint.dirpath": checkpoint.get("dirpath") if checkpoint else None}
     places["trainer.default_root_dir"] = cfg.trainer.get("default_root_dir")
     for name, logger in (cfg.get("logger") or {}).items():
         places[f"logger.{name}.save_dir"] = (logger or {}).get("save_dir")

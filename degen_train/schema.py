@@ -4,12 +4,17 @@ Every section allows keys the schema does not list (any ``lightning.pytorch.Trai
 term's own options): those are checked where they are used. What is listed here is checked for type,
 range and the constraints between sections, and every problem is reported at once, each naming the
 key, the value and what is allowed.
+
+This file is the one place a listed key's type, range and default are said. ``checked_config`` is
+the config that runs: the layers below the CLI receive it (the model section as a typed
+``ModelConfig``), read each listed key as an attribute, and never check or default it again.
 """
 
 from __future__ import annotations
 
 import difflib
 import warnings
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
@@ -98,9 +103,9 @@ class ModelConfig(BaseModel):
     attention: str = "sdpa"  # checked by transformers where the model is built
     init_from: str | None = None
     compile: bool = False
-    local_attention: int | None = Field(default=None, ge=1)  # ModernBERT's sliding window
-    rope_theta: float | None = Field(default=None, gt=0)  # Llama / Qwen2
-    norm_eps: float | None = Field(default=None, gt=0)
+    local_attention: int = Field(default=128, ge=1)  # ModernBERT's sliding window (its released 128)
+    rope_theta: float = Field(default=10000.0, gt=0)  # Llama / Qwen2's RoPE base (Llama's released 10,000)
+    norm_eps: float = Field(default=1e-6, gt=0)  # Llama / Qwen2's RMSNorm ε (both released at 1e-6)
     attention_variant: AttentionVariantConfig = Field(default_factory=AttentionVariantConfig)
 
     @model_validator(mode="after")
@@ -200,6 +205,45 @@ class CallbacksConfig(BaseModel):
     divergence: DivergenceCallbackConfig | None = None
 
 
+class EvalConfig(BaseModel):
+    """eval: the probes and evaluations run on the export at the end of a run (conf/train.yaml says each one)."""
+
+    model_config = ConfigDict(extra="forbid")
+    sts: list[str] = Field(default_factory=list)
+    wic: str | None = None
+    wic_fit: str | None = None
+    layer: int | Literal["last", "first_last"] = "last"
+    pooling: Literal["mean", "cls"] = "mean"
+    glue: list[str] = Field(default_factory=list)  # task names, checked with their files by finetune/tasks.py
+    glue_dir: str | None = None
+    finetune: dict[str, Any] = Field(default_factory=dict)  # conf/finetune.yaml, checked by finetune/grid.py
+    w8a8: str | None = None
+
+
+class PushToHubConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    repo_id: str | None = None
+    private: bool = True
+    message: str = "degen_train export"
+    dry_run: bool = False
+
+    @field_validator("repo_id")
+    @classmethod
+    def owner_and_name(cls, value: str | None) -> str | None:
+        if value is not None and len(value.split("/")) != 2:
+            raise ValueError("must be OWNER/NAME, e.g. my-lab/bert-tiny-cosreg")
+        return value
+
+
+class SearchConfig(BaseModel):
+    """search: what a hyper-parameter search minimises (sweep.search_objective)."""
+
+    model_config = ConfigDict(extra="forbid")
+    metric: str = "val_loss"  # a summary.json key, or a val/... key of its val_metrics
+    cosine_weight: float = Field(default=0.0, ge=0)
+    cosine_bound: float | None = Field(default=None, ge=-1, le=1)
+
+
 class TrainConfig(BaseModel):
     model_config = Open
     seed: int = Field(ge=0)
@@ -207,7 +251,12 @@ class TrainConfig(BaseModel):
     branch_from: str | None = None
     allow_slow_precision: bool = False
     prepare_only: bool = False
+    export_hf: bool = True
+    final_validation: bool = True
     threads: Any = "auto"
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    push_to_hub: PushToHubConfig = Field(default_factory=PushToHubConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
     masking: MaskingConfig
     data: DataConfig
     model: ModelConfig
@@ -226,12 +275,23 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def sections_agree(self) -> TrainConfig:
+        if self.push_to_hub.repo_id and not self.export_hf:
+            raise ValueError(
+                f"push_to_hub.repo_id={self.push_to_hub.repo_id} needs export_hf=true: the export is what is pushed"
+            )
+        if self.eval.glue and not self.export_hf:
+            raise ValueError("eval.glue fine-tunes the export: it needs export_hf=true")
+        if self.eval.glue and not self.eval.glue_dir:
+            raise ValueError(
+                "eval.glue needs eval.glue_dir: the folder GLUE's download wrote (holding RTE/, SST-2/, ...)"
+            )
         if self.data.tokenize_part is not None and not self.prepare_only:
             raise ValueError(
                 f"data.tokenize_part={self.data.tokenize_part} tokenizes one node's share of the corpus and stops: "
                 f"give prepare_only=true with it, then train without it once every part is in the cache"
             )
-        if self.data.examples == "sentences" and "nsp" in self.objective:
+        nsp = [key for key, term in self.objective.items() if key == "nsp" or (term or {}).get("term") == "nsp"]
+        if self.data.examples == "sentences" and nsp:
             raise ValueError("data.examples=sentences cannot make NSP pairs: use data.examples=packed with NSP")
         if self.model.init_from is None and self.data.block_size > self.model.max_position:
             raise ValueError(
@@ -263,6 +323,52 @@ def validate_config(cfg: DictConfig) -> TrainConfig:
             stacklevel=2,
         )
     return checked
+
+
+def checked_config(cfg: DictConfig) -> DictConfig:
+    """The config that runs: ``cfg`` checked by ``validate_config`` and rebuilt from what the check returned, so
+    every listed key is present with its checked value or the schema's default (unlisted keys as given)."""
+    checked = validate_config(cfg)
+    runs = OmegaConf.create(_filled(checked.model_dump(), checked.model_dump(exclude_unset=True)))
+    OmegaConf.set_struct(runs, True)  # as Hydra's: reading a key nobody set raises instead of returning None
+    return runs
+
+
+def _filled(full: Any, given: Any) -> Any:
+    """``full`` (defaults filled), except that a section Hydra instantiates (``_target_``: the optimizer, the
+    scheduler, each callback) keeps only the keys given: its constructor receives them as arguments."""
+    if not isinstance(full, dict):
+        return full
+    if isinstance(given, dict) and "_target_" in given:
+        return given
+    return {key: _filled(value, (given or {}).get(key) if isinstance(given, dict) else None)
+            for key, value in full.items()}  # fmt: skip
+
+
+def model_section(cfg: ModelConfig | DictConfig | Mapping[str, Any]) -> ModelConfig:
+    """The model section typed; a section composed in Python (tests, notebooks, tools) is checked here."""
+    if isinstance(cfg, ModelConfig):
+        return cfg
+    raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    try:
+        return ModelConfig.model_validate(raw)
+    except ValidationError as error:
+        lines = [_describe({**e, "loc": ("model", *e["loc"])}, {"model": raw}) for e in error.errors()]
+        raise ValueError("invalid config:\n" + "\n".join(lines)) from None
+
+
+def data_section(cfg: DictConfig, *, where: str = "data") -> DictConfig:
+    """The data section with every listed key present (its checked value or the schema's default); a section
+    composed in Python, or a mixture's source (``where``: data.sources[i]), is checked here."""
+    raw = OmegaConf.to_container(cfg, resolve=True)
+    try:
+        section = OmegaConf.create(DataConfig.model_validate(raw).model_dump())
+    except ValidationError as error:
+        lines = [_describe({**e, "loc": ("data", *e["loc"])}, {"data": raw}) for e in error.errors()]
+        lines = [where + line.removeprefix("  data") for line in lines]
+        raise ValueError("invalid config:\n" + "\n".join(f"  {line}" for line in lines)) from None
+    OmegaConf.set_struct(section, True)
+    return section
 
 
 def _describe(error: dict[str, Any], raw: dict[str, Any]) -> str:

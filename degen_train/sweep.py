@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -15,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from degen_train.callbacks.preemption import PREEMPTED_EXIT, RunPreempted
 from degen_train.io import atomic_write_json, cache_key
+from degen_train.resume import finished_summary
 
 log = logging.getLogger("degen_train.sweep")
 FAILED = "failed.json"
@@ -68,56 +68,6 @@ def swept_overrides() -> list[str]:
     if not HydraConfig.initialized():
         return []
     return [str(o) for o in HydraConfig.get().overrides.task]
-
-
-# Keys (or prefixes ending in ".") that cannot change what a finished run measured: a rerun that differs only
-# in these reuses the run. Any other difference is refused, naming it (a sweep rerun with a changed setting).
-NO_EFFECT_ON_RESULT = (
-    "run_dir",
-    "trainer.default_root_dir",  # where the run lives: a copied or moved run folder is the same run
-    "ckpt_path",
-    "trainer.enable_progress_bar",
-    "trainer.enable_model_summary",
-    "trainer.log_every_n_steps",
-    "logger.",
-    "data.num_workers",
-    "data.cache_dir",
-    "callbacks.checkpoint.",
-    "callbacks.preemption.",
-    "push_to_hub.",
-    "allow_slow_precision",
-    "threads",
-    "search.",
-)
-
-
-def finished_summary(run_dir: Path, cfg: DictConfig) -> dict | None:
-    """RUN's summary when it finished with this config's steps and settings; None when it did not finish (or ran
-    fewer steps: it resumes). A finished run whose recorded config differs in a key that changes the result is
-    refused, naming each key and both values. Keys only one side has (added by a later version) are not compared."""
-    path = run_dir / "summary.json"
-    if not path.exists():
-        return None
-    summary = json.loads(path.read_text())
-    if summary.get("final_step") != int(cfg.trainer.max_steps):
-        return None
-    from degen_train.resume_policy import flatten
-
-    before = flatten(summary.get("config") or {})
-    after = flatten(OmegaConf.to_container(cfg, resolve=True))
-    changed = [f"{key}: {before[key]!r} -> {after[key]!r}" for key in sorted(set(before) & set(after))
-               if before[key] != after[key] and not has_no_effect_on_result(key)]  # fmt: skip
-    if changed:
-        raise ValueError(
-            f"{run_dir} finished before with other settings ({'; '.join(changed)}); its results would be reported "
-            f"for this config. Sweep into a new folder (hydra.sweep.dir=...) or run into another hydra.run.dir"
-        )
-    return summary
-
-
-def has_no_effect_on_result(key: str) -> bool:
-    """Whether changing ``key`` leaves the run's result as it was (NO_EFFECT_ON_RESULT)."""
-    return any(key == k or (k.endswith(".") and key.startswith(k)) for k in NO_EFFECT_ON_RESULT)
 
 
 def run_in_sweep(cfg: DictConfig, train: Callable[[DictConfig], dict[str, Any]]) -> float | None:
@@ -182,5 +132,5 @@ def search_objective(summary: dict[str, Any], search: Any) -> float:
     if cosine is not None:
         if search.cosine_bound is not None and cosine > search.cosine_bound:
             return math.inf
-        value += float(search.cosine_weight) * cosine
+        value += search.cosine_weight * cosine
     return float(value)

@@ -77,7 +77,7 @@ def _bert_attention(variant: dict) -> tuple[nn.Module, dict]:
     config = BertConfig(hidden_size=32, num_attention_heads=4, num_hidden_layers=1, intermediate_size=64,
                         attn_implementation="eager", attention_probs_dropout_prob=0.0)  # fmt: skip
     model = BertModel(config)
-    settings = variant_settings(variant, family="encoder", arch="bert", attention="eager", length=16)
+    settings = variant_settings(variant, family="encoder", arch="bert", length=16)
     install_attention_variant(model, settings, arch="bert")
     return model.encoder.layer[0].attention.self, settings
 
@@ -143,7 +143,7 @@ def test_llama_output_gate_equals_the_released_extended_query_projection(granula
     holder.set_attn_implementation = lambda name: setattr(holder.config, "_attn_implementation", name)
     gated.config = holder.config
     settings = variant_settings({"name": "output_gate", "granularity": granularity}, family="decoder", arch="llama",
-                                attention="eager", length=16)  # fmt: skip
+                                length=16)  # fmt: skip
     install_attention_variant(holder, settings, arch="llama")
     nn.init.normal_(gated.attention_gate.proj.weight)  # not the near-identity init: a gate that matters
     x = torch.randn(2, 16, 32)
@@ -188,7 +188,7 @@ def test_gpt2_kv_bias_equals_the_released_attention_bias_in_output_and_gradient(
     config = GPT2Config(n_embd=32, n_head=4, n_layer=1, attn_implementation=attention, attn_pdrop=0.0,
                         resid_pdrop=0.0, embd_pdrop=0.0)  # fmt: skip
     model = GPT2Model(config).eval()
-    settings = variant_settings({"name": "kv_bias"}, family="decoder", arch="gpt2", attention=attention, length=16)
+    settings = variant_settings({"name": "kv_bias"}, family="decoder", arch="gpt2", length=16)
     install_attention_variant(model, settings, arch="gpt2")
     module = model.h[0].attn
     x = torch.randn(2, 16, 32, requires_grad=True)
@@ -213,7 +213,7 @@ def test_clipped_softmax_at_alpha_0_is_the_stock_eager_attention_on_every_archit
         model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False, sequence_length=16).eval()
         clipped = copy.deepcopy(model)
         settings = variant_settings({"name": "clipped_softmax", "alpha": 0.0}, family=cfg.model.family, arch=arch,
-                                    attention="eager", length=16)  # fmt: skip
+                                    length=16)  # fmt: skip
         install_attention_variant(clipped, settings, arch=arch)
         ids = torch.randint(5, len(tokenizer), (2, 16))
         assert torch.equal(model(input_ids=ids).logits, clipped(input_ids=ids).logits), arch

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-
-NONFINITE_ACTIONS = ("stop", "skip")
 
 
 class DivergenceError(RuntimeError):
@@ -32,13 +30,12 @@ class DivergenceGuard(Callback):
     def __init__(
         self,
         *,
-        on_nonfinite: str = "stop",
-        max_skips: int = 10,
-        spike_sigma: float | None = None,
-        spike_window: int = 100,
+        on_nonfinite: Literal["stop", "skip"],
+        max_skips: int,
+        spike_sigma: float | None,
+        spike_window: int,
     ) -> None:
-        if on_nonfinite not in NONFINITE_ACTIONS:
-            raise ValueError(f"callbacks.divergence.on_nonfinite={on_nonfinite!r} is not one of stop, skip")
+        # Checked, with their defaults, in schema.py (DivergenceCallbackConfig) and conf/callbacks/default.yaml.
         self.on_nonfinite, self.max_skips = on_nonfinite, max_skips
         self.spike_sigma, self.spike_window = spike_sigma, spike_window
         self.skipped = 0

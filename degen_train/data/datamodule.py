@@ -12,6 +12,7 @@ import datasets
 import lightning.pytorch as pl
 import pyarrow.compute
 import torch
+from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer
 
@@ -33,6 +34,7 @@ from degen_train.data.sampling import PositionedExamples, ShardedBatches, StepBa
 from degen_train.data.tokenizer import get_tokenizer, tokenizer_identity
 from degen_train.io import cache_key
 from degen_train.rng import VALIDATION_SEED_OFFSET
+from degen_train.schema import data_section
 from degen_train.threads import usable_cpus
 
 log = logging.getLogger(__name__)
@@ -60,13 +62,14 @@ class PreparedData:
 
 
 def prepare_data(
-    cfg: Any, *, family: str, data_format: str, seed: int, run_tokenizer: Path | None = None
+    section: DictConfig, *, family: str, data_format: str, seed: int, run_tokenizer: Path | None = None
 ) -> PreparedData:
     """Corpus -> tokenizer -> train/validation documents -> examples, each step cached on disk.
 
     ``run_tokenizer``: a resumed run's own tokenizer folder (RUN/tokenizer), used as it is instead of the cache's
     or a newly trained one, so a fresh machine or cache resumes with the tokenizer the run was trained with."""
-    if cfg.get("sources"):
+    cfg = data_section(section)
+    if cfg.sources:
         return prepare_mixture(cfg, family=family, data_format=data_format, seed=seed, run_tokenizer=run_tokenizer)
     corpus = load_corpus(cfg)
     if corpus.validation is None and not cfg.streaming and len(corpus.train) < 2:  # before a tokenizer is trained
@@ -130,12 +133,12 @@ def _examples(cfg: Any, corpus: Any, tokenizer: Any, *, data_format: str, seed: 
     """The corpus's train/validation documents, then each one's examples (cached)."""
     splits = _split_documents(cfg, corpus, tokenizer)
     common = {
-        "num_proc": preparation_threads(cfg.get("num_proc")),
+        "num_proc": preparation_threads(cfg.num_proc),
         "tokenizer": tokenizer,
         "data_format": data_format,
         "block_size": int(cfg.block_size),
         "seed": seed,
-        "layout": str(cfg.get("examples", "packed")),
+        "layout": cfg.examples,
     }
     cache_root = Path(str(cfg.cache_dir)).expanduser()
     train, validation = (build_examples(documents, cache_root=cache_root, identity=identity, **common)
@@ -151,10 +154,7 @@ def _split_documents(cfg: Any, corpus: Any, tokenizer: Any) -> tuple[tuple[Any, 
         count = int(cfg.validation_documents)
         train_docs, validation_docs = corpus.train.skip(count), corpus.train.take(count)
     else:
-        fraction = float(cfg.validation_fraction)
-        if not 0 < fraction < 1:
-            raise ValueError(f"data.validation_fraction must be in (0, 1), got {fraction}")
-        split = corpus.train.train_test_split(test_size=fraction, seed=int(cfg.split_seed))
+        split = corpus.train.train_test_split(test_size=cfg.validation_fraction, seed=int(cfg.split_seed))
         train_docs, validation_docs = split["train"], split["test"]
     identity = cache_key(
         corpus.identity,
@@ -167,26 +167,27 @@ def _split_documents(cfg: Any, corpus: Any, tokenizer: Any) -> tuple[tuple[Any, 
     return (train_docs, identity + ":train"), (validation_docs, identity + ":validation")
 
 
-def tokenize_node_part(cfg: Any, *, family: str, data_format: str) -> dict[str, Any]:
+def tokenize_node_part(section: DictConfig, *, family: str, data_format: str) -> dict[str, Any]:
     """``prepare_only=true data.tokenize_part=K data.tokenize_parts=N``: the tokenizer (trained once, under its
     build lock, by whichever node comes first), then node K's share of each split tokenized into the cache.
     A run finds all N parts of a split there and packs its examples from them (node_parts.py)."""
-    part, parts = int(cfg.tokenize_part), int(cfg.tokenize_parts)
-    if cfg.get("sources"):
+    cfg = data_section(section)
+    part, parts = cfg.tokenize_part, cfg.tokenize_parts
+    if cfg.sources:
         raise ValueError("data.tokenize_part splits one corpus over nodes: not with data.sources (prepare a mixture "
                          "on one node)")  # fmt: skip
     corpus = load_corpus(cfg)
     if corpus.validation is None and not cfg.streaming and len(corpus.train) < 2:
         raise ValueError(too_few_documents(corpus, cfg))
     tokenizer = _tokenizer(cfg, family, corpus.train, corpus.identity, None)
-    segmented = data_format == "mlm_nsp" or str(cfg.get("examples", "packed")) == "sentences"
+    segmented = data_format == "mlm_nsp" or cfg.examples == "sentences"
     cache_root = Path(str(cfg.cache_dir)).expanduser()
     splits = {}
     for name, (documents, identity) in zip(("train", "validation"), _split_documents(cfg, corpus, tokenizer),
                                            strict=True):  # fmt: skip
         folder = parts_folder(cache_root, identity, segmented=segmented)
         path, count = tokenize_part(documents, tokenizer, folder, part=part, parts=parts, segmented=segmented,
-                                    threads=preparation_threads(cfg.get("num_proc")))  # fmt: skip
+                                    threads=preparation_threads(cfg.num_proc))  # fmt: skip
         splits[name] = {"part": str(path), "documents": count, "missing_parts": missing_parts(folder, parts)}
     return {"tokenizer": tokenizer_identity(tokenizer), "part": part, "parts": parts, **splits}
 

@@ -34,7 +34,6 @@ from degen_train.io import CACHE_ELSEWHERE, atomic_directory, cache_key
 log = logging.getLogger(__name__)
 
 FORMATS = ("mlm", "mlm_nsp", "causal")
-LAYOUTS = ("packed", "sentences")
 READ_BATCH = 512
 NSP_POOL = 10_000  # documents kept for drawing random second segments
 
@@ -56,10 +55,6 @@ def build_examples(
     ``num_proc`` threads tokenize; the examples are the same whatever it is (it is not in the cache key)."""
     if data_format not in FORMATS:
         raise ValueError(f"data format {data_format!r} is not one of {', '.join(FORMATS)}")
-    if layout not in LAYOUTS:
-        raise ValueError(f"data.examples={layout!r} is not one of {', '.join(LAYOUTS)}")
-    if layout == "sentences" and data_format == "mlm_nsp":
-        raise ValueError("data.examples=sentences cannot make NSP pairs: use data.examples=packed with NSP")
     # Only NSP pairs depend on the seed; packed blocks are shared by every seed of a sweep.
     pair_seed = seed if data_format == "mlm_nsp" else None
     key = cache_key(identity, data_format, block_size, pair_seed, *(() if layout == "packed" else (layout,)))

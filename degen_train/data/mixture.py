@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from degen_train.data.sampling import PositionedExamples
 from degen_train.rng import EPOCH_ORDER_SALT, mix_seed
+from degen_train.schema import data_section
 
 MIXTURE_SALT = 0x6D6978  # "mix": the sources' draws, apart from every other stream of the seed
 SOURCE_KEYS = ("source", "path", "validation_path", "name", "config", "split", "validation_split", "revision",
@@ -59,8 +60,9 @@ def mixture_sources(cfg: DictConfig) -> list[MixtureSource]:
         if label in labels:
             raise ValueError(f"{where}: two sources are labelled {label!r}; give each a distinct label")
         labels.add(label)
-        data = OmegaConf.merge(cfg, settings)
-        data.sources = None
+        merged = OmegaConf.merge(cfg, settings)
+        merged.sources = None
+        data = data_section(merged, where=where)  # the source's own keys checked as data.KEY's are (schema.py)
         sources.append(MixtureSource(label, float(weight), data))
     total = sum(s.weight for s in sources)
     if not total > 0:

@@ -30,7 +30,7 @@ def get_tokenizer(
     cfg: Any, *, family: str, corpus: Any, corpus_identity: str, cache_dir: Path
 ) -> PreTrainedTokenizerFast:
     """The tokenizer named by ``cfg.path``, else one trained on ``corpus`` (cached)."""
-    if cfg.get("path"):
+    if cfg.path:
         return AutoTokenizer.from_pretrained(resolve_pretrained(cfg.path))
     settings = [corpus_identity, family, cfg.vocab_size, cfg.min_frequency, cfg.lowercase, cfg.max_documents]
     settings.append(TRAINING_VERSION)

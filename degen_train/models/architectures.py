@@ -29,6 +29,8 @@ from transformers import (
     RobertaForMaskedLM,
 )
 
+from degen_train.schema import ModelConfig
+
 
 @dataclass(frozen=True)
 class Architecture:
@@ -43,7 +45,7 @@ class Architecture:
     hidden_dropout: bool = True  # whether model.dropout means anything (Llama/Qwen2 have attention dropout only)
 
 
-def _common(cfg: Any, tokenizer: Any) -> dict[str, Any]:
+def _common(cfg: ModelConfig, tokenizer: Any) -> dict[str, Any]:
     return {
         "vocab_size": len(tokenizer),
         "hidden_size": cfg.hidden_size,
@@ -56,7 +58,7 @@ def _common(cfg: Any, tokenizer: Any) -> dict[str, Any]:
     }
 
 
-def _bert(cfg: Any, tokenizer: Any) -> PretrainedConfig:
+def _bert(cfg: ModelConfig, tokenizer: Any) -> PretrainedConfig:
     return BertConfig(
         **_common(cfg, tokenizer),
         max_position_embeddings=cfg.max_position,
@@ -65,7 +67,7 @@ def _bert(cfg: Any, tokenizer: Any) -> PretrainedConfig:
     )
 
 
-def _roberta(cfg: Any, tokenizer: Any) -> PretrainedConfig:
+def _roberta(cfg: ModelConfig, tokenizer: Any) -> PretrainedConfig:
     # RoBERTa numbers positions from pad_token_id + 1 (HF's roberta-base: 512 + 2 = 514 positions).
     return RobertaConfig(
         **_common(cfg, tokenizer),
@@ -78,7 +80,7 @@ def _roberta(cfg: Any, tokenizer: Any) -> PretrainedConfig:
     )
 
 
-def _modernbert(cfg: Any, tokenizer: Any) -> PretrainedConfig:
+def _modernbert(cfg: ModelConfig, tokenizer: Any) -> PretrainedConfig:
     # RoPE, GeGLU, pre-norm without biases, local (sliding) attention with a global layer every third.
     return ModernBertConfig(
         **_common(cfg, tokenizer),
@@ -86,7 +88,7 @@ def _modernbert(cfg: Any, tokenizer: Any) -> PretrainedConfig:
         embedding_dropout=cfg.dropout,
         mlp_dropout=cfg.dropout,
         attention_dropout=cfg.attention_dropout,
-        local_attention=int(cfg.get("local_attention", 128)),
+        local_attention=cfg.local_attention,
         bos_token_id=tokenizer.cls_token_id,
         eos_token_id=tokenizer.sep_token_id,
         cls_token_id=tokenizer.cls_token_id,
@@ -94,7 +96,7 @@ def _modernbert(cfg: Any, tokenizer: Any) -> PretrainedConfig:
     )
 
 
-def _gpt2(cfg: Any, tokenizer: Any) -> PretrainedConfig:
+def _gpt2(cfg: ModelConfig, tokenizer: Any) -> PretrainedConfig:
     common = _common(cfg, tokenizer)
     return GPT2Config(
         vocab_size=common["vocab_size"],
@@ -117,14 +119,14 @@ def _gpt2(cfg: Any, tokenizer: Any) -> PretrainedConfig:
 def _llama_like(config_class: type[PretrainedConfig]) -> Callable[[Any, Any], PretrainedConfig]:
     """Llama and Qwen2: RoPE, RMSNorm, SwiGLU, grouped-query attention, no hidden-state dropout."""
 
-    def make(cfg: Any, tokenizer: Any) -> PretrainedConfig:
+    def make(cfg: ModelConfig, tokenizer: Any) -> PretrainedConfig:
         return config_class(
             **_common(cfg, tokenizer),
-            num_key_value_heads=int(cfg.get("num_kv_heads") or cfg.num_heads),
+            num_key_value_heads=cfg.num_kv_heads or cfg.num_heads,
             max_position_embeddings=cfg.max_position,
             attention_dropout=cfg.attention_dropout,
-            rope_theta=float(cfg.get("rope_theta", 10000.0)),
-            rms_norm_eps=float(cfg.get("norm_eps", 1e-6)),
+            rope_theta=cfg.rope_theta,
+            rms_norm_eps=cfg.norm_eps,
             bos_token_id=tokenizer.bos_token_id,
             eos_token_id=tokenizer.eos_token_id,
         )

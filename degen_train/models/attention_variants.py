@@ -34,7 +34,8 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
-VARIANTS = ("softmax", "clipped_softmax", "gated", "output_gate", "kv_bias")
+from degen_train.schema import AttentionVariantConfig
+
 # The module each architecture calls its attention function from (it receives the attention input as hidden_states).
 ATTENTION_MODULES = {
     "bert": "BertSelfAttention",
@@ -198,34 +199,29 @@ AttentionMaskInterface.register("degen_sdpa", sdpa_mask)
 
 
 def variant_settings(
-    variant: Mapping[str, Any], *, family: str, arch: str, attention: str, length: int | None
+    variant: AttentionVariantConfig | Mapping[str, Any], *, family: str, arch: str, length: int | None
 ) -> dict:
-    """The settings a variant runs with, its released defaults filled in; bad input refused by name."""
-    name = variant.get("name", "softmax")
-    if name not in VARIANTS:
-        raise ValueError(f"model.attention_variant.name={name!r} is not one of {', '.join(VARIANTS)}")
+    """The settings a variant runs with, the family's released defaults where the config leaves null (the options
+    themselves are checked by AttentionVariantConfig in schema.py)."""
+    if not isinstance(variant, AttentionVariantConfig):  # a plain mapping from Python callers: checked here
+        variant = AttentionVariantConfig.model_validate(dict(variant))
+    name = variant.name
     if name != "softmax" and arch not in ATTENTION_MODULES:
         defined = ", ".join(ATTENTION_MODULES)
         raise ValueError(f"model.attention_variant.name={name} is defined for {defined}, not model.arch={arch}")
-    if name == "clipped_softmax" and attention != "eager":
-        raise ValueError(
-            f"model.attention_variant.name=clipped_softmax needs the score matrix, which model.attention={attention} "
-            f"never forms: set model.attention=eager"
-        )
     released = RELEASED[family]
     settings: dict[str, Any] = {"variant": name}
     if name == "clipped_softmax":
         if length is None:
             raise ValueError("clipped_softmax needs the training sequence length T (γ = −α/T): pass sequence_length")
-        alpha = variant.get("alpha") if variant.get("alpha") is not None else released["alpha"]
-        eta = variant.get("eta") or 1.0
-        settings |= {"alpha": alpha, "length": length, "gamma": -alpha / length, "eta": eta}
+        alpha = variant.alpha if variant.alpha is not None else released["alpha"]
+        settings |= {"alpha": alpha, "length": length, "gamma": -alpha / length, "eta": variant.eta}
     if name == "gated":
-        form = variant.get("gate") or released["gate"]
-        init = variant.get("gate_init")
-        settings |= {"gate": form, "gate_init": init if init is not None else released["gate_init"]}
+        init = variant.gate_init
+        settings |= {"gate": variant.gate or released["gate"],
+                     "gate_init": init if init is not None else released["gate_init"]}  # fmt: skip
     if name == "output_gate":
-        settings |= {"granularity": variant.get("granularity", "elementwise")}
+        settings |= {"granularity": variant.granularity}
     return settings
 
 

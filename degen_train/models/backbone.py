@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from omegaconf import DictConfig
 from torch import Tensor, nn
 from transformers import (
     AutoConfig,
@@ -23,9 +24,9 @@ from degen_train.io import resolve_pretrained
 from degen_train.models.architectures import ARCHITECTURES, Architecture, architecture, architecture_of
 from degen_train.models.attention_variants import SETTINGS_KEY, install_attention_variant, variant_settings
 from degen_train.models.loading import load_pretrained
+from degen_train.schema import ModelConfig, model_section
 from degen_train.types import ForwardOutput
 
-FAMILIES = ("encoder", "decoder")
 # Batch entries with a ForwardOutput field of their own; any other entry lands in ``extras``.
 BATCH_KEYS = frozenset(
     {"input_ids", "attention_mask", "labels", "original_ids", "token_type_ids", "next_sentence_label", "views",
@@ -33,10 +34,11 @@ BATCH_KEYS = frozenset(
 )
 
 
-def model_architecture(cfg: Any) -> Architecture:
+def model_architecture(section: ModelConfig | DictConfig) -> Architecture:
     """The configured architecture: ``init_from``'s config when set, else ``cfg.arch`` (default: the family's),
     refused when it does not fit ``cfg.family``."""
-    if cfg.get("init_from"):
+    cfg = model_section(section)
+    if cfg.init_from:
         model_type = AutoConfig.from_pretrained(resolve_pretrained(cfg.init_from)).model_type
         arch = architecture_of(model_type)
         if arch is None:
@@ -44,16 +46,14 @@ def model_architecture(cfg: Any) -> Architecture:
                 f"model.init_from={cfg.init_from} is a {model_type!r} model; supported: {', '.join(ARCHITECTURES)}"
             )
         return arch
-    if cfg.family not in FAMILIES:
-        raise ValueError(f"model.family={cfg.family!r} is not one of {', '.join(FAMILIES)}")
-    arch = architecture(cfg.get("arch"), family=cfg.family)
+    arch = architecture(cfg.arch, family=cfg.family)
     if arch.family != cfg.family:
         presets = "llama_tiny, qwen2_tiny, gpt2_tiny, ..." if arch.family == "decoder" else "tiny, roberta_tiny, ..."
         raise ValueError(
             f"model.arch={arch.name} is a {arch.family} but model.family={cfg.family}: pick a {arch.family} preset "
             f"(model={presets}) or set model.family={arch.family}"
         )
-    if not arch.hidden_dropout and cfg.get("dropout"):
+    if not arch.hidden_dropout and cfg.dropout:
         raise ValueError(
             f"model.dropout={cfg.dropout}: {arch.name} has no hidden-state dropout (only model.attention_dropout); "
             f"set model.dropout=0"
@@ -61,28 +61,26 @@ def model_architecture(cfg: Any) -> Architecture:
     return arch
 
 
-def model_family(cfg: Any) -> str:
+def model_family(cfg: ModelConfig | DictConfig) -> str:
     """The family ("encoder" or "decoder") of the configured model."""
     return model_architecture(cfg).family
 
 
 def build_hf_model(
-    cfg: Any, *, tokenizer: Any, with_nsp_head: bool, sequence_length: int | None = None
+    section: ModelConfig | DictConfig, *, tokenizer: Any, with_nsp_head: bool, sequence_length: int | None = None
 ) -> PreTrainedModel:
     """A fresh model from the size preset, or the weights at ``cfg.init_from`` (path or hub name), with the
     configured attention variant installed (``sequence_length``: the T of clipped softmax's γ = −α/T)."""
+    cfg = model_section(section)
     arch = model_architecture(cfg)
-    variant = variant_settings(
-        cfg.get("attention_variant") or {}, family=arch.family, arch=arch.name, attention=cfg.attention,
-        length=sequence_length,
-    )  # fmt: skip
+    variant = variant_settings(cfg.attention_variant, family=arch.family, arch=arch.name, length=sequence_length)
     if with_nsp_head and arch.nsp_class is None:
         with_heads = [a.name for a in ARCHITECTURES.values() if a.nsp_class is not None]
         raise ValueError(
             f"next-sentence prediction (objective=mlm_nsp) needs a next-sentence head, which model.arch={arch.name} "
             f"does not have; architectures with one: {', '.join(with_heads)}"
         )
-    if cfg.get("init_from"):
+    if cfg.init_from:
         loader = (
             AutoModelForCausalLM
             if arch.family == "decoder"

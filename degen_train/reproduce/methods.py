@@ -1,4 +1,6 @@
-"""The parts of `make reproduce` for the methods beyond the seeds: one run family and one page section each.
+"""The parts of `make reproduce` for the methods beyond the seeds: each one's runs (plan_methods) and what its
+page section claims (MethodPart); write.method_section writes the section. The reproduce modules import one way:
+methods -> runs -> page -> write.
 
 Each decoder method is trained exactly as part (a)'s MLE baseline (recipe gao_cosreg with γ = 0, the same steps
 and seeds) with its own term added (or, for AGG, its objective in place of MLE), so the baseline's runs are
@@ -9,8 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import pandas as pd
 
 GAO_BASELINE = ("recipe=gao_cosreg", "regularizer.cosreg.weight=0")
 DECODER_METHODS = ("simctg", "unlikelihood", "agg", "spectrum_control")
@@ -244,29 +244,3 @@ def plan_methods(cfg, add: Callable, teacher_folder) -> None:  # noqa: ANN001 - 
         for seed in seeds if part.control and name in parts else ():
             add(name, "control", seed, cfg.steps.gao, *GAO_BASELINE, f"model={cfg.decoder}", *part.control,
                 encoder=False)  # fmt: skip
-
-
-def method_section(name: str, rows: pd.DataFrame) -> str:
-    """The part's table (baseline and method, mean ± std over seeds) and its verdicts."""
-    from degen_train.reproduce.page import mean_std_table  # here: page imports runs, which imports this module
-    from degen_train.reproduce.write import claims, scale_note
-
-    part = METHOD_PARTS[name]
-    base_part, base_variant = part.baseline
-    baseline = (rows.part == base_part) & (rows.variant == base_variant)
-    own = (rows.part == name) & rows.variant.isin([*part.shown, name, "control"])
-    chosen = rows[baseline | own]
-    against_control = []
-    if part.control and (chosen.variant == "control").any():
-        against_control = ["Against the control:", *claims(chosen, "control", name, part.control_expectations)]
-    return "\n\n".join(
-        [
-            f"## {part.title}",
-            part.description,
-            mean_std_table(chosen, part.columns),
-            *([part.note] if part.note else []),
-            *claims(chosen, base_variant, name, part.expectations),
-            *against_control,
-            scale_note(chosen, name, part.why),
-        ]
-    )

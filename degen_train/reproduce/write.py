@@ -10,7 +10,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from degen_train.io import atomic_directory
-from degen_train.reproduce.methods import METHOD_PARTS, method_section
+from degen_train.reproduce.methods import METHOD_PARTS
 from degen_train.reproduce.page import (
     copy_picture,
     glue_columns,
@@ -262,4 +262,27 @@ def outlier_reference(minilm: dict[str, Any]) -> str:
         f"{outliers['massive_activations']} massive activations, attention sink "
         f"{outliers['attention_sink_rate']:.1f}% (Gu et al.'s ε = 0.3), Luo's outlier dimensions of its last "
         f"layer {dims}."
+    )
+
+
+def method_section(name: str, rows: pd.DataFrame) -> str:
+    """The part's table (baseline and method, mean ± std over seeds) and its verdicts."""
+    part = METHOD_PARTS[name]
+    base_part, base_variant = part.baseline
+    baseline = (rows.part == base_part) & (rows.variant == base_variant)
+    own = (rows.part == name) & rows.variant.isin([*part.shown, name, "control"])
+    chosen = rows[baseline | own]
+    against_control = []
+    if part.control and (chosen.variant == "control").any():
+        against_control = ["Against the control:", *claims(chosen, "control", name, part.control_expectations)]
+    return "\n\n".join(
+        [
+            f"## {part.title}",
+            part.description,
+            mean_std_table(chosen, part.columns),
+            *([part.note] if part.note else []),
+            *claims(chosen, base_variant, name, part.expectations),
+            *against_control,
+            scale_note(chosen, name, part.why),
+        ]
     )

@@ -52,3 +52,21 @@ def test_compile_without_a_cpp_compiler_is_refused_naming_it(monkeypatch: pytest
     monkeypatch.setattr("shutil.which", lambda name: None)
     with pytest.raises(ValueError, match=r"model.compile=true on the CPU needs a C\+\+ compiler .* g\+\+"):
         check_compile_available("cpu")
+
+
+def test_parallelize_compiles_before_sharding_and_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """parallel.parallelize: compile, then FSDP2 on frozen models, then the blocks and the root; a second call (the
+    final validation's configure_model) applies nothing again."""
+    from torch import nn
+
+    from degen_train import parallel
+
+    calls: list[str] = []
+    monkeypatch.setattr(parallel, "compile_blocks", lambda model: calls.append("compile") or ["block"])
+    monkeypatch.setattr(parallel, "apply_fsdp2", lambda module, *a, frozen=False, **k: calls.append(
+        "shard frozen" if frozen else "shard root") or [])  # fmt: skip
+    root, model, teacher = nn.Linear(2, 2), nn.Linear(2, 2), nn.Linear(2, 2)
+    for _ in range(2):
+        parallel.parallelize(root, model, [("tacl", teacher)], compile_model=True, fsdp_options={}, mesh=None,
+                             device=torch.device("cpu"))  # fmt: skip
+    assert calls == ["compile", "shard frozen", "shard root"]

@@ -45,7 +45,8 @@ def test_the_decision_is_the_ratio_of_the_two_rates(ratio: float, action: str) -
 
 def config(precision_name: str, **extra: object) -> object:
     return OmegaConf.create(
-        {"trainer": {"precision": precision_name, "accelerator": "cpu"}, "strategy": {}, **extra}
+        {"trainer": {"precision": precision_name, "accelerator": "cpu"}, "strategy": {}, "allow_slow_precision": False,
+         **extra}
     )
 
 

@@ -1,0 +1,95 @@
+"""The checked config is the config that runs (schema.py): every listed key filled from the schema, read below
+the CLI without a default of its own, and a section handed in from Python checked as the command line's is."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf, open_dict
+
+from degen_train.config import load_config
+from degen_train.data.mixture import mixture_sources
+from degen_train.models.backbone import build_hf_model
+from degen_train.schema import (
+    DataConfig,
+    EvalConfig,
+    ModelConfig,
+    PushToHubConfig,
+    SearchConfig,
+    TrainConfig,
+    TrainerConfig,
+    checked_config,
+    validate_config,
+)
+
+PACKAGE = Path(__file__).resolve().parents[2] / "degen_train"
+
+
+def test_the_config_that_runs_holds_every_listed_key_with_the_schema_default(tmp_path: Path) -> None:
+    runs = checked_config(load_config(["model=tiny"], run_dir=tmp_path))
+    assert OmegaConf.is_struct(runs)  # a key nobody set raises, as in Hydra's config
+    for key in ("rope_theta", "norm_eps", "local_attention"):  # bert has none of them in its preset
+        assert runs.model[key] == ModelConfig.model_fields[key].default
+    assert runs.model.attention_variant.name == "softmax"
+    assert runs.data.tokenize_parts == 1 and runs.data.tokenize_part is None and runs.data.num_proc is None
+    # A section Hydra instantiates keeps the keys given: its constructor's signature holds the rest.
+    assert "_target_" in runs.optimizer and "muon_lr" not in runs.optimizer
+    assert runs.callbacks.divergence.on_nonfinite == "stop"
+
+
+def test_no_listed_key_is_defaulted_or_checked_again_below_the_schema() -> None:
+    """One file says what a key means, its type, range and default: no ``cfg....get("KEY", default)`` elsewhere."""
+    sections = (TrainConfig, ModelConfig, DataConfig, TrainerConfig, EvalConfig, PushToHubConfig, SearchConfig)
+    listed = {key for section in sections for key in section.model_fields}
+    pattern = re.compile(r"cfg(?:\.\w+)*\.get\(\"(\w+)\"")
+    found = [
+        f"{path.relative_to(PACKAGE)}: {match.group(0)}"
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "schema.py"
+        for match in pattern.finditer(path.read_text())
+        if match.group(1) in listed
+    ]
+    assert found == []
+
+
+def test_a_mixture_source_is_checked_as_the_data_section_is() -> None:
+    cfg = load_config(["data.sources=[{weight: 0.5}, {path: README.md, weight: 0.5, validation_fraction: 2}]"])
+    with pytest.raises(ValueError, match=r"data\.sources\[1\]\.validation_fraction=2: Input should be less than 1"):
+        mixture_sources(cfg.data)
+
+
+def test_a_model_section_from_python_is_checked_by_name() -> None:
+    section = OmegaConf.to_container(load_config(["model=tiny"]).model)
+    section["hiden_size"] = 64
+    with pytest.raises(ValueError, match=r"model\.hiden_size: not a setting of model \(did you mean model\.hidden_s"):
+        build_hf_model(OmegaConf.create(section), tokenizer=range(30), with_nsp_head=False)
+
+
+def test_nsp_under_another_key_cannot_take_sentence_examples(tmp_path: Path) -> None:
+    """data.examples=sentences with NSP is refused by the schema whatever key the NSP term is configured under."""
+    cfg = load_config(["recipe=bert_mlm_nsp", "data.examples=sentences"], run_dir=tmp_path)
+    with open_dict(cfg):
+        cfg.objective.pairs = {**cfg.objective.nsp, "term": "nsp"}
+        del cfg.objective["nsp"]
+    with pytest.raises(ValueError, match="data.examples=sentences cannot make NSP pairs"):
+        validate_config(cfg)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["push_to_hub.repo_id=tiny-mlm"], r"push_to_hub.repo_id='tiny-mlm': must be OWNER/NAME, e.g. my-lab/"),
+        (["push_to_hub.repo_id=my-lab/x", "export_hf=false"], r"repo_id=my-lab/x needs export_hf=true"),
+        (["eval.pooling=max"], r"eval.pooling='max': Input should be 'mean' or 'cls'"),
+        (["eval.glue=[rte]"], r"eval.glue needs eval.glue_dir"),
+        (["eval.glue=[rte]", "eval.glue_dir=x", "export_hf=false"], r"eval.glue fine-tunes the export"),
+        (["search.cosine_weight=-1"], r"search.cosine_weight=-1: Input should be greater than or equal to 0"),
+    ],
+)
+def test_eval_push_and_search_settings_are_checked_before_any_work(
+    overrides: list[str], message: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        validate_config(load_config(overrides, run_dir=tmp_path))
