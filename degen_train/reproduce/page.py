@@ -76,6 +76,7 @@ def row_of(run: Run, result: dict[str, Any]) -> dict[str, Any]:
     if wic:
         row["WiC acc (held-out t)"] = wic["raw"].get("accuracy") * 100
     row.update(glue_columns(result.get("glue")))
+    row.update(glue_rates(result.get("glue")))
     return row
 
 
@@ -89,6 +90,24 @@ def glue_columns(glue: dict[str, Any] | None) -> dict[str, float]:
         return {}
     columns = {f"GLUE {GLUE_NAMES.get(name, name)}": task["mean"] for name, task in glue["tasks"].items()}
     return {**columns, "GLUE average": glue["average"]}
+
+
+def glue_rates(glue: dict[str, Any] | None) -> dict[str, float]:
+    """Part (m): the learning rate each task's score comes from (the grid's best by the median over seeds)."""
+    if not glue:
+        return {}
+    return {f"GLUE {GLUE_NAMES.get(name, name)} lr": task["lr"] for name, task in glue["tasks"].items()}
+
+
+def chosen_rates(rows: pd.DataFrame, columns: list[str]) -> str:
+    """'tacl: RTE 0.0005, SST-2 0.0005; ...': the rates behind each variant's GLUE scores (several pretraining
+    seeds may choose differently: joined by /)."""
+    parts = []
+    for variant, group in rows.groupby("variant", sort=False):
+        rates = [f"{c.removeprefix('GLUE ')} {'/'.join(f'{r:g}' for r in sorted(group[c + ' lr'].dropna().unique()))}"
+                 for c in columns if c + " lr" in group]  # fmt: skip
+        parts.append(f"{variant}: {', '.join(rates)}")
+    return "; ".join(parts)
 
 
 def convergence(folder: Path) -> float | None:
@@ -129,8 +148,9 @@ def _format(mean: float, std: float) -> str:
 
 def verdict(rows: pd.DataFrame, column: str, base: str, other: str, *, expect: str) -> str:
     """Compare two variants' means over seeds. expect = lower | higher: **shows** when the difference has that
-    sign and exceeds twice the larger std; expect = same (a claim of no cost): **holds** within 2 std or 2%;
-    expect = not higher: as same, and any fall holds too (perplexity: lower is no cost)."""
+    sign and exceeds twice the larger std (never from one seed, whose noise is unknown); expect = same (a claim
+    of no cost): **holds** within 2 std or 2%; expect = not higher: as same, and any fall holds too (perplexity:
+    lower is no cost)."""
     values = {v: rows.loc[rows["variant"] == v, column].dropna() for v in (base, other)} if column in rows else {}
     if not values or any(len(v) == 0 for v in values.values()):
         return f"{column}: not measured"
@@ -145,6 +165,8 @@ def verdict(rows: pd.DataFrame, column: str, base: str, other: str, *, expect: s
         direction = difference < 0 if expect == "lower" else difference > 0
         shown = direction and abs(difference) > 2 * spread
         word = "shows" if shown else ("goes the expected way, within seed noise" if direction else "does not show")
+        if direction and any(len(v) < 2 for v in values.values()):  # no spread to judge the difference against
+            word = "goes the expected way (one seed: its noise is unknown)"
     return f"{column}: {before:.4g} ({base}) → {after:.4g} ({other}), expected {expect}: **{word}**"
 
 

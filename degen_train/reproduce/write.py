@@ -12,8 +12,10 @@ from omegaconf import DictConfig, OmegaConf
 from degen_train.io import atomic_directory
 from degen_train.reproduce.methods import METHOD_PARTS
 from degen_train.reproduce.page import (
+    chosen_rates,
     copy_picture,
     glue_columns,
+    glue_rates,
     layer_figure,
     mean_std_table,
     row_of,
@@ -190,16 +192,18 @@ def luo_section(teacher: tuple[Run, dict], minilm: dict[str, Any] | None, folder
 
 def glue_section(cfg: DictConfig, rows: pd.DataFrame, minilm: dict[str, Any] | None) -> str:
     """Part (m): the downstream claims of TaCL and COCO-LM, GLUE dev after fine-tuning, against their baselines."""
-    columns = [c for c in rows.columns if c.startswith("GLUE ") and c != "GLUE average"] + ["GLUE average"]
+    tasks = [c for c in rows.columns if c.startswith("GLUE ") and c != "GLUE average" and not c.endswith(" lr")]
+    columns = [*tasks, "GLUE average"]
     protocol = OmegaConf.to_container(cfg.glue.finetune)
     settings = ", ".join(f"{key} {value}" for key, value in protocol.items())
     sections = [
         "## (m) Downstream: GLUE dev after fine-tuning the exports of (c) and (d)",
         f"Each student of part (c) and each model of part (d) fine-tuned on {', '.join(map(str, cfg.glue.tasks))} "
         f"with `degen-finetune`'s protocol (conf/finetune.yaml) under these settings: {settings}; each task's score "
-        "is GLUE's metric ×100 (STS-B: the mean of Pearson and Spearman), the average is over the tasks, and the "
-        "± is over pretraining seeds. `max_train_examples` keeps the first rows of each training split (SST-2's "
-        "67k rows become a fixed subset); the dev splits are whole.",
+        "is at the grid's best rate (by the median over fine-tuning seeds), GLUE's metric ×100 (STS-B: the mean "
+        "of Pearson and Spearman), the average is over the tasks, and the ± is over pretraining seeds. "
+        "`max_train_examples` keeps the first rows of each training split (SST-2's 67k rows become a fixed "
+        "subset); the dev splits are whole.",
     ]
     for part, base, other, claim in (
         ("tacl", "mlm_nsp", "tacl", "TaCL reports GLUE dev 79.6 → 81.2 over BERT-base"),
@@ -209,10 +213,14 @@ def glue_section(cfg: DictConfig, rows: pd.DataFrame, minilm: dict[str, Any] | N
         if part_rows.empty or part_rows["GLUE average"].isna().all():
             continue
         sections += [f"{claim}:", mean_std_table(part_rows, columns),
+                     f"Learning rate chosen per task: {chosen_rates(part_rows, columns[:-1])}.",
                      *claims(part_rows, base, other, {"GLUE average": "higher"})]  # fmt: skip
     if minilm and minilm.get("glue"):
-        reference = {column: value for column, value in glue_columns(minilm["glue"]).items()}
-        cells = " | ".join(f"{reference[c]:.1f}" if c in reference else "–" for c in columns)
+        reference, rates = glue_columns(minilm["glue"]), glue_rates(minilm["glue"])
+        cells = " | ".join(
+            (f"{reference[c]:.1f}" + (f" (lr {rates[c + ' lr']:g})" if c + " lr" in rates else "")) if c in reference
+            else "–" for c in columns
+        )  # fmt: skip
         sections += [
             "A real pretrained model (22M parameters, 6 layers) fine-tuned the same way, one fine-tuning seed, for "
             "scale:",
