@@ -15,13 +15,14 @@ from __future__ import annotations
 import difflib
 import warnings
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 Open = ConfigDict(extra="allow")
+Section = TypeVar("Section", bound=BaseModel)
 
 
 class MaskingConfig(BaseModel):
@@ -341,8 +342,7 @@ def _filled(full: Any, given: Any) -> Any:
         return full
     if isinstance(given, dict) and "_target_" in given:
         return given
-    return {key: _filled(value, (given or {}).get(key) if isinstance(given, dict) else None)
-            for key, value in full.items()}  # fmt: skip
+    return {key: _filled(value, given.get(key) if isinstance(given, dict) else None) for key, value in full.items()}
 
 
 def model_section(cfg: ModelConfig | DictConfig | Mapping[str, Any]) -> ModelConfig:
@@ -350,25 +350,26 @@ def model_section(cfg: ModelConfig | DictConfig | Mapping[str, Any]) -> ModelCon
     if isinstance(cfg, ModelConfig):
         return cfg
     raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    try:
-        return ModelConfig.model_validate(raw)
-    except ValidationError as error:
-        lines = [_describe({**e, "loc": ("model", *e["loc"])}, {"model": raw}) for e in error.errors()]
-        raise ValueError("invalid config:\n" + "\n".join(lines)) from None
+    return _checked_section(ModelConfig, raw, "model")
 
 
 def data_section(cfg: DictConfig, *, where: str = "data") -> DictConfig:
     """The data section with every listed key present (its checked value or the schema's default); a section
     composed in Python, or a mixture's source (``where``: data.sources[i]), is checked here."""
     raw = OmegaConf.to_container(cfg, resolve=True)
-    try:
-        section = OmegaConf.create(DataConfig.model_validate(raw).model_dump())
-    except ValidationError as error:
-        lines = [_describe({**e, "loc": ("data", *e["loc"])}, {"data": raw}) for e in error.errors()]
-        lines = [where + line.removeprefix("  data") for line in lines]
-        raise ValueError("invalid config:\n" + "\n".join(f"  {line}" for line in lines)) from None
+    section = OmegaConf.create(_checked_section(DataConfig, raw, "data", where=where).model_dump())
     OmegaConf.set_struct(section, True)
     return section
+
+
+def _checked_section(kind: type[Section], raw: Any, key: str, *, where: str | None = None) -> Section:
+    """``raw`` validated as the section ``key`` of the config; every problem named under ``where`` (default key)."""
+    try:
+        return kind.model_validate(raw)
+    except ValidationError as error:
+        lines = [_describe({**e, "loc": (key, *e["loc"])}, {key: raw}) for e in error.errors()]
+        lines = [f"  {where or key}{line.removeprefix('  ' + key)}" for line in lines]
+        raise ValueError("invalid config:\n" + "\n".join(lines)) from None
 
 
 def _describe(error: dict[str, Any], raw: dict[str, Any]) -> str:
