@@ -71,6 +71,15 @@ class PretrainModule(pl.LightningModule):
                     mesh=self.device_mesh["data_parallel"] if options is not None else None,
                     device=self.device)  # fmt: skip
 
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Count the batch's tokens and predicted tokens while it is on the host (the throughput's counts): read
+        from the device after the step, they would make the host wait for it."""
+        if isinstance(batch, dict) and "attention_mask" in batch and "labels" in batch:
+            index = batch.get("labelled_index")
+            predicted = index.numel() if index is not None else int((batch["labels"] != -100).sum())
+            batch["host_counts"] = (int(batch["attention_mask"].sum()), predicted)
+        return batch
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         self._seed_step_randomness(batch_idx)
         sources = batch.pop("source", None)
@@ -159,11 +168,15 @@ class PretrainModule(pl.LightningModule):
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         no_scaler = getattr(self.trainer.precision_plugin, "scaler", None) is None
         if gradient_clip_algorithm != "value" and norm is not None and no_scaler:
-            # The divergence guard already took this step's norm: clip with it instead of a second pass
-            # (as a Python number: FSDP2's gradients are DTensors, which a plain-tensor factor cannot scale).
-            factor = min(1.0, gradient_clip_val / (float(norm) + 1e-6))
-            if factor < 1.0 and params:  # a skipped step has no gradients left to clip
-                torch._foreach_mul_([p.grad for p in params], factor)
+            # The divergence guard already took this step's norm: clip with it instead of a second pass. The
+            # factor stays on the device (no host wait), except for FSDP2's DTensor gradients, which a plain-tensor
+            # factor cannot scale: a Python number there.
+            factor = (gradient_clip_val / (norm.float() + 1e-6)).clamp(max=1.0)
+            grads = [p.grad for p in params]
+            if grads and hasattr(grads[0], "full_tensor"):
+                factor = float(factor)
+            if grads:  # a skipped step has no gradients left to clip
+                torch._foreach_mul_(grads, factor)
             return
         fused = any(group.get("fused") for group in optimizer.param_groups)
         if fused and no_scaler:
@@ -214,8 +227,7 @@ class PretrainModule(pl.LightningModule):
         torch.manual_seed(mix_seed(self.seed, DROPOUT_SALT, self.global_step, micro, self.global_rank))
 
     def _log(self, stage: str, logged: dict[str, Tensor], batch: dict[str, Tensor]) -> None:
-        names = list(logged)
-        values = torch.stack([logged[n].float() for n in names])
+        names, values = list(logged), stack_logged(logged)
         if stage == "train" and self.trainer.world_size > 1:
             # One collective for all metrics: train curves show the global batch, not rank 0's share.
             values = self.trainer.strategy.reduce(values, reduce_op="mean")
@@ -240,3 +252,9 @@ class PretrainModule(pl.LightningModule):
         )
         if stage == "train":
             self.log("loss", metrics["train/loss"], prog_bar=True, logger=False, batch_size=1)
+
+
+def stack_logged(logged: dict[str, Tensor]) -> Tensor:
+    """The step's logged values as one float32 vector (one collective, one transfer): every value must be on the
+    loss's device, so a term makes its metrics from its inputs (tests/test_step_check.py)."""
+    return torch.stack([value.float() for value in logged.values()])

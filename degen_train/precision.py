@@ -8,6 +8,7 @@ any data is read.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import platform
 from dataclasses import dataclass
@@ -19,6 +20,14 @@ import torch
 from degen_train.metrics.flops import measured_matmul_peak
 
 log = logging.getLogger("degen_train")
+
+
+def autocast_off(tensor: torch.Tensor) -> contextlib.AbstractContextManager:
+    """A region that runs in its inputs' own dtype: autocast off on ``tensor``'s device, where it has autocast."""
+    device = tensor.device.type
+    if torch.amp.is_autocast_available(device):
+        return torch.autocast(device_type=device, enabled=False)
+    return contextlib.nullcontext()  # e.g. the meta device of the fake-device step check
 
 # Lightning precision names -> the dtype the matrix products run in.
 COMPUTE_DTYPE: dict[str, torch.dtype] = {

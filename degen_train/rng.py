@@ -6,6 +6,9 @@ arbitrary but fixed: changing one changes the draws of every run (and breaks exa
 
 from __future__ import annotations
 
+import torch
+from torch import Tensor
+
 DROPOUT_SALT = 0xD409  # dropout of a micro-batch: (seed, salt, step, micro-batch, rank)
 EPOCH_ORDER_SALT = 0x5A3D  # the batch order of an epoch: (seed, epoch, salt)
 CROP_SALT = 0x5C1  # COCO-LM's SCL crop of an example: (example seed, salt)
@@ -15,15 +18,41 @@ VALIDATION_SEED_OFFSET = 7_919  # validation masking: seed + offset, so it diffe
 # An example's masking seed is mix_seed(seed, epoch, index): the position itself, no salt (data/sampling.py).
 
 _MASK64 = (1 << 64) - 1
+_GOLDEN, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
 
 def mix_seed(*values: int) -> int:
     """Hash integers to a 63-bit seed with splitmix64 rounds (stable across processes and runs)."""
-    state = 0x9E3779B97F4A7C15
+    state = _GOLDEN
     for value in values:
         state = (state ^ (int(value) & _MASK64)) & _MASK64
-        state = (state + 0x9E3779B97F4A7C15) & _MASK64
-        state = ((state ^ (state >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        state = ((state ^ (state >> 27)) * 0x94D049BB133111EB) & _MASK64
+        state = (state + _GOLDEN) & _MASK64
+        state = ((state ^ (state >> 30)) * _MIX1) & _MASK64
+        state = ((state ^ (state >> 27)) * _MIX2) & _MASK64
         state ^= state >> 31
     return state & ((1 << 63) - 1)
+
+
+def _signed(value: int) -> int:
+    """A 64-bit pattern as the int64 that holds it."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _shifted(state: Tensor, bits: int) -> Tensor:
+    """state >> bits as on unsigned 64-bit integers (torch's >> on int64 keeps the sign)."""
+    return (state >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def counter_uniforms(seeds: Tensor, counters: Tensor) -> Tensor:
+    """Uniforms in [0, 1), float64, one per (seed, counter) pair: splitmix64 of splitmix64(seed) + counter, on the
+    tensors' device (int64 arithmetic wraps as unsigned arithmetic does). A draw depends on its pair alone, so
+    a batch draws them all at once, on the GPU, with no host round trip, and equal under any batching."""
+    state = seeds.to(torch.int64)
+    for round_input in (None, counters.to(torch.int64)):
+        if round_input is not None:
+            state = state + round_input
+        state = state + _signed(_GOLDEN)
+        state = (state ^ _shifted(state, 30)) * _signed(_MIX1)
+        state = (state ^ _shifted(state, 27)) * _signed(_MIX2)
+        state = state ^ _shifted(state, 31)
+    return _shifted(state, 11).to(torch.float64) * 2.0**-53

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import torch
 from torch import Tensor, nn
 
 from degen_train.accumulation import STANDARD_COUNTS, active_window, window_mean
@@ -76,7 +77,8 @@ class LossTerm(nn.Module):
         return []
 
     def prepare_batch(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Change the model's input before the forward pass (e.g. corrupt it, add views); default: none."""
+        """Change the model's input before the forward pass (e.g. corrupt it, add views); default: none. A term that
+        replaces ``labels`` replaces ``labelled_index`` with it (else it is dropped and found again, with a wait)."""
         return batch
 
     def states_wanted(self, step: int, steps_per_epoch: int) -> int:
@@ -117,6 +119,13 @@ def distributed_mean(total: Tensor, count: Tensor, *, over: str | None = None) -
         count = sum_over_processes(count.detach().clone())
         return total / count.clamp_min(1) * world_size()
     return total / count.clamp_min(1)
+
+
+def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """mean(values[mask]) as Σ(values·mask) / Σmask, on the device: a boolean-mask selection would make the host wait
+    to learn how many entries it keeps. 0 for an empty mask."""
+    weights = mask.to(torch.float32)
+    return (values.float() * weights).sum() / weights.sum().clamp_min(1)
 
 
 class WeightedSum(nn.Module):
@@ -165,7 +174,11 @@ class WeightedSum(nn.Module):
 
     def prepare_batch(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         for term in self.terms.values():
-            batch = term.prepare_batch(batch)
+            prepared = term.prepare_batch(batch)
+            stale = prepared.get("labels") is not batch.get("labels") and (
+                prepared.get("labelled_index") is batch.get("labelled_index")
+            )
+            batch = {k: v for k, v in prepared.items() if k != "labelled_index"} if stale else prepared
         return batch
 
     def window_counts(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:

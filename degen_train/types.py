@@ -36,6 +36,13 @@ class ForwardOutput:
     all_hidden_states: tuple[Tensor, ...] | None = None  # embeddings + every layer
     views: tuple[ForwardOutput, ...] = ()  # one output per view a term's prepare_batch added (COCO-LM crops)
     extras: dict[str, Tensor] = field(default_factory=dict)  # batch entries with no field of their own: EXTRAS
+    # (N,) the labelled positions, flat b·T + t, row-major (b = labelled_index // T): the backbone passes the
+    # collator's; a hand-made output (a unit test) may leave it out and it is found from ``labels``.
+    labelled_index: Tensor = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.labelled_index is None:
+            object.__setattr__(self, "labelled_index", (self.labels.reshape(-1) != -100).nonzero().squeeze(1))
 
 
 # The ForwardOutput fields a term must ask for in ``LossTerm.requires``; every other field is always set.
@@ -49,6 +56,7 @@ EXTRAS: dict[str, str] = {
     "generator_targets": "electra, coco_clm: (N,) the original ids at those positions",
     "replaced": "electra, coco_clm: (B, T) bool, the corrupted input differs from the original here",
     "clm_labels": "coco_clm (clm_head=released): (B, T) corrective-LM targets, -100 = none",
+    "clm_index": "coco_clm (clm_head=released): (N,) flat positions of clm_labels != -100 (as labelled_index)",
 }
 
 

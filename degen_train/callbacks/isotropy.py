@@ -92,7 +92,7 @@ class IsotropyMonitor(Callback):
             mask = probe["attention_mask"].bool()
             outliers: dict[str, list[float]] = {"kurtosis": [], "inf_norm": [], "massive_activations": []}
             for index, hidden in enumerate(layers):
-                sequences = [h[m].float().cpu() for h, m in zip(hidden, mask, strict=True)]
+                sequences = [h[m].float() for h, m in zip(hidden, mask, strict=True)]  # on the device: no copies
                 metrics[f"isotropy/layer_{index}/mean_cosine"] = mean_pairwise_cosine(torch.cat(sequences))
                 metrics[f"isotropy/layer_{index}/self_similarity"] = sequence_self_similarity(sequences)[
                     "self_similarity"

@@ -53,8 +53,7 @@ class Throughput(Callback):
         assert self._shape is not None
         body, head, layers, hidden = self._shape
         size, length = batch["input_ids"].shape
-        # One host transfer for both counts (a training step should not wait on the device twice).
-        tokens, predicted = torch.stack([batch["attention_mask"].sum(), (batch["labels"] != -100).sum()]).tolist()
+        tokens, predicted = host_counts(batch)
         flops = model_flops(
             body=body, head=head, layers=layers, hidden=hidden, batch=size, length=length, predicted=predicted
         )
@@ -134,6 +133,16 @@ class Throughput(Callback):
         }
 
 
+def host_counts(batch: dict) -> tuple[int, int]:
+    """(tokens, predicted tokens) of a batch: as the module counted them on the host before the batch went to the
+    device (``host_counts``, no wait), else read from the device batch (one read)."""
+    counted = batch.get("host_counts")
+    if counted is not None:
+        return counted
+    tokens, predicted = torch.stack([batch["attention_mask"].sum(), (batch["labels"] != -100).sum()]).tolist()
+    return int(tokens), int(predicted)
+
+
 class StepProgressBar(TQDMProgressBar):
     """A progress bar over optimizer steps to ``max_steps`` (the loader is endless), with ETA."""
 
@@ -145,6 +154,19 @@ class StepProgressBar(TQDMProgressBar):
             self.train_progress_bar.reset(total=total)
             self.train_progress_bar.n = done
             self.train_progress_bar.refresh()
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        """Move the bar every ``refresh_rate`` batches, but read its values (loss, tokens/s: device tensors, so a
+        host wait each) only on logging steps, as the loggers do."""
+        bar, n = self.train_progress_bar, batch_idx + 1
+        if bar is None or bar.disable or not self._should_update(n, bar.total):
+            return
+        bar.n = n
+        if trainer.global_step % max(trainer.log_every_n_steps, 1) == 0:
+            bar.set_postfix(self.get_metrics(trainer, module), refresh=False)
+        bar.refresh()
 
     def get_metrics(self, trainer: pl.Trainer, module: pl.LightningModule) -> dict[str, Any]:
         metrics = super().get_metrics(trainer, module)

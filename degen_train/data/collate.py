@@ -9,6 +9,17 @@ import torch
 from torch import Tensor
 
 
+def labelled_index(labels: Tensor) -> Tensor:
+    """(N,) flat positions b·T + t of the labelled tokens (labels != -100), row-major: made with the batch on the
+    host, where finding them costs nothing, so the step never waits for the device to count them."""
+    return (labels.reshape(-1) != -100).nonzero().squeeze(1)
+
+
+# A batch also carries "padded": whether any row is shorter than the batch (known here, on the host). A batch of
+# full rows (packed blocks) runs its model without an attention mask, which transformers would otherwise inspect
+# on the device (``mask.all()``), making the host wait once per forward.
+
+
 def pad_to(rows: list[list[int]], value: int, multiple: int = 8) -> Tensor:
     """Stack rows right-padded with ``value`` to the longest row, rounded up to ``multiple``."""
     longest = max(len(r) for r in rows)
@@ -88,6 +99,8 @@ class MaskedLMCollator:
             "original_ids": ids,
             "attention_mask": attention_mask,
             "labels": labels,
+            "labelled_index": labelled_index(labels),
+            "padded": not bool(attention_mask.all()),
             "sample_seed": torch.tensor([r["sample_seed"] for r in rows], dtype=torch.long),
         }
         if "token_type_ids" in rows[0]:
@@ -113,5 +126,7 @@ class CausalLMCollator:
             "original_ids": ids,
             "attention_mask": attention_mask,
             "labels": labels,
+            "labelled_index": labelled_index(labels),
+            "padded": not bool(attention_mask.all()),
             "sample_seed": torch.tensor([r["sample_seed"] for r in rows], dtype=torch.long),
         }

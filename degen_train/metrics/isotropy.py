@@ -39,7 +39,11 @@ class VectorMoments:
         self.gram = torch.zeros(self.dim, self.dim, dtype=torch.float64)
 
     def update(self, vectors: Tensor) -> VectorMoments:
-        for chunk in _chunks(vectors.detach().cpu()):
+        """Add vectors (n, d), on their own device: the sums follow them there (a GPU run's monitor stays on it)."""
+        if self.total.device != vectors.device:
+            self.total, self.unit_total, self.gram = (t.to(vectors.device) for t in (self.total, self.unit_total,
+                                                                                     self.gram))  # fmt: skip
+        for chunk in _chunks(vectors.detach()):
             norms = chunk.norm(dim=1)
             self.count += chunk.shape[0]
             self.nonzero += int((norms > 0).sum())
@@ -77,7 +81,7 @@ def mean_cosine_across_groups(vectors: Tensor, groups: Tensor) -> float:
     S = Σ x̂; Ethayarajh 2019 (random words from different contexts)."""
     unit = torch.nn.functional.normalize(vectors.double(), dim=-1)
     labels, inverse = torch.unique(groups, return_inverse=True)
-    per_group = torch.zeros(len(labels), unit.shape[1], dtype=torch.float64).index_add_(0, inverse, unit)
+    per_group = unit.new_zeros(len(labels), unit.shape[1]).index_add_(0, inverse.to(unit.device), unit)
     sizes = torch.bincount(inverse, minlength=len(labels)).double()
     total = unit.sum(0)
     pairs = unit.shape[0] ** 2 - float((sizes**2).sum())
@@ -130,7 +134,7 @@ def partition_isotropy(vectors: Tensor, moments: VectorMoments | None = None) ->
     _, basis = torch.linalg.eigh(moments.gram)  # (d, d), columns are unit directions
     directions = torch.cat([basis, -basis], dim=1)  # (d, 2d)
     log_z = None
-    for chunk in _chunks(vectors.detach().cpu()):
+    for chunk in _chunks(vectors.detach().to(directions.device)):
         part = torch.logsumexp(chunk @ directions, dim=0)  # (d,)
         log_z = part if log_z is None else torch.logaddexp(log_z, part)
     assert log_z is not None

@@ -24,14 +24,16 @@ from degen_train.io import resolve_pretrained
 from degen_train.models.architectures import ARCHITECTURES, Architecture, architecture, architecture_of
 from degen_train.models.attention_variants import SETTINGS_KEY, install_attention_variant, variant_settings
 from degen_train.models.loading import load_pretrained
+from degen_train.models.positions import at_positions, labelled_positions, model_inputs, skip_padding_warning
 from degen_train.schema import ModelConfig, model_section
 from degen_train.types import ForwardOutput
 
 # Batch entries with a ForwardOutput field of their own; any other entry lands in ``extras``.
 BATCH_KEYS = frozenset(
-    {"input_ids", "attention_mask", "labels", "original_ids", "token_type_ids", "next_sentence_label", "views",
-     "dropout"}  # fmt: skip
+    {"input_ids", "attention_mask", "labels", "labelled_index", "padded", "host_counts", "original_ids",
+     "token_type_ids", "next_sentence_label", "views", "dropout"}  # fmt: skip
 )
+
 
 
 def model_architecture(section: ModelConfig | DictConfig) -> Architecture:
@@ -133,6 +135,7 @@ class Backbone(nn.Module):
     def __init__(self, model: PreTrainedModel) -> None:
         super().__init__()
         self.model = model
+        skip_padding_warning(model)
         arch = architecture_of(model.config.model_type)
         self.family = arch.family if arch is not None else "encoder"
         self.token_types = arch.token_types if arch is not None else True
@@ -176,9 +179,7 @@ class Backbone(nn.Module):
         return getattr(getattr(self.model, "cls", None), "seq_relationship", None)
 
     def encode(self, batch: dict[str, Tensor], *, all_layers: bool = False) -> Any:
-        kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-        if self.token_types and "token_type_ids" in batch:
-            kwargs["token_type_ids"] = batch["token_type_ids"]
+        kwargs = model_inputs(batch, token_types=self.token_types)
         return self.model.base_model(**kwargs, output_hidden_states=all_layers, return_dict=True)
 
     def forward(self, batch: dict[str, Any], *, requires: frozenset[str] = frozenset()) -> ForwardOutput:
@@ -189,14 +190,14 @@ class Backbone(nn.Module):
         encoded = self.encode(batch, all_layers="all_hidden_states" in requires)
         hidden = encoded.last_hidden_state  # (B, T, H)
         labels = batch["labels"]
-        selected = labels != -100  # (B, T)
+        index = labelled_positions(batch)  # (N,)
         parts = self.vocab_parts()
         labelled, bias, logits = None, None, None
         if parts is None:  # a head we cannot split: its logits always
-            logits = self.vocab_head(hidden[selected])  # (N, V)
+            logits = self.vocab_head(at_positions(hidden, index))  # (N, V)
         else:
             transform, decoder = parts
-            labelled, bias = transform(hidden[selected]), decoder.bias  # (N, H), (V,)
+            labelled, bias = transform(at_positions(hidden, index)), decoder.bias  # (N, H), (V,)
             if "logits" in requires:
                 logits = decoder(labelled)  # (N, V)
         pooled = getattr(encoded, "pooler_output", None)  # (B, H), None when the model has no pooler
@@ -215,7 +216,8 @@ class Backbone(nn.Module):
             logits=logits,
             labelled_hidden=labelled,
             output_bias=bias,
-            target_ids=labels[selected],
+            target_ids=at_positions(labels, index),
+            labelled_index=index,
             embedding_weight=self.model.get_input_embeddings().weight,
             output_embedding_weight=self.model.get_output_embeddings().weight,
             original_ids=batch.get("original_ids"),

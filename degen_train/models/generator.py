@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import BertModel
 
-from degen_train.rng import REPLACEMENT_SALT, mix_seed
+from degen_train.models.positions import at_positions, model_inputs, skip_padding_warning
+from degen_train.rng import REPLACEMENT_SALT, counter_uniforms
 
 
 class _ProjectedEmbeddings(nn.Module):
@@ -55,6 +56,7 @@ class AuxiliaryGenerator(nn.Module):
         if width % config.num_attention_heads:
             raise ValueError(f"generator width {width} is not a multiple of its {config.num_attention_heads} heads")
         self.encoder = BertModel(config, add_pooling_layer=False)
+        skip_padding_warning(self.encoder)
         projection = nn.Identity() if same_width else nn.Linear(main.hidden_size, width)
         self.encoder.embeddings = _ProjectedEmbeddings(main_model.base_model.embeddings, projection)
         self.transform = nn.Sequential(
@@ -63,30 +65,27 @@ class AuxiliaryGenerator(nn.Module):
         self.decoder_weight = main_model.get_input_embeddings().weight  # (V, H) shared
         self.decoder_bias = nn.Parameter(torch.zeros(main.vocab_size))
 
-    def forward(self, batch: dict[str, Tensor], selected: Tensor) -> Tensor:
-        """(N, V) generator logits at the selected (masked) positions of the masked input."""
-        kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-        if "token_type_ids" in batch:
-            kwargs["token_type_ids"] = batch["token_type_ids"]
-        hidden = self.encoder(**kwargs).last_hidden_state  # (B, T, H_gen)
-        return F.linear(self.transform(hidden[selected]), self.decoder_weight, self.decoder_bias)  # (N, V)
+    def forward(self, batch: dict[str, Tensor], index: Tensor) -> Tensor:
+        """(N, V) generator logits at the flat positions ``index`` (N,) (the masked ones) of the masked input."""
+        hidden = self.encoder(**model_inputs(batch)).last_hidden_state  # (B, T, H_gen)
+        return F.linear(self.transform(at_positions(hidden, index)), self.decoder_weight, self.decoder_bias)  # (N, V)
 
 
 @torch.no_grad()
-def sample_replacements(logits: Tensor, selected: Tensor, sample_seeds: Tensor, *, temperature: float = 1.0) -> Tensor:
-    """Draw x̂_i ~ softmax(z_i / t) at each selected position by inverse-CDF sampling.
+def sample_replacements(
+    logits: Tensor, index: Tensor, sample_seeds: Tensor, *, length: int, temperature: float = 1.0
+) -> Tensor:
+    """Draw x̂_i ~ softmax(z_i / t) at each position of ``index`` (N,) (flat b·T + t, T = ``length``) by
+    inverse-CDF sampling.
 
-    Each example's uniforms come from its own seed, so the draws are identical under any batching,
-    process count or resume. One uniform per position (not one exponential per vocabulary entry, as
-    ``torch.multinomial`` draws) keeps sampling cheap next to the generator's forward pass.
+    Position t of example b draws the uniform counter_uniforms(seed_b ^ salt, t): the same under any batching,
+    process count or resume, and drawn for the whole batch on its device at once. One uniform per position (not one
+    exponential per vocabulary entry, as ``torch.multinomial`` draws) keeps sampling cheap next to the generator.
     """
     probs = F.softmax(logits.float() / temperature, dim=-1)  # (N, V)
     cdf = probs.cumsum(dim=-1)  # (N, V)
-    rows = selected.nonzero()[:, 0]  # (N,) the example each selected position belongs to
-    uniforms = torch.empty(len(rows), dtype=torch.float64)
-    for b in rows.unique().tolist():
-        here = (rows == b).cpu()
-        generator = torch.Generator().manual_seed(mix_seed(int(sample_seeds[b]), REPLACEMENT_SALT))
-        uniforms[here] = torch.rand(int(here.sum()), generator=generator, dtype=torch.float64)
-    targets = uniforms.to(cdf.device, torch.float32)[:, None] * cdf[:, -1:]  # (N, 1), scaled to the CDF's end
+    rows, columns = index // length, index % length  # (N,) the example and the position of each draw
+    seeds = sample_seeds.to(index.device).index_select(0, rows) ^ REPLACEMENT_SALT  # (N,)
+    uniforms = counter_uniforms(seeds, columns)  # (N,) float64
+    targets = uniforms.to(torch.float32)[:, None] * cdf[:, -1:]  # (N, 1), scaled to the CDF's end
     return torch.searchsorted(cdf, targets).squeeze(-1).clamp_max(cdf.shape[-1] - 1)

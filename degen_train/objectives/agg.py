@@ -12,6 +12,7 @@ from torch import Tensor
 
 from degen_train.accumulation import active_window
 from degen_train.collectives import sum_over_processes
+from degen_train.models.positions import at_positions, labelled_positions
 from degen_train.objectives.mlm import TokenPredictionTerm, token_accuracy
 from degen_train.terms import TermContext, distributed_mean, register_term
 from degen_train.types import ForwardOutput, TermOutput
@@ -45,6 +46,12 @@ class _GatedEmbeddingGradient(torch.autograd.Function):
         return grad_hidden, grad_weight.to(weight.dtype), None, None, None, None
 
 
+def target_counts(targets: Tensor, vocab_size: int) -> Tensor:
+    """(V,) how often each id occurs in ``targets``: bincount's value, without its wait for the largest id."""
+    counts = torch.zeros(vocab_size, dtype=torch.long, device=targets.device)
+    return counts.index_add_(0, targets, torch.ones_like(targets))
+
+
 def agg_gates(
     counts: Tensor, steps: int, *, alpha: float, special_ids: list[int], per_targets: int | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -57,11 +64,12 @@ def agg_gates(
     if per_targets is None:
         appearance = counts.double() / max(steps, 1)  # (V,)
     else:
-        appearance = counts.double() * per_targets / max(int(counts.sum()), 1)  # (V,)
+        appearance = counts.double() * per_targets / counts.sum().clamp_min(1)  # (V,)
     appearance[special_ids] = 1.0
     rare = appearance < alpha  # (V,)
     g1 = torch.where(rare, appearance, torch.ones_like(appearance))
-    rare_mean = counts[rare].double().mean() if rare.any() else counts.new_zeros((), dtype=torch.float64)
+    rare_count = rare.sum()  # the mean count of the rare tokens (0 when none is), without a host read
+    rare_mean = torch.where(rare_count > 0, (counts.double() * rare).sum() / rare_count.clamp_min(1), 0.0)
     g2 = torch.where(rare, (counts.double() / (rare_mean + 1e-7)).clamp(max=1.0), torch.ones_like(appearance))
     return rare, g1.float(), g2.float()
 
@@ -115,7 +123,7 @@ class GatedLikelihoodTerm(TokenPredictionTerm):
         if over != "agg_target_ids":
             return super().count(over, batch)
         labels = batch["labels"]
-        return torch.bincount(labels[labels != -100], minlength=self.counts.numel())  # (V,)
+        return target_counts(at_positions(labels, labelled_positions(batch)), self.counts.numel())  # (V,)
 
     @torch.no_grad()
     def _count(self, targets: Tensor) -> None:
@@ -125,7 +133,7 @@ class GatedLikelihoodTerm(TokenPredictionTerm):
             if window.index == 0:  # the window's counts are summed over its micro-batches and the processes
                 self._add_step(window.counts["agg_target_ids"].to(self.counts.device, torch.long))
             return
-        step = torch.bincount(targets, minlength=self.counts.numel())  # (V,)
+        step = target_counts(targets, self.counts.numel())  # (V,)
         self._add_step(sum_over_processes(step))
 
     def _add_step(self, step: Tensor) -> None:
@@ -154,10 +162,11 @@ class GatedLikelihoodTerm(TokenPredictionTerm):
             logits = logits + output.output_bias
         total = F.cross_entropy(logits.float(), targets, reduction="sum")
         count = torch.tensor(float(targets.numel()), device=targets.device)
+        rare_targets = rare[targets].float()  # (N,)
         metrics = {
             "accuracy": token_accuracy(logits.detach(), targets),
             "rare_share": rare.float().mean(),  # of the vocabulary
-            "rare_target_share": rare[targets].float().mean() if targets.numel() else torch.zeros(()),
+            "rare_target_share": rare_targets.mean() if targets.numel() else rare_targets.new_zeros(()),
         }
         return TermOutput(distributed_mean(total, count, over="targets"), metrics)
 

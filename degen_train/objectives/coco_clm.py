@@ -9,9 +9,10 @@ import torch.nn.functional as F
 from annotated_types import Ge
 from torch import Tensor, nn
 
+from degen_train.models.positions import at_positions, labelled_positions
 from degen_train.objectives.corruption import GeneratorCorruption
 from degen_train.objectives.electra import replaced_token_detection
-from degen_train.terms import TermContext, distributed_mean, register_term
+from degen_train.terms import TermContext, distributed_mean, masked_mean, register_term
 from degen_train.types import ForwardOutput, TermOutput
 
 
@@ -74,32 +75,35 @@ class CorrectiveLMTerm(GeneratorCorruption):
     def prepare_batch(self, batch: dict) -> dict:
         prepared = super().prepare_batch(batch)
         if self.clm_head == "released":  # our own head: the backbone need not project anything itself
+            index = labelled_positions(prepared)
             prepared["clm_labels"], prepared["labels"] = prepared["labels"], torch.full_like(prepared["labels"], -100)
+            prepared["clm_index"], prepared["labelled_index"] = index, index[:0]
         return prepared
 
     def clm_logits(self, output: ForwardOutput) -> tuple[Tensor, Tensor, Tensor]:
-        """(N, V) logits at the selected positions, their (N,) targets and the (B, T) selection."""
+        """(N, V) logits at the selected positions, their (N,) targets and (N,) flat positions."""
         if self.clm_head == "mlm_head":
             assert output.logits is not None
-            return output.logits, output.target_ids, output.labels != -100
-        labels = output.extras["clm_labels"]
-        selected = labels != -100
+            return output.logits, output.target_ids, output.labelled_index
+        index = output.extras["clm_index"]
         # Released CLM head: a bare linear over the tied word embeddings plus a bias (no MLM transform).
-        logits = F.linear(output.hidden_states[selected], output.embedding_weight, self.clm_bias)  # (N, V)
-        return logits, labels[selected], selected
+        hidden = at_positions(output.hidden_states, index)  # (N, H)
+        logits = F.linear(hidden, output.embedding_weight, self.clm_bias)  # (N, V)
+        return logits, at_positions(output.extras["clm_labels"], index), index
 
     def forward(self, output: ForwardOutput) -> TermOutput:
         assert self.copy_head is not None
-        lm_logits, targets, selected = self.clm_logits(output)
+        lm_logits, targets, index = self.clm_logits(output)
         copy_logits = self.copy_head(output.hidden_states).squeeze(-1)  # (B, T)
         mask = output.attention_mask.bool()
         copied = ~output.extras["replaced"]  # 1 = the token is the original one
         copy_total, copy_count = replaced_token_detection(copy_logits, copied, mask)
         copy_loss = distributed_mean(copy_total, copy_count, over="tokens")
+        copy_at_targets = at_positions(copy_logits, index)  # (N,)
         if self.lm_form == "paper":
-            lm_total = corrective_lm_paper(lm_logits, targets, copy_logits[selected], copied[selected])
+            lm_total = corrective_lm_paper(lm_logits, targets, copy_at_targets, at_positions(copied, index))
         else:
-            lm_total = corrective_lm_released(lm_logits, targets, copy_logits[selected])
+            lm_total = corrective_lm_released(lm_logits, targets, copy_at_targets)
         count = torch.tensor(float(targets.numel()), device=lm_total.device)
         lm_loss = distributed_mean(lm_total, count, over="targets")
         generator = self.generator_loss(output)
@@ -108,9 +112,9 @@ class CorrectiveLMTerm(GeneratorCorruption):
             "generator_mlm": generator.detach(),
             "copy": copy_loss.detach(),
             "clm": lm_loss.detach(),
-            "copy_accuracy": ((copy_logits.detach() > 0) == copied)[mask].float().mean(),
+            "copy_accuracy": masked_mean((copy_logits.detach() > 0) == copied, mask),
             "clm_accuracy": (lm_logits.detach().argmax(-1) == targets).float().mean(),
             "generator_accuracy": self.generator_accuracy(output),
-            "replaced_rate": (~copied)[mask].float().mean(),
+            "replaced_rate": masked_mean(~copied, mask),
         }
         return TermOutput(loss, metrics)

@@ -10,6 +10,7 @@ from annotated_types import Ge, Gt
 from torch import Tensor
 
 from degen_train.models.generator import AuxiliaryGenerator, sample_replacements
+from degen_train.models.positions import at_positions, labelled_positions
 from degen_train.terms import LossTerm, TermContext, distributed_mean
 from degen_train.types import ForwardOutput
 
@@ -83,30 +84,30 @@ class GeneratorCorruption(LossTerm):
 
     def prepare_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
         assert self.generator is not None
-        selected = batch["labels"] != -100  # (B, T) the masked positions
-        generator_logits = self.generator(batch, selected)  # (N, V), with gradient for the generator loss
+        index = labelled_positions(batch)  # (N,) the masked positions, flat
+        generator_logits = self.generator(batch, index)  # (N, V), with gradient for the generator loss
         sampled_from = generator_logits.detach()
         if self.sample_mode == "eval" and self.generator.training:
             # COCO-LM samples from a second pass of the generator without dropout and without gradient.
             self.generator.eval()
             with torch.no_grad():
-                sampled_from = self.generator(batch, selected)
+                sampled_from = self.generator(batch, index)
             self.generator.train()
+        original = batch["original_ids"]  # (B, T)
         replacements = sample_replacements(
-            sampled_from, selected, batch["sample_seed"], temperature=self.sampling_temperature
+            sampled_from, index, batch["sample_seed"], length=original.shape[1], temperature=self.sampling_temperature
         )
-        original = batch["original_ids"]
-        corrupted = original.clone()
-        corrupted[selected] = replacements
+        corrupted = original.reshape(-1).index_copy(0, index, replacements).view_as(original)  # (B, T)
         prepared = dict(batch)
         prepared.update(
             input_ids=corrupted,
             generator_logits=generator_logits,
-            generator_targets=original[selected],
+            generator_targets=at_positions(original, index),
             replaced=corrupted != original,
         )
         if not self.main_model_predicts_tokens:
             prepared["labels"] = torch.full_like(batch["labels"], -100)
+            prepared["labelled_index"] = index[:0]  # no labelled position left
         return prepared
 
     def generator_accuracy(self, output: ForwardOutput) -> Tensor:

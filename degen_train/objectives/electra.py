@@ -9,14 +9,14 @@ from annotated_types import Ge
 from torch import Tensor, nn
 
 from degen_train.objectives.corruption import GeneratorCorruption
-from degen_train.terms import TermContext, distributed_mean, register_term
+from degen_train.terms import TermContext, distributed_mean, masked_mean, register_term
 from degen_train.types import ForwardOutput, TermOutput
 
 
 def replaced_token_detection(logits: Tensor, replaced: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """Σ_t BCE(σ(d_t), 1[x̂_t ≠ x_t]) over real tokens, and their count; Clark et al. 2020 (ELECTRA)."""
-    loss = F.binary_cross_entropy_with_logits(logits.float()[mask], replaced.float()[mask], reduction="sum")
-    return loss, mask.sum().float()
+    losses = F.binary_cross_entropy_with_logits(logits.float(), replaced.float(), reduction="none")  # (B, T)
+    return (losses * mask).sum(), mask.sum().float()
 
 
 @register_term("electra")
@@ -57,13 +57,13 @@ class ElectraTerm(GeneratorCorruption):
         total, count = replaced_token_detection(logits, replaced, mask)
         detection = distributed_mean(total, count, over="tokens")
         generator = self.generator_loss(output)
-        accuracy = ((logits.detach() > 0) == replaced)[mask].float().mean()
+        accuracy = masked_mean((logits.detach() > 0) == replaced, mask)
         loss = self.generator_weight * generator + self.detection_weight * detection
         metrics = {
             "generator_mlm": generator.detach(),
             "detection": detection.detach(),
             "detection_accuracy": accuracy,
             "generator_accuracy": self.generator_accuracy(output),
-            "replaced_rate": replaced[mask].float().mean(),
+            "replaced_rate": masked_mean(replaced, mask),
         }
         return TermOutput(loss, metrics)

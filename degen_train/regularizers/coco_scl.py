@@ -10,7 +10,8 @@ from annotated_types import Gt, Interval
 from torch import Tensor, nn
 
 from degen_train.collectives import gather_with_gradient, is_distributed
-from degen_train.rng import CROP_SALT, mix_seed
+from degen_train.precision import autocast_off
+from degen_train.rng import CROP_SALT, counter_uniforms
 from degen_train.terms import LossTerm, TermContext, register_term
 from degen_train.types import ForwardOutput, TermOutput
 
@@ -29,34 +30,39 @@ def sequence_contrastive_loss(
     at ``first_offset`` in them and every process's views are negatives."""
     all_first = first if all_first is None else all_first
     all_second = second if all_second is None else all_second
-    with torch.autocast(device_type=first.device.type, enabled=False):
+    with autocast_off(first):
         total = all_first.shape[0]
         keys = F.normalize(torch.cat([all_first, all_second]).float(), dim=-1)  # (2G, H)
         queries = F.normalize(torch.cat([first, second]).float(), dim=-1)  # (2B, H)
         local = first.shape[0]
-        rows = torch.cat([torch.arange(local), torch.arange(local) + total]) + first_offset
-        positives = torch.cat([torch.arange(local) + total, torch.arange(local)]) + first_offset
+        own = torch.arange(local, device=queries.device)  # (B,)
+        rows = torch.cat([own, own + total]) + first_offset
+        positives = torch.cat([own + total, own]) + first_offset
         logits = queries @ keys.T / temperature  # (2B, 2G)
-        logits[torch.arange(2 * local), rows.to(logits.device)] = float("-inf")  # a view is not its own negative
-        return F.cross_entropy(logits, positives.to(logits.device))
+        logits[torch.arange(2 * local, device=logits.device), rows] = float("-inf")  # a view is not its own negative
+        return F.cross_entropy(logits, positives)
 
 
 def crop_views(ids: Tensor, attention_mask: Tensor, sample_seeds: Tensor, *, fraction: float) -> dict[str, Tensor]:
-    """[CLS] + a contiguous ``fraction`` of each sequence's tokens after [CLS], start drawn per example."""
-    rows = []
-    for b in range(ids.shape[0]):
-        length = int(attention_mask[b].sum())
-        body = ids[b, 1:length]
-        keep = max(1, round(fraction * body.numel()))
-        generator = torch.Generator().manual_seed(mix_seed(int(sample_seeds[b]), CROP_SALT))
-        start = int(torch.randint(body.numel() - keep + 1, (1,), generator=generator))
-        rows.append(torch.cat([ids[b, :1], body[start : start + keep]]))
-    width = max(len(r) for r in rows)
-    cropped = torch.zeros(len(rows), width, dtype=ids.dtype, device=ids.device)
-    mask = torch.zeros_like(cropped)
-    for b, row in enumerate(rows):
-        cropped[b, : len(row)], mask[b, : len(row)] = row, 1
-    return {"input_ids": cropped, "attention_mask": mask, "labels": torch.full_like(cropped, -100)}
+    """[CLS] + a contiguous ``fraction`` of each sequence's tokens after [CLS] (round(fraction·n), at least 1), its
+    start drawn per example from (example seed, CROP_SALT); (B, T) like the input, padded after the crop.
+
+    Made for the whole batch at once on its device (no per-example loop, no host read)."""
+    size, length = ids.shape
+    body = attention_mask.sum(1) - 1  # (B,) tokens after [CLS]
+    keep = torch.round(fraction * body.double()).long().clamp_min(1)  # (B,) as Python's round: half to even
+    seeds = sample_seeds.to(ids.device) ^ CROP_SALT  # (B,)
+    uniforms = counter_uniforms(seeds, torch.zeros_like(seeds))  # (B,)
+    start = (uniforms * (body - keep + 1).double()).long()  # (B,) in [0, body − keep]
+    columns = torch.arange(length, device=ids.device)  # (T,)
+    source = (1 + start[:, None] + columns[None, :] - 1).clamp(0, length - 1)  # (B, T) token j ← body[start + j − 1]
+    source[:, 0] = 0  # [CLS] stays first
+    inside = (columns[None, :] == 0) | (columns[None, :] <= keep[:, None])  # (B, T)
+    cropped = torch.where(inside, ids.gather(1, source), torch.zeros_like(ids))
+    mask = inside.to(attention_mask.dtype)
+    no_labels = torch.full_like(cropped, -100)
+    return {"input_ids": cropped, "attention_mask": mask, "labels": no_labels,
+            "labelled_index": torch.empty(0, dtype=torch.long, device=ids.device)}  # fmt: skip
 
 
 @register_term("coco_scl")

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from degen_train.collectives import is_distributed, sum_over_processes, sum_with_gradient
 from degen_train.parallel import local_shard
+from degen_train.precision import autocast_off
 from degen_train.terms import LossTerm, TermContext, register_term
 from degen_train.types import ForwardOutput, TermOutput
 
@@ -60,7 +61,7 @@ def sharded_cosine_regularizer(local_rows: Tensor, count: int | Tensor, *, norma
     One all-reduce of a d-vector; time and memory O(V·d/world). The gradient reaches only this process's rows,
     whole (not to be averaged): under FSDP2 it lands on the shard itself.
     """
-    with torch.autocast(device_type=local_rows.device.type, enabled=False):
+    with autocast_off(local_rows):
         part, nonzero = _UnitSum.apply(local_rows.float())
         total = _SumOfEqualLosses.apply(part)  # (d,) Σ over every process's rows
         torch.distributed.all_reduce(nonzero)
@@ -79,7 +80,7 @@ def cosine_regularizer(vectors: Tensor, *, normalization: str = "n_squared") -> 
     count = vectors.shape[0]
     if count < 2:
         return vectors.new_zeros((), dtype=torch.float32)
-    with torch.autocast(device_type=vectors.device.type, enabled=False):
+    with autocast_off(vectors):
         total, nonzero = _UnitSum.apply(vectors.float())  # (d,), ()
         off_diagonal = total @ total - nonzero
     return off_diagonal / (count * count if normalization == "n_squared" else count * (count - 1))
@@ -94,7 +95,7 @@ def global_cosine_regularizer(vectors: Tensor, *, normalization: str = "n_square
     if not is_distributed():
         count = torch.tensor(float(vectors.shape[0]), device=vectors.device)
         return cosine_regularizer(vectors, normalization=normalization), count
-    with torch.autocast(device_type=vectors.device.type, enabled=False):
+    with autocast_off(vectors):
         total = sum_with_gradient(torch.nn.functional.normalize(vectors.float(), dim=-1).sum(0))  # (H,) Σ, processes
         count = sum_over_processes(torch.tensor(float(vectors.shape[0]), device=vectors.device))
         if count < 2:
@@ -143,7 +144,8 @@ class CosineRegularizer(LossTerm):
         if self.rows == "seen":
             self._mark_seen(output)
         losses, counts = zip(*(self._regularize(m) for m in self._matrices(output)), strict=True)
-        return TermOutput(torch.stack(losses).mean(), {"rows": torch.tensor(float(counts[0]))})
+        loss = torch.stack(losses).mean()
+        return TermOutput(loss, {"rows": loss.new_tensor(float(counts[0])).detach()})
 
     def _regularize(self, matrix: Tensor) -> tuple[Tensor, int]:
         """(R_cos, rows counted) of one matrix: shard-wise when FSDP2 shards it, else whole."""

@@ -11,6 +11,7 @@ from annotated_types import Ge, Interval
 from torch import Tensor
 
 from degen_train.collectives import is_distributed, sum_over_processes, sum_with_gradient
+from degen_train.precision import autocast_off
 from degen_train.terms import LossTerm, TermContext, register_term
 from degen_train.types import ForwardOutput, TermOutput
 
@@ -19,7 +20,8 @@ def isoscore_of_covariance(covariance: Tensor) -> Tensor:
     """IsoScore = ((n − δ²(n − √n))² − n) / (n(n − 1)), δ = ‖√n·σ/‖σ‖ − 1‖ / √(2(n − √n)), σ the singular
     values of the (shrunk) covariance; Rudman et al. 2022, differentiable as IsoScore* (Rudman & Eickhoff 2024)."""
     n = covariance.shape[0]
-    spectrum = torch.linalg.svdvals(covariance)  # (n,) as the released istar.py (= eigenvalues for a covariance)
+    with autocast_off(covariance):
+        spectrum = torch.linalg.svdvals(covariance.float())  # (n,) as the released istar.py (= its eigenvalues)
     normalised = spectrum * math.sqrt(n) / spectrum.norm().clamp_min(1e-30)
     defect = (normalised - 1).norm() / math.sqrt(2 * (n - math.sqrt(n)))
     return ((n - defect**2 * (n - math.sqrt(n))) ** 2 - n) / (n * (n - 1))
@@ -32,11 +34,12 @@ def global_covariance(vectors: Tensor) -> Tensor:
     is all-reduced. The one-pass Σxxᵀ − N·μμᵀ loses the covariance to float32 cancellation when ‖μ‖ is large
     (IsoScore 0.2778 instead of 0.2729 at ‖μ‖ ≈ 800).
     """
-    vectors = vectors.float()
-    count = sum_over_processes(vectors.new_tensor(float(vectors.shape[0])))
-    mean = sum_with_gradient(vectors.sum(0)) / count  # (d,)
-    centred = vectors - mean  # (N, d)
-    return sum_with_gradient(centred.T @ centred) / (count - 1).clamp_min(1)
+    with autocast_off(vectors):  # float32 throughout: CUDA's SVD has no bf16 kernel, and the sums need the bits
+        vectors = vectors.float()
+        count = sum_over_processes(vectors.new_tensor(float(vectors.shape[0])))
+        mean = sum_with_gradient(vectors.sum(0)) / count  # (d,)
+        centred = vectors - mean  # (N, d)
+        return sum_with_gradient(centred.T @ centred) / (count - 1).clamp_min(1)
 
 
 class CovarianceSums:
@@ -141,13 +144,13 @@ class IsoScoreStarTerm(LossTerm):
 
     def forward(self, output: ForwardOutput) -> TermOutput:
         batch_covariance = global_covariance(self.states(output))
-        if not self.prior_ready and self.training and self.prior == "warmup":  # the first training batch
-            self.prior_covariance.copy_(batch_covariance.detach())
+        ready = self.prior_ready  # a device flag, used without reading it on the host (no wait in the step)
+        if self.prior == "warmup" and self.training:  # the first training batch's covariance becomes C0, kept
+            self.prior_covariance.copy_(torch.where(ready, self.prior_covariance, batch_covariance.detach()))
             self.prior_ready.fill_(True)
-        if self.prior_ready:
-            shrunk = (1 - self.zeta) * batch_covariance + self.zeta * self.prior_covariance.to(batch_covariance)
-        else:  # no C0 yet (validation before any training, a term used outside training): the batch alone
-            shrunk = batch_covariance
+        # Without a C0 yet (validation before any training, a term used outside training): the batch alone.
+        zeta = self.zeta * ready.to(batch_covariance.dtype)
+        shrunk = (1 - zeta) * batch_covariance + zeta * self.prior_covariance.to(batch_covariance)
         score = isoscore_of_covariance(shrunk)
         loss = -score if self.direction == "increase" else score
         return TermOutput(loss, {"isoscore_star": score.detach()})

@@ -10,6 +10,7 @@ from annotated_types import Gt
 from torch import Tensor, nn
 
 from degen_train.collectives import gather_with_gradient, is_distributed
+from degen_train.precision import autocast_off
 from degen_train.terms import LossTerm, TermContext, distributed_mean, register_term
 from degen_train.types import ForwardOutput, TermOutput
 
@@ -20,7 +21,7 @@ def simcse_loss_sum(first: Tensor, second: Tensor, *, temperature: float, keys: 
     positives z_j⁺ of the whole batch (``keys``, gathered, with this process's rows from ``offset``);
     Gao et al. 2021 (SimCSE), eq. 1."""
     keys = second if keys is None else keys
-    with torch.autocast(device_type=first.device.type, enabled=False):
+    with autocast_off(first):
         logits = F.normalize(first.float(), dim=-1) @ F.normalize(keys.float(), dim=-1).T / temperature  # (B, G)
         targets = torch.arange(first.shape[0], device=first.device) + offset
         return F.cross_entropy(logits, targets, reduction="sum")
@@ -70,6 +71,7 @@ class DropoutContrastTerm(LossTerm):
             "input_ids": twice,
             "attention_mask": torch.cat([batch["attention_mask"], batch["attention_mask"]]),
             "labels": torch.full_like(twice, -100),
+            "labelled_index": torch.empty(0, dtype=torch.long, device=twice.device),  # nothing labelled
             "dropout": True,  # also in validation: the two views are two dropout masks
         }
         self.view_index = len(batch.get("views", ()))

@@ -14,6 +14,7 @@ from transformers import AutoConfig, AutoModel
 
 from degen_train.io import resolve_pretrained
 from degen_train.models.loading import load_pretrained
+from degen_train.precision import autocast_off
 from degen_train.terms import LossTerm, TermContext, distributed_mean, register_term
 from degen_train.types import ForwardOutput, TermOutput
 
@@ -26,13 +27,13 @@ def tacl_loss(
     """Σ_i −log( e^{cos(h̃_i, h_i)/τ} / Σ_{j∈C(i)} e^{cos(h̃_i, h_j)/τ} ) over anchors i, and their count;
     Su et al. 2021 (TaCL), eq. 2. student, teacher: (B, T, H); anchors: (B, T) bool; candidates: (B, T, T)
     bool, row i = the positions j allowed in i's denominator (i itself always included)."""
-    with torch.autocast(device_type=student.device.type, enabled=False):
+    with autocast_off(student):
         s = F.normalize(student.float(), dim=-1)
         t = F.normalize(teacher.float(), dim=-1)
         logits = torch.einsum("bih,bjh->bij", s, t) / temperature  # (B, T, T): one T×T per sequence
         logits = logits.masked_fill(~candidates, float("-inf"))
         log_prob = logits.diagonal(dim1=1, dim2=2) - torch.logsumexp(logits, dim=-1)  # (B, T)
-    return -(log_prob[anchors]).sum(), anchors.sum().float()
+    return -torch.where(anchors, log_prob, 0.0).sum(), anchors.sum().float()  # no boolean-mask selection: no wait
 
 
 def resolve_teacher_path(teacher: str | None) -> str:

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from degen_train.models.positions import at_positions, labelled_positions
 from degen_train.terms import LossTerm, TermContext, distributed_mean, register_term
 from degen_train.types import ForwardOutput, TermOutput
 
@@ -37,31 +38,34 @@ def unlikelihood_sum(
     *,
     candidates: str = "paper",
     always: int | None = None,
+    index: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """(Σ_t Σ_{c∈C^t} −log(1 − p(c | x_≤t)), number of predictions), with 1 − p clamped at 1e-5 as in the
     released code. logits: (N, V) at the N labelled positions of ``labels`` (B, T), in row-major order.
 
     ``candidates``: ``paper`` (C^t from the input tokens x_≤t) or ``released`` (from the earlier targets, as
     unlikelihood_training's candidate_penalty_ce_loss.py, within each sequence); ``always``: a token id in every
-    C^t unless it is the target (released: the padding index).
+    C^t unless it is the target (released: the padding index). ``index``: the (N,) flat labelled positions, when
+    known (ForwardOutput.labelled_index), else found from ``labels``.
     """
     selected = labels != -100  # (B, T)
-    rows = selected.nonzero()[:, 0]  # (N,) the sequence of each labelled position
+    index = labelled_positions({"labels": labels, "labelled_index": index})  # (N,)
+    rows = index // labels.shape[1]  # (N,) the sequence of each labelled position
     log_probs = F.log_softmax(logits.float(), dim=-1)  # (N, V)
     if candidates == "released":
         tokens = labels.clamp_min(0)  # (B, T) the targets
-        chosen = context_candidates(tokens, selected, labels, include_current=False)[selected]  # (N, T)
+        chosen = at_positions(context_candidates(tokens, selected, labels, include_current=False), index)  # (N, T)
     else:
         tokens = ids
-        chosen = context_candidates(ids, context, labels)[selected]  # (N, T)
+        chosen = at_positions(context_candidates(ids, context, labels), index)  # (N, T)
     one_minus = (1 - log_probs.gather(1, tokens[rows]).exp()).clamp_min(1e-5)  # (N, T) 1 − p(token at s | x_≤t)
     total = (-torch.log(one_minus) * chosen).sum()
     if always is not None:  # once per prediction: not where it is the target or already a candidate
-        targets = labels[selected]  # (N,)
+        targets = at_positions(labels, index)  # (N,)
         present = (chosen & (tokens[rows] == always)).any(1) | (targets == always)  # (N,)
         extra = -torch.log((1 - log_probs[:, always].exp()).clamp_min(1e-5))  # (N,)
         total = total + (extra * ~present).sum()
-    return total, torch.tensor(float(rows.numel()), device=logits.device)
+    return total, logits.new_tensor(float(rows.numel()), dtype=torch.float32)
 
 
 @register_term("unlikelihood")
@@ -97,5 +101,6 @@ class TokenUnlikelihoodTerm(LossTerm):
             output.labels,
             candidates=self.candidates,
             always=self.pad_id if self.candidates == "released" else None,
+            index=output.labelled_index,
         )
         return TermOutput(distributed_mean(total, count, over="targets"), {})

@@ -53,11 +53,14 @@ def test_crops_are_contiguous_and_keep_cls() -> None:
     ids = torch.tensor([[101, 5, 6, 7, 8, 9, 10, 11, 12, 13, 102], [101, 20, 21, 102, 0, 0, 0, 0, 0, 0, 0]])
     mask = (ids != 0).long()
     view = crop_views(ids, mask, torch.tensor([1, 2]), fraction=0.9)
-    first = view["input_ids"][0].tolist()
+    assert view["input_ids"].shape == ids.shape  # padded after the crop: no host read of the longest crop
+    first = view["input_ids"][0][view["attention_mask"][0].bool()].tolist()
     assert first[0] == 101 and len(first) == 1 + 9  # round(0.9 · 10) tokens after [CLS]
     body = ids[0, 1:11].tolist()
     assert any(body[s : s + 9] == first[1:] for s in range(2))
+    assert (view["input_ids"][0][10:] == 0).all()
     assert view["attention_mask"][1].sum() == 1 + 3 and (view["labels"] == -100).all()
+    assert view["labelled_index"].numel() == 0
 
 
 def test_scl_refuses_bad_settings() -> None:
@@ -71,9 +74,15 @@ def test_sampling_is_seeded_per_example() -> None:
     logits = torch.randn(5, 50)
     selected = torch.tensor([[True, True, False], [True, True, True]])
     seeds = torch.tensor([mix_seed(1), mix_seed(2)])
-    both = sample_replacements(logits, selected, seeds)
-    alone = sample_replacements(logits[2:], selected[1:], seeds[1:])
+    both = sample_replacements(logits, labelled_index(selected), seeds, length=3)
+    alone = sample_replacements(logits[2:], labelled_index(selected[1:]), seeds[1:], length=3)
     assert torch.equal(both[2:], alone)
+    padded = torch.cat([selected, torch.zeros(2, 4, dtype=torch.bool)], 1)  # a longer batch: the same draws
+    assert torch.equal(sample_replacements(logits, labelled_index(padded), seeds, length=7), both)
+
+
+def labelled_index(selected: torch.Tensor) -> torch.Tensor:
+    return selected.reshape(-1).nonzero().squeeze(1)
 
 
 def test_main_loss_does_not_reach_the_generator_through_the_samples() -> None:

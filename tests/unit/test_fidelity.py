@@ -101,7 +101,7 @@ def test_electra_generator_is_narrow_full_depth_and_shares_embeddings_through_a_
     assert isinstance(generator.encoder.embeddings.projection, nn.Linear)  # 64 -> 16
     assert generator.decoder_weight is backbone.model.get_input_embeddings().weight
     assert generator.transform[0].out_features == 64  # the MLM head maps back to the embedding width
-    logits = generator(masked_batch(), masked_batch()["labels"] != -100)
+    logits = generator(masked_batch(), (masked_batch()["labels"].reshape(-1) != -100).nonzero().squeeze(1))
     assert logits.shape == (3, 30)
 
 
@@ -130,7 +130,9 @@ def test_coco_clm_head_is_a_bare_linear_over_the_tied_embeddings() -> None:
     loss = WeightedSum({"coco_clm": term}, {"coco_clm": 1.0})
     output = backbone(loss.prepare_batch(masked_batch()), requires=loss.requires)
     assert output.logits is None or output.logits.shape[0] == 0  # the backbone's MLM head was not run
-    logits, targets, selected = term.clm_logits(output)
+    logits, targets, index = term.clm_logits(output)
+    selected = masked_batch()["labels"] != -100
+    assert torch.equal(index, selected.reshape(-1).nonzero().squeeze(1))
     expected = F.linear(output.hidden_states[selected], backbone.model.get_input_embeddings().weight, term.clm_bias)
     assert torch.allclose(logits, expected) and torch.equal(targets, masked_batch()["labels"][selected])
 
@@ -148,13 +150,13 @@ def test_sample_mode_eval_samples_from_a_pass_without_dropout() -> None:
         torch.manual_seed(3)
         prepared = term.prepare_batch(batch)
         term.generator.eval()
+        index = selected.reshape(-1).nonzero().squeeze(1)
         with torch.no_grad():
-            without_dropout = term.generator(batch, selected)
+            without_dropout = term.generator(batch, index)
         from degen_train.models.generator import sample_replacements
 
-        expected = sample_replacements(
-            without_dropout if mode == "eval" else prepared["generator_logits"].detach(), selected, batch["sample_seed"]
-        )
+        logits = without_dropout if mode == "eval" else prepared["generator_logits"].detach()
+        expected = sample_replacements(logits, index, batch["sample_seed"], length=selected.shape[1])
         assert torch.equal(prepared["input_ids"][selected], expected), mode
     assert ElectraTerm().sample_mode == "train" and CorrectiveLMTerm().sample_mode == "eval"
 
