@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install train test test-fast test-slow lint bench reproduce clean
+.PHONY: install train test test-fast test-slow lint bench bench-gpu reproduce clean
 
 install: $(STAMP)
 
@@ -43,6 +43,11 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+# On a GPU machine: degen-train beside a hand-written loop, each lever, each term, exactness, FSDP2 (bench/gpu.py);
+# writes bench/results/gpu.{json,md} and the README's GPU table. Without a GPU: one line, exit 2. ARGS=PART ...
+bench-gpu: $(STAMP)
+	$(BIN)/python bench/run.py gpu $(ARGS)
 
 # The seed methods' claims at CPU scale on WikiText-2 -> docs/reproduce/ (resumable; ARGS=KEY=VALUE ...).
 reproduce: $(STAMP)

@@ -21,6 +21,9 @@ RESULTS = REPO / "bench" / "results"
 
 def corpus_overrides() -> list[str]:
     """WikiText-2 when the shared data is present, else the embedded corpus."""
+    exported = os.environ.get("DEGEN_TRAIN_WIKITEXT2")
+    if exported and (Path(exported) / "train.txt").exists():  # a copy brought along (a GPU machine's .gpu/)
+        return ["data=wikitext2"]
     if (WIKITEXT / "train.txt").exists():
         os.environ.setdefault("DEGEN_TRAIN_WIKITEXT2", str(WIKITEXT))
         return ["data=wikitext2"]

@@ -33,6 +33,10 @@ datasets.disable_progress_bars()
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["gpu"]:  # make bench-gpu: its own parts and exit status (bench/gpu.py)
+        from bench import gpu
+
+        sys.exit(gpu.main(sys.argv[2:]))
     wanted = set(sys.argv[1:]) or {
         "spine",
         "losses",

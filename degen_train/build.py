@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any
 
 import hydra
 import lightning.pytorch as pl
+import torch
 from hydra.errors import InstantiationException
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from degen_train.callbacks.plain_progress import PlainProgress
-from degen_train.checkpoints import AtomicCheckpointIO
+from degen_train.checkpoints import AtomicCheckpointIO, BackgroundCheckpointIO
 from degen_train.terms import LossTerm, TermContext
 
 log = logging.getLogger("degen_train")
@@ -79,9 +81,34 @@ def build_trainer(cfg: DictConfig, *, interactive: bool | None = None) -> pl.Tra
         callbacks=callbacks,
         logger=loggers or False,
         strategy=build_strategy(cfg.strategy),
-        plugins=[AtomicCheckpointIO(), *slurm_without_auto_requeue()],  # staged, verified, weights-only checkpoints
+        plugins=[checkpoint_io(cfg), *slurm_without_auto_requeue()],  # staged, verified, weights-only checkpoints
         **overrides,
     )
+
+
+def on_gpu(cfg: DictConfig) -> bool:
+    """Whether this run trains on CUDA devices (trainer.accelerator gpu/cuda, or auto with one present)."""
+    accelerator = str(cfg.trainer.get("accelerator", "auto"))
+    return accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+
+
+def deterministic_environment(cfg: DictConfig) -> None:
+    """trainer.deterministic=true: cuBLAS's fixed workspace (CUBLAS_WORKSPACE_CONFIG=:4096:8, torch's documented
+    value), set before the first CUDA matmul. Lightning sets the same when the Trainer is made, but the precision
+    check has run a matmul on the device by then, and cuBLAS reads the variable once, when its handle is made."""
+    if cfg.trainer.get("deterministic") in (True, "warn") and "CUBLAS_WORKSPACE_CONFIG" not in os.environ:
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+        log.info("trainer.deterministic: CUBLAS_WORKSPACE_CONFIG=:4096:8 (cuBLAS's reproducible workspace)")
+
+
+def checkpoint_io(cfg: DictConfig) -> Any:
+    """Staged, verified, weights-only checkpoint files, written on a writer thread when callbacks.checkpoint.background
+    says so (auto: on a GPU)."""
+    setting = (cfg.callbacks or {}).get("checkpoint", {}) or {}
+    background = setting.get("background", "auto")
+    if background is True or (background == "auto" and on_gpu(cfg)):
+        return BackgroundCheckpointIO()
+    return AtomicCheckpointIO()
 
 
 def slurm_without_auto_requeue() -> list[Any]:

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 from lightning.fabric.plugins.io import CheckpointIO
+from lightning.pytorch.plugins.io import AsyncCheckpointIO
 
 from degen_train.io import file_sha256, fsync_directory, staged_file
 from degen_train.sharded_io import UnsafeCheckpointError, gather_sharded, read_index
@@ -252,6 +253,22 @@ class AtomicCheckpointIO(CheckpointIO):
 
     def remove_checkpoint(self, path: Any) -> None:
         remove_checkpoint_file(Path(path))
+
+
+class BackgroundCheckpointIO(AsyncCheckpointIO):
+    """AtomicCheckpointIO on a writer thread (Lightning's AsyncCheckpointIO): the training thread takes a copy of
+    the state (tensor clones, on their device) and goes on; serialising, the sha256 sidecar, the fsyncs and the rename
+    run beside training. A write is still whole or absent; ``wait()`` returns once every write handed over is on
+    disk (and raises the first error a write met), for what must follow a checkpoint (a preemption's exit)."""
+
+    def __init__(self) -> None:
+        super().__init__(AtomicCheckpointIO())
+
+    def wait(self) -> None:
+        if self._executor is not None:
+            self._executor.submit(lambda: None).result()  # one writer thread: every earlier write has finished
+        if self._error:
+            raise self._error
 
 
 def remove_checkpoint_file(path: Path) -> None:

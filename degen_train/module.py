@@ -13,6 +13,7 @@ from torch import Tensor
 from degen_train.accumulation import Window, averaging_over, reduce_counts, verify_counts
 from degen_train.loggers import ResumingLogger
 from degen_train.models.backbone import Backbone
+from degen_train.optim import keep_kernel
 from degen_train.parallel import parallelize
 from degen_train.rng import DROPOUT_SALT, VALIDATION_DROPOUT_SALT, mix_seed
 from degen_train.terms import WeightedSum
@@ -198,6 +199,8 @@ class PretrainModule(pl.LightningModule):
         for logger in self.loggers:
             if isinstance(logger, ResumingLogger):
                 logger.prepare_resume(self.global_step, last_train_row=self.last_train_metrics)
+        for optimizer in self.trainer.optimizers:  # a resumed optimizer state brought its groups' kernel along
+            keep_kernel(getattr(optimizer, "optimizer", optimizer))
 
     def take_step_losses(self) -> tuple[list[str], Tensor]:
         """The losses ("loss" first, then each term's) of the micro-batches since the last update: (M, L)."""

@@ -19,7 +19,14 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from degen_train.accumulation import accumulation_warnings  # noqa: E402
 from degen_train.branching import BRANCH_MAY_CHANGE, start_branch  # noqa: E402
-from degen_train.build import build_trainer, data_format_for, resolved_config, setup_terms  # noqa: E402
+from degen_train.build import (  # noqa: E402
+    build_trainer,
+    data_format_for,
+    deterministic_environment,
+    on_gpu,
+    resolved_config,
+    setup_terms,
+)  # noqa: E402
 from degen_train.callbacks.best_sts import BestBySTS  # noqa: E402
 from degen_train.callbacks.isotropy import IsotropyMonitor  # noqa: E402
 from degen_train.callbacks.throughput import Throughput  # noqa: E402
@@ -29,6 +36,7 @@ from degen_train.checkpoints import refuse_lightning_hpc_checkpoints  # noqa: E4
 from degen_train.data.datamodule import (  # noqa: E402
     PretrainDataModule,
     describe_prepared,
+    loader_workers,
     make_collator,
     prepare_data,
     tokenize_node_part,
@@ -76,6 +84,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     silence_known_noise()  # also when train() is called from Python (tests, notebooks, benchmarks)
     # 1. Everything that can be checked from the config alone, before data or weights; nothing is written.
     cfg = checked_config(cfg)  # from here on, every listed key is present with its checked value (schema.py)
+    deterministic_environment(cfg)  # before any CUDA work
     use_threads(cfg.threads, local_process_count(cfg.trainer))
     terms, weights = build_terms({"objective": cfg.objective, "regularizer": cfg.regularizer})
     family = model_family(cfg.model)
@@ -215,12 +224,14 @@ def _build(
     collator = make_collator(
         data.tokenizer, data_format=data_format, masking=cfg.masking, vocab_size=len(data.tokenizer)
     )
+    gpu = on_gpu(cfg)
     datamodule = PretrainDataModule(
         data,
         collator,
         batch_size=int(cfg.data.batch_size),
-        num_workers=int(cfg.data.num_workers),
+        num_workers=loader_workers(cfg.data.num_workers, on_gpu=gpu, local_processes=local_process_count(cfg.trainer)),
         seed=int(cfg.seed),
+        pin_memory=gpu,
         overfit_batches=cfg.data.overfit_batches,
         window_counter=module.loss.window_counts,
     )

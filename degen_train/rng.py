@@ -43,16 +43,25 @@ def _shifted(state: Tensor, bits: int) -> Tensor:
     return (state >> bits) & ((1 << (64 - bits)) - 1)
 
 
+def seed_states(seeds: Tensor) -> Tensor:
+    """splitmix64(seed) of each seed: the first round of counter_uniforms, shared by all of a seed's counters."""
+    return _splitmix(seeds.to(torch.int64))
+
+
+def uniforms_at(states: Tensor, counters: Tensor) -> Tensor:
+    """Uniforms in [0, 1), float64: splitmix64(state + counter), broadcast over ``states`` and ``counters``."""
+    return _shifted(_splitmix(states + counters.to(torch.int64)), 11).to(torch.float64) * 2.0**-53
+
+
 def counter_uniforms(seeds: Tensor, counters: Tensor) -> Tensor:
     """Uniforms in [0, 1), float64, one per (seed, counter) pair: splitmix64 of splitmix64(seed) + counter, on the
     tensors' device (int64 arithmetic wraps as unsigned arithmetic does). A draw depends on its pair alone, so
     a batch draws them all at once, on the GPU, with no host round trip, and equal under any batching."""
-    state = seeds.to(torch.int64)
-    for round_input in (None, counters.to(torch.int64)):
-        if round_input is not None:
-            state = state + round_input
-        state = state + _signed(_GOLDEN)
-        state = (state ^ _shifted(state, 30)) * _signed(_MIX1)
-        state = (state ^ _shifted(state, 27)) * _signed(_MIX2)
-        state = state ^ _shifted(state, 31)
-    return _shifted(state, 11).to(torch.float64) * 2.0**-53
+    return uniforms_at(seed_states(seeds), counters)
+
+
+def _splitmix(state: Tensor) -> Tensor:
+    state = state + _signed(_GOLDEN)
+    state = (state ^ _shifted(state, 30)) * _signed(_MIX1)
+    state = (state ^ _shifted(state, 27)) * _signed(_MIX2)
+    return state ^ _shifted(state, 31)

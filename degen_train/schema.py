@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 import warnings
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue
@@ -53,7 +53,7 @@ class DataConfig(BaseModel):
     source: Literal["builtin", "text", "hub"]
     block_size: int = Field(ge=8)
     batch_size: int = Field(ge=1)
-    num_workers: int = Field(ge=0)
+    num_workers: Annotated[int, Field(ge=0)] | Literal["auto"] = "auto"
     num_proc: int | None = Field(default=None, ge=1)
     sources: list[Any] | None = None  # a weighted mixture, checked in data/mixture.py (mixture_sources)
     overfit_batches: int = Field(default=0, ge=0)
@@ -183,6 +183,7 @@ class CheckpointCallbackConfig(BaseModel):
     model_config = Open
     every_n_train_steps: int | None = Field(default=None, ge=1)
     save_top_k: int = Field(default=1, ge=-1)
+    background: bool | Literal["auto"] = "auto"
 
 
 class IsotropyCallbackConfig(BaseModel):

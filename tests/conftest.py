@@ -39,16 +39,19 @@ def _cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cache
 
 
+EXPORTED_THREADS = os.environ.get("OMP_NUM_THREADS")  # as the session started, before any run exported its own
+
+
 @pytest.fixture(autouse=True)
 def _threads_setting_stays_in_its_test() -> Iterator[None]:
     """An in-process run exports OMP_NUM_THREADS for its children (threads=auto); later tests' subprocesses must
-    not take it for one the user exported."""
-    exported = os.environ.get("OMP_NUM_THREADS")
+    not take it for one the user exported. Restored to the session's value (a module fixture's run exports one
+    before the module's first test starts)."""
     yield
-    if exported is None:
+    if EXPORTED_THREADS is None:
         os.environ.pop("OMP_NUM_THREADS", None)
     else:
-        os.environ["OMP_NUM_THREADS"] = exported
+        os.environ["OMP_NUM_THREADS"] = EXPORTED_THREADS
 
 
 def shared_data(*parts: str) -> Path:

@@ -22,9 +22,13 @@ class RunCheckpoint(ModelCheckpoint):
     the newest ``save_top_k`` kept. ``last.ckpt`` is never rotated.
     """
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, background: bool | str = "auto", **kwargs: Any) -> None:
+        """``background``: write periodic checkpoints on a writer thread (true), in the step (false), or on a thread
+        when the run trains on a GPU (auto), where a synchronous 1.3 GB write stalls the device for seconds; the
+        trainer's checkpoint I/O is chosen from it (build.checkpoint_io)."""
         kwargs.setdefault("enable_version_counter", False)
         super().__init__(**kwargs)
+        self.background = background
 
     def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
         for logger in trainer.loggers:  # rows up to this step reach the disk before a resume can start here
@@ -39,11 +43,16 @@ class RunCheckpoint(ModelCheckpoint):
         if self._last_global_step_saved != trainer.global_step or not path.exists():
             self._save_checkpoint(trainer, str(path))
             self._last_global_step_saved = trainer.global_step
+        wait = getattr(trainer.strategy.checkpoint_io, "wait", None)
+        if wait is not None:  # a writer thread: the checkpoint must be on disk before the process exits
+            wait()
         return path
 
     def rotate(self, newest: Path) -> list[Path]:
         """Delete periodic checkpoints beyond the ``save_top_k`` newest by step; returns what it deleted."""
-        periodic = [p for p in newest.parent.glob(f"*{self.FILE_EXTENSION}") if p.stem != self.CHECKPOINT_NAME_LAST]
+        on_disk = newest.parent.glob(f"*{self.FILE_EXTENSION}")
+        # The newest may still be on the writer thread: counted whether or not it is on disk yet.
+        periodic = list({p for p in on_disk if p.stem != self.CHECKPOINT_NAME_LAST} | {newest})
         by_step = sorted(periodic, key=lambda p: (_step_of(p), p == newest), reverse=True)
         stale = [p for p in by_step[self.save_top_k :] if p != newest]
         for path in stale:

@@ -11,6 +11,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
+from degen_train.callbacks.throughput import logging_step
+from degen_train.device_reads import DeferredRead
+
 
 class DivergenceError(RuntimeError):
     """Training stopped because the loss or the gradients stopped being finite (or too many steps were skipped)."""
@@ -47,7 +50,8 @@ class DivergenceGuard(Callback):
         self.spike_sigma, self.spike_window = spike_sigma, spike_window
         self.skipped = 0
         self.history: deque[float] = deque(maxlen=spike_window)
-        self.pending: list[tuple[int, list[str], Tensor, Tensor, Tensor]] = []  # (step, names, losses, norm, ok)
+        # The deferred steps not yet read: (step, term names, losses, gradient norm, the verdict on its way).
+        self.pending: list[tuple[int, list[str], Tensor, Tensor, DeferredRead]] = []
         self._skips_on_device: Tensor | None = None  # the running count logged, updated without a host read
         self._module: Any = None
         self.deferred_steps = 0  # how many steps were checked the deferred way (the benches report it)
@@ -61,10 +65,10 @@ class DivergenceGuard(Callback):
             grad_norm = grad_norm.full_tensor()
         scaled = getattr(trainer.precision_plugin, "scaler", None) is not None
         if self._can_defer(optimizer, scaled):
-            self.settle(keep_last=False)  # the previous step's verdict: computed by now
+            self.settle(wait=len(self.pending) >= MAX_PENDING)  # the verdicts that reached the host by now
             ok = torch.isfinite(grad_norm) & torch.isfinite(values).all()  # on the device
             optimizer.found_inf = (~ok).to(torch.float32)  # fused AdamW skips this update on the device if set
-            self.pending.append((trainer.global_step, names, values.detach(), grad_norm.detach(), ok))
+            self.pending.append((trainer.global_step, names, values.detach(), grad_norm.detach(), DeferredRead(ok)))
             self.deferred_steps += 1
             self._log(module, grad_norm, skipped_now=~ok)
             return
@@ -73,8 +77,12 @@ class DivergenceGuard(Callback):
         self._log(module, grad_norm, skipped_now=None)
 
     def _can_defer(self, optimizer: Any, scaled: bool) -> bool:
-        fused = getattr(optimizer, "_step_supports_amp_scaling", False)
-        return fused and not scaled and self.spike_sigma is None
+        """Whether every group runs the fused kernel (the one that reads ``found_inf``), with no spike rule and no
+        fp16 scaler (which owns found_inf)."""
+        fused = getattr(optimizer, "_step_supports_amp_scaling", False) and all(
+            group.get("fused") for group in optimizer.param_groups
+        )
+        return bool(fused) and not scaled and self.spike_sigma is None
 
     def _check_now(self, trainer: Any, module: Any, optimizer: Any, names: list[str], values: Tensor,
                    grad_norm: Tensor, scaled: bool) -> None:  # fmt: skip
@@ -100,25 +108,21 @@ class DivergenceGuard(Callback):
                 self._skips_on_device = torch.tensor(float(self.skipped), device=grad_norm.device)
             self._skips_on_device = self._skips_on_device + skipped_now.float()
             module.step_grad_norm = grad_norm
+        if not logging_step(module.trainer):  # self.log costs ~0.3 ms a value: only when the loggers write it
+            return
         skipped = self._skips_on_device if skipped_now is not None else float(self.skipped)
         module.log("train/grad_norm", grad_norm, on_step=True, batch_size=1)
         module.log("train/skipped_steps", skipped, on_step=True, batch_size=1)  # cumulative
 
-    def settle(self, *, keep_last: bool = False) -> None:
-        """Read the verdicts of the deferred steps (all, or all but the newest) and act on them: stop at a non-finite
-        step (its update was already skipped on the device), or count it as skipped."""
-        ready, self.pending = (self.pending[:-1], self.pending[-1:]) if keep_last else (self.pending, [])
-        if not ready:
-            return
-        verdicts = torch.stack([ok for *_, ok in ready]).tolist()  # one read for them all
-        for (step, names, values, grad_norm, _), ok in zip(ready, verdicts, strict=True):
-            if not ok:
+    def settle(self, *, wait: bool = True) -> None:
+        """Act on the verdicts of the deferred steps, in order: every one (``wait``: waiting for those still on their
+        way), or those already on the host. A non-finite step stops the run (its update was skipped on the device)
+        or counts as skipped."""
+        while self.pending and (wait or self.pending[0][-1].ready()):
+            step, names, values, grad_norm, verdict = self.pending.pop(0)
+            if not bool(verdict.value()):
                 self.pending = []
                 self._refuse(self._module, None, _what(step, names, values, grad_norm), stoppable=True)
-
-    def on_train_batch_end(self, trainer: pl.Trainer, module: pl.LightningModule, *args: Any) -> None:
-        if len(self.pending) > 1:  # more than one step behind (accumulation, a slow device): catch up
-            self.settle(keep_last=True)
 
     def on_train_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         self.settle()  # before the final validation and the export
@@ -134,8 +138,8 @@ class DivergenceGuard(Callback):
         ``optimizer`` None: the update was already skipped on the device (the deferred way)."""
         if self.on_nonfinite == "stop" and stoppable:
             raise DivergenceError(
-                f"{reason}. Training stopped before this update: the checkpoints so far hold finite weights "
-                f"and no export was written. Lower optimizer.lr, or set callbacks.divergence.on_nonfinite=skip"
+                f"{reason}. Training stopped: that update was not applied, the checkpoints so far hold finite "
+                f"weights and no export was written. Lower optimizer.lr, or set callbacks.divergence.on_nonfinite=skip"
             )
         self.skipped += 1
         if optimizer is not None:
@@ -170,6 +174,9 @@ def _what(step: int, names: list[str], values: Tensor, grad_norm: Tensor) -> str
     else:
         what = f"gradient norm ({grad_norm.item()}) with a finite loss"
     return f"step {step}: non-finite {what}"
+
+
+MAX_PENDING = 8  # deferred verdicts kept unread at most: a device that far behind is waited for
 
 
 def _mean_std(values: deque[float]) -> tuple[float, float]:

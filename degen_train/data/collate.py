@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
+
+from degen_train.rng import seed_states, uniforms_at
 
 
 def labelled_index(labels: Tensor) -> Tensor:
@@ -21,36 +24,49 @@ def labelled_index(labels: Tensor) -> Tensor:
 
 
 def pad_to(rows: list[list[int]], value: int, multiple: int = 8) -> Tensor:
-    """Stack rows right-padded with ``value`` to the longest row, rounded up to ``multiple``."""
-    longest = max(len(r) for r in rows)
+    """Stack rows right-padded with ``value`` to the longest row, rounded up to ``multiple`` (one numpy array)."""
+    lengths = [len(r) for r in rows]
+    longest = max(lengths)
     length = -(-longest // multiple) * multiple
-    out = torch.full((len(rows), length), value, dtype=torch.long)
+    if length == longest and min(lengths) == longest:  # packed blocks: every row full
+        return torch.from_numpy(np.asarray(rows, dtype=np.int64))
+    out = np.full((len(rows), length), value, dtype=np.int64)
     for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return out
+        out[i, : lengths[i]] = row
+    return torch.from_numpy(out)
+
+
+def row_mask(rows: list[dict[str, Any]], length: int) -> Tensor:
+    """(B, T) 1 over each row's own tokens, 0 over its padding."""
+    lengths = torch.tensor([len(r["input_ids"]) for r in rows])  # (B,)
+    return (torch.arange(length)[None, :] < lengths[:, None]).long()
 
 
 def mask_tokens(
     ids: Tensor,
     maskable: Tensor,
     *,
-    generator: torch.Generator,
+    seeds: Tensor,
     probability: float,
     mask_id: int,
     replacement_ids: Tensor,
     mask_fraction: float = 0.8,
     random_fraction: float = 0.1,
 ) -> tuple[Tensor, Tensor]:
-    """BERT masking of one sequence: each maskable token is selected with ``probability``; of those
-    80% become [MASK], 10% a random token, 10% stay (Devlin et al. 2019). Returns (inputs, labels)."""
-    selected = (torch.rand(ids.shape, generator=generator) < probability) & maskable
-    action = torch.rand(ids.shape, generator=generator)
-    picks = torch.randint(len(replacement_ids), ids.shape, generator=generator)
-    inputs = ids.clone()
+    """BERT masking of a batch (B, T): each maskable token is selected with ``probability``; of those 80% become
+    [MASK], 10% a random token, 10% stay (Devlin et al. 2019). Returns (inputs, labels).
+
+    Position t of row b draws its three uniforms counter_uniforms(seeds[b], 3t + k), k = 0, 1, 2: a token's fate
+    depends on its example's seed and its position only, not on the batch, its padding or the process count."""
+    positions = torch.arange(ids.shape[1], dtype=torch.int64)[None, :] * 3  # (1, T)
+    states = seed_states(seeds)[:, None]  # (B, 1): the seed's round, once per row
+    select, action, pick = (uniforms_at(states, positions + k) for k in range(3))  # (B, T) each
+    selected = (select < probability) & maskable
+    picks = (pick * len(replacement_ids)).long().clamp_max(len(replacement_ids) - 1)
     to_mask = selected & (action < mask_fraction)
     to_random = selected & (action >= mask_fraction) & (action < mask_fraction + random_fraction)
-    inputs[to_mask] = mask_id
-    inputs[to_random] = replacement_ids[picks[to_random]]
+    inputs = torch.where(to_mask, torch.full_like(ids, mask_id), ids)
+    inputs = torch.where(to_random, replacement_ids[picks], inputs)
     labels = torch.where(selected, ids, torch.full_like(ids, -100))
     return inputs, labels
 
@@ -76,24 +92,19 @@ class MaskedLMCollator:
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Tensor]:
         ids = pad_to([r["input_ids"] for r in rows], self.pad_id)  # (B, T)
-        attention_mask = pad_to([[1] * len(r["input_ids"]) for r in rows], 0)
+        attention_mask = row_mask(rows, ids.shape[1])  # (B, T)
         maskable = ~torch.isin(ids, self._special) & attention_mask.bool()
-        inputs, labels = ids.clone(), torch.full_like(ids, -100)
-        for i, row in enumerate(rows):
-            # Drawn over the row's own length: a row's mask must not depend on how long its batch's longest row
-            # is (1 process holding the global batch pads differently from each of 2 processes).
-            length = len(row["input_ids"])
-            generator = torch.Generator().manual_seed(row["sample_seed"])
-            inputs[i, :length], labels[i, :length] = mask_tokens(
-                ids[i, :length],
-                maskable[i, :length],
-                generator=generator,
-                probability=self.probability,
-                mask_id=self.mask_id,
-                replacement_ids=self.replacement_ids,
-                mask_fraction=self.mask_fraction,
-                random_fraction=self.random_fraction,
-            )
+        seeds = torch.tensor([r["sample_seed"] for r in rows], dtype=torch.long)  # (B,)
+        inputs, labels = mask_tokens(
+            ids,
+            maskable,
+            seeds=seeds,
+            probability=self.probability,
+            mask_id=self.mask_id,
+            replacement_ids=self.replacement_ids,
+            mask_fraction=self.mask_fraction,
+            random_fraction=self.random_fraction,
+        )
         batch = {
             "input_ids": inputs,
             "original_ids": ids,
@@ -101,7 +112,7 @@ class MaskedLMCollator:
             "labels": labels,
             "labelled_index": labelled_index(labels),
             "padded": not bool(attention_mask.all()),
-            "sample_seed": torch.tensor([r["sample_seed"] for r in rows], dtype=torch.long),
+            "sample_seed": seeds,
         }
         if "token_type_ids" in rows[0]:
             batch["token_type_ids"] = pad_to([r["token_type_ids"] for r in rows], 0)
@@ -118,7 +129,7 @@ class CausalLMCollator:
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Tensor]:
         ids = pad_to([r["input_ids"] for r in rows], self.pad_id)  # (B, T)
-        attention_mask = pad_to([[1] * len(r["input_ids"]) for r in rows], 0)
+        attention_mask = row_mask(rows, ids.shape[1])  # (B, T)
         labels = torch.full_like(ids, -100)
         labels[:, :-1] = torch.where(attention_mask[:, 1:].bool(), ids[:, 1:], labels[:, 1:])
         return {

@@ -153,6 +153,12 @@ class SourcedExamples(PositionedExamples):
     def __getitem__(self, key: tuple[int, int]) -> dict[str, Any]:
         return {**super().__getitem__(key), "source": source_of(key[1], self.starts)}
 
+    def __getitems__(self, keys: list[tuple[int, int]]) -> list[dict[str, Any]]:
+        rows = super().__getitems__(keys)
+        for row, (_, index) in zip(rows, keys, strict=True):
+            row["source"] = source_of(index, self.starts)
+        return rows
+
 
 def with_sources(collate: Any) -> Any:
     """The collator, with the rows' sources as a ``source`` tensor beside the batch."""

@@ -104,3 +104,66 @@ def test_non_finite_weights_are_never_exported(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"refusing to export non-finite weights .*word_embeddings\.weight"):
         export_pretrained(model, None, tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
+
+
+# The deferred way (fused AdamW: the default on a GPU; optimizer.fused=true here): the verdict is computed on the
+# device, the update skipped there through the optimizer's found_inf, and read by the host later. The outcome
+# must be the same as the immediate check's.
+DEFERRED = ["optimizer.fused=true"]
+
+
+def only_deferred(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail if the guard falls back to reading its verdict in the step."""
+    from degen_train.callbacks.divergence import DivergenceGuard
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the guard read its verdict in the step: the deferred way was expected")
+
+    monkeypatch.setattr(DivergenceGuard, "_check_now", refuse)
+
+
+def test_deferred_stop_names_the_step_and_saves_nothing_after_it(
+    tmp_path: Path, drill: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    only_deferred(monkeypatch)
+    poison(monkeypatch, {3})
+    with pytest.raises(DivergenceError, match=r"step 3: non-finite loss in term\(s\) mlm\. Training stopped"):
+        run(tmp_path, *drill, *EVERY_STEP, *DEFERRED)
+    assert not (tmp_path / "hf").exists() and not (tmp_path / "summary.json").exists()
+    saved = sorted((tmp_path / "checkpoints").glob("step=*.ckpt"))
+    assert [p.name for p in saved] == [f"step={s:08d}.ckpt" for s in (1, 2, 3)]  # step 4's was held, then refused
+    for path in saved:
+        assert all(t.isfinite().all() for t in checkpoint_weights(path).values() if t.is_floating_point())
+
+
+def test_deferred_skip_leaves_weights_and_optimizer_state_untouched(
+    tmp_path: Path, drill: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    only_deferred(monkeypatch)
+    poison(monkeypatch, {3})
+    summary = run(tmp_path, *drill, *EVERY_STEP, *DEFERRED, "callbacks.divergence.on_nonfinite=skip")
+    assert summary["final_step"] == 8 and (tmp_path / "hf").exists()
+    before = torch.load(tmp_path / "checkpoints" / "step=00000003.ckpt", weights_only=True)
+    after = torch.load(tmp_path / "checkpoints" / "step=00000004.ckpt", weights_only=True)
+    assert all(torch.equal(before["state_dict"][k], after["state_dict"][k]) for k in before["state_dict"])
+    states = before["optimizer_states"][0]["state"], after["optimizer_states"][0]["state"]
+    assert all(torch.equal(states[0][i]["exp_avg"], states[1][i]["exp_avg"]) for i in states[0])
+    assert all(torch.equal(states[0][i]["step"], states[1][i]["step"]) for i in states[0])  # not counted either
+    assert logged(tmp_path, "train/skipped_steps") == {s: float(s >= 3) for s in range(8)}  # counted on the device
+
+
+def test_deferred_skip_stops_after_max_skips(tmp_path: Path, drill: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    only_deferred(monkeypatch)
+    poison(monkeypatch, {2, 3, 4, 5})
+    with pytest.raises(DivergenceError, match=r"step 4: .*3 updates skipped, more than callbacks.divergence.max_skips"):
+        run(tmp_path, *drill, *DEFERRED, "callbacks.divergence.on_nonfinite=skip", "callbacks.divergence.max_skips=2")
+
+
+def test_the_deferred_and_the_immediate_check_train_alike(tmp_path: Path, drill: list[str]) -> None:
+    """With nothing to refuse, the deferred way changes nothing: the same weights as a run checked in the step
+    (both with fused AdamW; the immediate check forced by the spike rule's presence, which needs the loss)."""
+    run(tmp_path / "deferred", *drill, *DEFERRED)
+    run(tmp_path / "immediate", *drill, *DEFERRED, "callbacks.divergence.spike_sigma=1000")
+    a = checkpoint_weights(tmp_path / "deferred" / "checkpoints" / "last.ckpt")
+    b = checkpoint_weights(tmp_path / "immediate" / "checkpoints" / "last.ckpt")
+    assert all(torch.equal(a[k], b[k]) for k in a)

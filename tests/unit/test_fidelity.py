@@ -26,11 +26,11 @@ from tests.helpers import masked_batch
 def masking_shares(recipe: str) -> tuple[float, float, float]:
     """([MASK], random, kept) shares of the selected positions under a recipe's masking settings."""
     cfg = load_config([f"recipe={recipe}"] + (["teacher=x"] if recipe == "tacl" else []))
-    ids = torch.randint(10, 1000, (40_000,))
+    ids = torch.randint(10, 1000, (40, 1_000))
     inputs, labels = mask_tokens(
         ids,
         torch.ones_like(ids, dtype=torch.bool),
-        generator=torch.Generator().manual_seed(0),
+        seeds=torch.arange(40),
         probability=float(cfg.masking.probability),
         mask_id=4,
         replacement_ids=torch.arange(10, 1000),

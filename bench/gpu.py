@@ -1,0 +1,341 @@
+"""make bench-gpu: degen-train on one GPU beside a careful hand-written loop, in one process, one sitting.
+
+Parts (``python bench/run.py gpu [PART ...]``, each well under ten minutes on an H100):
+  throughput   BERT-base MLM 128×128 and GPT-2 small MLE 16×1024: the hand loop eager and compiled, degen-train
+               eager and with model.compile=true (tokens/s of the steady steps, MFU)
+  levers       what each GPU lever gives on BERT-base: loader workers 0 vs auto, the divergence check on the host
+               (optimizer.fused=false) vs deferred, checkpoints in the step vs on a writer thread
+  terms        each term's cost next to plain MLM / MLE: CosReg, SimCTG, TaCL, COCO-LM, SimCSE
+  end_to_end   a default-shaped run (periodic checkpoints, monitors, final validation) against its steady rate
+  exactness    trainer.deterministic=true: repeats and a 20 + 20 resume compared bit for bit, and its cost; the same
+               comparisons in the default mode
+  fsdp         model=small on one device against strategy=fsdp on the same card
+
+Results: bench/results/gpu.json and bench/results/gpu.md (the table the README shows between its gpu-table
+markers, rewritten by this command). Without a CUDA device it says so in one line and exits 2.
+DEGEN_BENCH_GPU_ON_CPU=1 runs every part on the CPU at toy sizes (tests/test_bench_gpu.py): the code, not numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.common import RESULTS, corpus_overrides
+from degen_train.checkpoints import load_checkpoint_file
+from degen_train.config import load_config
+from degen_train.pretrain import train
+
+ON_CPU = os.environ.get("DEGEN_BENCH_GPU_ON_CPU") == "1"  # a dry run of the code paths, at toy sizes
+README = Path(__file__).resolve().parents[1] / "README.md"
+TABLE_START, TABLE_END = "<!-- gpu-table:start -->", "<!-- gpu-table:end -->"
+H100_BF16_PEAK = 989e12  # dense bf16 FLOP/s of an H100 SXM: the hand loop's MFU denominator, as the runs' own
+
+
+def sizes() -> dict[str, Any]:
+    """The measured shapes, or toy ones for the CPU dry run."""
+    if ON_CPU:
+        return {"bert": ("tiny", 8, 32), "gpt2": ("gpt2_tiny", 4, 64), "steps": 6, "small": "tiny", "long": 8}
+    return {"bert": ("base", 128, 128), "gpt2": ("gpt2_small", 16, 1024), "steps": 60, "small": "small", "long": 300}
+
+
+# --- the reference: the loop a careful user writes by hand ------------------------------------------------------
+
+
+def hand_loop(kind: str, batch: int, length: int, *, compiled: bool, steps: int) -> dict[str, float]:
+    """An HF model from its config, bf16 autocast, fused AdamW, SDPA, clipping, random tokens: tokens/s and MFU."""
+    from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    device = torch.device("cpu" if ON_CPU else "cuda")
+    width, depth = (64, 2) if ON_CPU else (768, 12)
+    if kind == "bert":
+        config = BertConfig(vocab_size=30522, hidden_size=width, num_hidden_layers=depth,
+                            num_attention_heads=width // 64, intermediate_size=4 * width,
+                            attn_implementation="sdpa")  # fmt: skip
+        model = BertForMaskedLM(config)
+    else:
+        config = GPT2Config(vocab_size=50257, n_positions=max(1024, length), n_embd=width, n_layer=depth,
+                            n_head=width // 64, attn_implementation="sdpa")  # fmt: skip
+        model = GPT2LMHeadModel(config)
+    model.to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
+    forward = torch.compile(model) if compiled else model
+    parameters = sum(p.numel() for p in model.parameters())
+
+    def one_step() -> None:
+        ids = torch.randint(5, config.vocab_size, (batch, length), device=device)
+        labels = ids.clone()
+        if kind == "bert":
+            chosen = torch.rand(batch, length, device=device) < 0.15
+            labels = torch.where(chosen, ids, -100)
+            ids = ids.masked_fill(chosen, 4)
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = forward(input_ids=ids, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    seconds = _timed(one_step, steps=steps, warmup=10 if not ON_CPU else 1, device=device)
+    rate = batch * length * steps / seconds
+    flops_per_token = 6 * parameters + 12 * depth * width * length
+    return {"tokens_per_s": rate, "mfu": rate * flops_per_token / H100_BF16_PEAK}
+
+
+def _timed(step: Callable[[], None], *, steps: int, warmup: int, device: torch.device) -> float:
+    for _ in range(warmup):
+        step()
+    _synchronize(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    _synchronize(device)
+    return time.perf_counter() - start
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+# --- degen-train runs ---------------------------------------------------------------------------------------------
+
+
+def ours(run_dir: Path, *overrides: str) -> dict[str, Any]:
+    """One degen-train run in this process (data cached first, so its preparation is not timed): the summary's
+    steady tokens/s and MFU, the wall time of the whole run, and the tokens it trained."""
+    common = [*corpus_overrides(), "trainer=cpu" if ON_CPU else "trainer=gpu", "export_hf=false",
+              "trainer.enable_progress_bar=false", "logger=csv"]  # fmt: skip
+    train(load_config([*common, *overrides, "prepare_only=true"], run_dir=run_dir / "prepare"))
+    cfg = load_config([*common, *overrides], run_dir=run_dir)
+    start = time.perf_counter()
+    summary = train(cfg)
+    wall = time.perf_counter() - start
+    tokens = summary["final_step"] * int(cfg.data.batch_size) * int(cfg.data.block_size)
+    return {"tokens_per_s": summary["tokens_per_s"], "mfu": summary["mfu"], "wall_s": wall,
+            "end_to_end_tokens_per_s": tokens / wall, "total_flops_over_model_flops":
+            summary["total_flops_over_model_flops"]}  # fmt: skip
+
+
+def steady(model: str, batch: int, length: int, steps: int) -> list[str]:
+    """Overrides of a steady-rate run: no periodic checkpoint, monitor or validation inside the timed steps."""
+    return [f"model={model}", f"data.batch_size={batch}", f"data.block_size={length}", f"model.max_position={length}",
+            f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}", "trainer.limit_val_batches=1",
+            "final_validation=false", f"callbacks.checkpoint.every_n_train_steps={steps}",
+            f"callbacks.isotropy.every_n_steps={steps}", "scheduler.warmup_steps=1"]  # fmt: skip
+
+
+def throughput(scratch: Path) -> dict[str, Any]:
+    shape = sizes()
+    out: dict[str, Any] = {}
+    for kind, recipe in (("bert", "bert_mlm"), ("gpt2", "gpt2_mle")):
+        model, batch, length = shape[kind]
+        base = [f"recipe={recipe}", *steady(model, batch, length, shape["steps"])]
+        out[kind] = {
+            "hand_eager": hand_loop(kind, batch, length, compiled=False, steps=shape["steps"]),
+            "hand_compiled": hand_loop(kind, batch, length, compiled=True, steps=shape["steps"]),
+            "ours_eager": ours(scratch / f"{kind}_eager", *base),
+            "ours_compiled": ours(scratch / f"{kind}_compiled", *base, "model.compile=true"),
+        }
+    return out
+
+
+def levers(scratch: Path) -> dict[str, Any]:
+    """Each lever of the issue alone, on BERT-base MLM, against the defaults (all levers on)."""
+    model, batch, length = sizes()["bert"]
+    steps = sizes()["steps"]
+    base = ["recipe=bert_mlm", *steady(model, batch, length, steps), f"callbacks.checkpoint.every_n_train_steps="
+            f"{max(steps // 3, 1)}"]  # fmt: skip
+    variants = {
+        "defaults": [],
+        "workers_0": ["data.num_workers=0"],
+        "divergence_check_on_host": ["optimizer.fused=false"],
+        "checkpoints_in_step": ["callbacks.checkpoint.background=false"],
+    }
+    return {name: ours(scratch / f"lever_{name}", *base, *extra) for name, extra in variants.items()}
+
+
+def terms(scratch: Path) -> dict[str, Any]:
+    """Each term's tokens/s against its plain objective, beside the FLOPs it adds (total / model FLOPs)."""
+    model, batch, length = sizes()["bert"]
+    decoder, dbatch, dlength = sizes()["gpt2"]
+    steps = sizes()["steps"]
+    encoder_base = steady(model, batch, length, steps)
+    decoder_base = steady(decoder, dbatch, dlength, steps)
+    teacher = scratch / "teacher"
+    train(load_config([*corpus_overrides(), "recipe=bert_mlm_nsp", f"model={model}", "trainer.max_steps=2",
+                       "trainer=cpu" if ON_CPU else "trainer=gpu", f"data.block_size={length}",
+                       f"model.max_position={length}"], run_dir=teacher))  # fmt: skip
+    runs = {
+        "mlm": ["recipe=bert_mlm", *encoder_base],
+        "cosreg": ["recipe=bert_mlm", "regularizer=cosreg", *encoder_base],
+        "tacl": ["recipe=tacl", f"teacher={teacher}", *encoder_base],
+        "coco_lm": ["recipe=coco_lm", *encoder_base],
+        "simcse": ["recipe=simcse", f"start={teacher}", *encoder_base],
+        "mle": ["recipe=gpt2_mle", *decoder_base],
+        "simctg": ["recipe=simctg", *decoder_base],
+    }
+    out = {name: ours(scratch / f"term_{name}", *extra) for name, extra in runs.items()}
+    for name, result in out.items():
+        plain = out["mle" if name in ("mle", "simctg") else "mlm"]
+        result["time_vs_plain"] = plain["tokens_per_s"] / result["tokens_per_s"]
+    return out
+
+
+def end_to_end(scratch: Path) -> dict[str, Any]:
+    """The defaults' periodic work (checkpoint and isotropy every 100 steps, validation, final validation)."""
+    model, batch, length = sizes()["bert"]
+    steps = sizes()["long"]
+    shape = [f"model={model}", f"data.batch_size={batch}", f"data.block_size={length}", f"model.max_position={length}"]
+    result = ours(scratch / "end_to_end", "recipe=bert_mlm", *shape, f"trainer.max_steps={steps}")
+    result["end_to_end_over_steady"] = result["end_to_end_tokens_per_s"] / result["tokens_per_s"]
+    return result
+
+
+def exactness(scratch: Path) -> dict[str, Any]:
+    """max |Δw| between repeats and between a 20 + 20 resume and a straight run, per mode; its cost in tokens/s."""
+    model, batch, length = sizes()["bert"]
+    out: dict[str, Any] = {}
+    for mode in ("default", "deterministic"):
+        base = ["recipe=bert_mlm", *steady(model, batch, length, 40), "callbacks.checkpoint.every_n_train_steps=20",
+                f"trainer.deterministic={'true' if mode == 'deterministic' else 'false'}"]  # fmt: skip
+        first = ours(scratch / f"{mode}_a", *base)
+        ours(scratch / f"{mode}_b", *base)
+        ours(scratch / f"{mode}_resumed", *base, "trainer.max_steps=20", "scheduler.total_steps=40")
+        ours(scratch / f"{mode}_resumed", *base, "ckpt_path=last")
+        out[mode] = {
+            "tokens_per_s": first["tokens_per_s"],
+            "repeat_max_abs_diff": _weight_difference(scratch / f"{mode}_a", scratch / f"{mode}_b"),
+            "resume_max_abs_diff": _weight_difference(scratch / f"{mode}_a", scratch / f"{mode}_resumed"),
+        }
+    out["deterministic_cost"] = out["default"]["tokens_per_s"] / out["deterministic"]["tokens_per_s"]
+    return out
+
+
+def _weight_difference(a: Path, b: Path) -> float:
+    first = load_checkpoint_file(a / "checkpoints" / "last.ckpt")["state_dict"]
+    second = load_checkpoint_file(b / "checkpoints" / "last.ckpt")["state_dict"]
+    return max(float((first[k].float() - second[k].float()).abs().max()) for k in first if first[k].is_floating_point())
+
+
+def fsdp(scratch: Path) -> dict[str, Any]:
+    model = sizes()["small"]
+    _, batch, length = sizes()["bert"]
+    base = ["recipe=bert_mlm", *steady(model, batch, length, sizes()["steps"])]
+    return {
+        "single_device": ours(scratch / "single", *base),
+        "fsdp2": ours(scratch / "fsdp2", *base, "strategy=fsdp"),
+        "fsdp2_bf16_params": ours(scratch / "fsdp2_bf16", *base, "strategy=fsdp", "strategy.mixed_precision=bf16"),
+    }
+
+
+PARTS: dict[str, Callable[[Path], dict[str, Any]]] = {
+    "throughput": throughput,
+    "levers": levers,
+    "terms": terms,
+    "end_to_end": end_to_end,
+    "exactness": exactness,
+    "fsdp": fsdp,
+}
+
+
+# --- results --------------------------------------------------------------------------------------------------
+
+
+def table(results: dict[str, Any]) -> str:
+    """The README's GPU table from whatever parts the results hold."""
+    lines = [f"Measured by `{results['command']}` on {results['card']} (torch {results['torch']}), "
+             f"{results['date']}. Ratios are within this one sitting.", ""]  # fmt: skip
+    if "throughput" in results:
+        lines += ["| workload | hand loop eager | hand loop compiled | degen-train | degen-train, model.compile | "
+                  "ours ÷ compiled hand loop |", "|---|---|---|---|---|---|"]  # fmt: skip
+        for kind, row in results["throughput"].items():
+            best = max(row["ours_eager"]["tokens_per_s"], row["ours_compiled"]["tokens_per_s"])
+            cells = [f"{row[k]['tokens_per_s'] / 1e3:,.0f}k" for k in ("hand_eager", "hand_compiled", "ours_eager",
+                                                                    "ours_compiled")]  # fmt: skip
+            lines.append(f"| {kind} | {' | '.join(cells)} | {best / row['hand_compiled']['tokens_per_s']:.2f}× |")
+        lines.append("")
+    if "levers" in results:
+        lines += ["| lever (BERT-base MLM) | tokens/s | vs defaults |", "|---|---|---|"]
+        defaults = results["levers"]["defaults"]["tokens_per_s"]
+        for name, row in results["levers"].items():
+            lines.append(f"| {name} | {row['tokens_per_s'] / 1e3:,.0f}k | {row['tokens_per_s'] / defaults:.2f}× |")
+        lines.append("")
+    if "terms" in results:
+        lines += ["| term | step time vs plain objective | total ÷ model FLOPs |", "|---|---|---|"]
+        for name, row in results["terms"].items():
+            lines.append(f"| {name} | {row['time_vs_plain']:.2f}× | {row['total_flops_over_model_flops']:.2f} |")
+        lines.append("")
+    if "end_to_end" in results:
+        row = results["end_to_end"]
+        lines.append(f"End to end (checkpoints, monitors, final validation): {row['end_to_end_over_steady']:.2f}× "
+                     f"the steady rate.")  # fmt: skip
+    if "exactness" in results:
+        row = results["exactness"]
+        lines.append(f"Default mode: repeats differ by {row['default']['repeat_max_abs_diff']:.1e}, a resume by "
+                     f"{row['default']['resume_max_abs_diff']:.1e}; trainer.deterministic=true: "
+                     f"{row['deterministic']['repeat_max_abs_diff']:.1e} and "
+                     f"{row['deterministic']['resume_max_abs_diff']:.1e}, at {1 / row['deterministic_cost']:.2f}× "
+                     f"the default's tokens/s.")  # fmt: skip
+    if "fsdp" in results:
+        row = results["fsdp"]
+        one = row["single_device"]["tokens_per_s"]
+        lines.append(f"FSDP2 on one card: {row['fsdp2']['tokens_per_s'] / one:.2f}× the single-device run "
+                     f"({row['fsdp2_bf16_params']['tokens_per_s'] / one:.2f}× with bf16 parameters).")  # fmt: skip
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_readme_table(text: str, readme: Path = README) -> bool:
+    """Replace what lies between the README's gpu-table markers; False when the README has none."""
+    content = readme.read_text()
+    if TABLE_START not in content or TABLE_END not in content:
+        return False
+    head, rest = content.split(TABLE_START, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    readme.write_text(f"{head}{TABLE_START}\n{text}{TABLE_END}{tail}")
+    return True
+
+
+def main(argv: list[str]) -> int:
+    if not torch.cuda.is_available() and not ON_CPU:
+        print("bench-gpu: no CUDA device on this machine; run it where one is (nothing was measured)")
+        return 2
+    wanted = argv or list(PARTS)
+    unknown = [p for p in wanted if p not in PARTS]
+    if unknown:
+        print(f"bench-gpu: unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")
+        return 2
+    folder = Path(os.environ.get("DEGEN_BENCH_RESULTS", RESULTS))  # a test's dry run writes into its own folder
+    path = folder / ("gpu_dry_run.json" if ON_CPU else "gpu.json")
+    results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    results |= {
+        "card": "CPU (dry run)" if ON_CPU else torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "command": "python bench/run.py gpu " + " ".join(wanted),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    with tempfile.TemporaryDirectory(prefix="bench_gpu_") as scratch:
+        for part in wanted:
+            print(f"bench-gpu: {part} ...", flush=True)
+            results[part] = PARTS[part](Path(scratch) / part)
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    text = table(results)
+    path.with_suffix(".md").write_text(text)
+    print(text)
+    if not ON_CPU and write_readme_table(text):
+        print(f"README.md's GPU table rewritten from {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

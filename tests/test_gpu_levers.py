@@ -1,0 +1,185 @@
+"""The GPU levers, checked on the CPU: the collator's labelled positions, loader workers, checkpoints written on a
+writer thread, deferred reads, the optimizer's kernel choice, deterministic mode's environment and bench-gpu's
+refusal without a GPU. Their speed is measured by `make bench-gpu`, never here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from degen_train.checkpoints import BackgroundCheckpointIO, verified_step
+from degen_train.data.datamodule import loader_workers
+from degen_train.device_reads import DeferredRead
+from degen_train.optim import kernel_choice
+from degen_train.terms import WeightedSum
+from tests.conftest import REPO
+from tests.helpers import checkpoint_weights, logged, masked_batch, run, tiny_backbone
+
+# Runs compared bit for bit take the same thread count, whatever an earlier test left exported (a reduction's
+# order, and so its last bits, depends on it).
+SAME_THREADS = ["threads=1"]
+
+
+def test_the_collators_labelled_positions_give_what_a_boolean_mask_gives() -> None:
+    """Backbone with the collator's labelled_index equals the boolean-mask selection it replaces, logits and
+    gradients alike."""
+    backbone = tiny_backbone()
+    batch = masked_batch()
+    index = (batch["labels"].reshape(-1) != -100).nonzero().squeeze(1)
+    with_index = backbone({**batch, "labelled_index": index}, requires=frozenset({"logits"}))
+    found = backbone(batch, requires=frozenset({"logits"}))
+    selected = batch["labels"] != -100
+    assert torch.equal(with_index.target_ids, batch["labels"][selected])
+    assert torch.equal(with_index.logits, found.logits)
+    assert torch.equal(with_index.labelled_hidden, backbone.vocab_parts()[0](found.hidden_states[selected]))
+
+
+def test_a_term_that_replaces_labels_without_their_positions_loses_the_stale_ones() -> None:
+    """WeightedSum drops a labelled_index that no longer matches the labels a term put in its place."""
+    from degen_train.terms import LossTerm
+    from degen_train.types import TermOutput
+
+    class Relabel(LossTerm):
+        def prepare_batch(self, batch: dict) -> dict:
+            labels = torch.full_like(batch["labels"], -100)
+            labels[0, 1] = 7
+            return {**batch, "labels": labels}
+
+        def forward(self, output) -> TermOutput:  # noqa: ANN001
+            return TermOutput(output.hidden_states.sum() * 0)
+
+    batch = masked_batch()
+    batch["labelled_index"] = (batch["labels"].reshape(-1) != -100).nonzero().squeeze(1)
+    prepared = WeightedSum({"relabel": Relabel()}, {"relabel": 1.0}).prepare_batch(batch)
+    assert "labelled_index" not in prepared
+    output = tiny_backbone()(prepared)
+    assert output.labelled_index.tolist() == [1] and output.target_ids.tolist() == [7]
+
+
+def test_loader_workers_auto() -> None:
+    assert loader_workers("auto", on_gpu=False) == 0  # a CPU run's cores train
+    assert loader_workers(3, on_gpu=False) == 3
+    cpus = len(os.sched_getaffinity(0))
+    assert loader_workers("auto", on_gpu=True) == max(0, min(4, cpus - 1))
+    assert loader_workers("auto", on_gpu=True, local_processes=cpus) == 0
+
+
+def test_a_worker_process_loads_the_same_batches(tmp_path: Path) -> None:
+    """Masking is a function of each example's seed and positions: a worker process collates what the training
+    process would, so the weights are equal."""
+    common = ["trainer.max_steps=3", "export_hf=false", "final_validation=false", *SAME_THREADS]
+    run(tmp_path / "in_process", *common, "data.num_workers=0")
+    run(tmp_path / "worker", *common, "data.num_workers=1")
+    a = checkpoint_weights(tmp_path / "in_process" / "checkpoints" / "last.ckpt")
+    b = checkpoint_weights(tmp_path / "worker" / "checkpoints" / "last.ckpt")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_checkpoints_on_a_writer_thread_are_whole_rotated_and_resume_exactly(tmp_path: Path) -> None:
+    common = ["trainer.max_steps=8", "callbacks.checkpoint.every_n_train_steps=2", "callbacks.checkpoint.save_top_k=2",
+              "export_hf=false", "trainer.val_check_interval=4", *SAME_THREADS]  # fmt: skip
+    run(tmp_path / "in_step", *common, "callbacks.checkpoint.background=false")
+    run(tmp_path / "thread", *common, "callbacks.checkpoint.background=true")
+    run(tmp_path / "resumed", *common, "callbacks.checkpoint.background=true", "trainer.max_steps=4",
+        "scheduler.total_steps=8")  # fmt: skip
+    run(tmp_path / "resumed", *common, "callbacks.checkpoint.background=true", "ckpt_path=last")
+    folder = tmp_path / "thread" / "checkpoints"
+    assert sorted(p.name for p in folder.glob("*.ckpt")) == ["last.ckpt", "step=00000006.ckpt", "step=00000008.ckpt"]
+    assert all(verified_step(p) is not None for p in folder.glob("*.ckpt"))
+    reference = checkpoint_weights(tmp_path / "in_step" / "checkpoints" / "last.ckpt")
+    for other in ("thread", "resumed"):
+        weights = checkpoint_weights(tmp_path / other / "checkpoints" / "last.ckpt")
+        assert all(torch.equal(reference[k], weights[k]) for k in reference), other
+    assert logged(tmp_path / "resumed", "train/loss") == logged(tmp_path / "in_step", "train/loss")
+
+
+def test_a_failed_background_write_is_raised_by_wait(tmp_path: Path) -> None:
+    io = BackgroundCheckpointIO()
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(NotADirectoryError):  # raised by wait(), or by the next save if the write failed already
+        io.save_checkpoint({"state_dict": {"w": torch.ones(2)}}, tmp_path / "a_file" / "x.ckpt")  # not a folder
+        io.wait()
+    io._error = None
+    io.save_checkpoint({"state_dict": {"w": torch.ones(2)}, "global_step": 3}, tmp_path / "x.ckpt")
+    io.wait()
+    assert (tmp_path / "x.ckpt").exists()
+    io.teardown()
+
+
+def test_a_deferred_read_on_the_cpu_is_ready_at_once() -> None:
+    value = torch.tensor([True, False])
+    read = DeferredRead(value)
+    assert read.ready() and read.value().tolist() == [True, False]
+
+
+def test_the_fused_kernel_is_the_default_on_a_gpu_and_for_sharded_parameters() -> None:
+    on = {name: SimpleNamespace(device=torch.device(name)) for name in ("cpu", "cuda")}
+    sharded = SimpleNamespace(device=torch.device("cpu"), full_tensor=lambda: None)
+    assert kernel_choice([on["cuda"], on["cuda"]], None) == (True, None)
+    assert kernel_choice([sharded], None) == (True, None)  # FSDP2: not one DTensor dispatch per parameter
+    assert kernel_choice([on["cpu"]], None) == (None, None)  # a CPU's plain tensors: torch's default
+    assert kernel_choice([on["cuda"]], False) == (False, None)  # optimizer.fused=false is obeyed
+
+
+def test_deterministic_mode_sets_the_cublas_workspace_before_the_first_matmul(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The precision check multiplies matrices on the run's device before the Trainer (which sets the variable too)
+    exists: cuBLAS reads CUBLAS_WORKSPACE_CONFIG when its handle is made, so it must be set before that check."""
+    import degen_train.pretrain as pretrain
+
+    seen: list[str | None] = []
+    original = pretrain.check_precision
+
+    def check(cfg: object) -> None:
+        seen.append(os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+        original(cfg)
+
+    monkeypatch.setattr(pretrain, "check_precision", check)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    run(tmp_path / "default", "trainer.max_steps=1", "export_hf=false")
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    run(tmp_path / "deterministic", "trainer.max_steps=1", "export_hf=false", "trainer.deterministic=true")
+    assert seen == [None, ":4096:8"]
+
+
+def test_bench_gpu_without_a_gpu_says_so_and_fails() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DEGEN_BENCH_GPU_ON_CPU"}
+    result = subprocess.run([sys.executable, "bench/run.py", "gpu"], cwd=REPO, capture_output=True, text=True, env=env,
+                            timeout=300)  # fmt: skip
+    assert result.returncode == 2
+    assert result.stdout.strip().splitlines() == [
+        "bench-gpu: no CUDA device on this machine; run it where one is (nothing was measured)"
+    ]
+
+
+def test_bench_gpu_table_and_readme_markers(tmp_path: Path) -> None:
+    from bench.gpu import TABLE_END, TABLE_START, table, write_readme_table
+
+    row = {"tokens_per_s": 2e5, "mfu": 0.1, "total_flops_over_model_flops": 1.0, "time_vs_plain": 1.02,
+           "end_to_end_tokens_per_s": 1.9e5, "end_to_end_over_steady": 0.95}  # fmt: skip
+    results = {"card": "NVIDIA H100 80GB HBM3", "torch": "2.11", "command": "python bench/run.py gpu", "date": "x",
+               "throughput": {"bert": {k: row for k in ("hand_eager", "hand_compiled", "ours_eager", "ours_compiled")}},
+               "end_to_end": row}  # fmt: skip
+    text = table(results)
+    assert "NVIDIA H100 80GB HBM3" in text and "| bert | 200k | 200k | 200k | 200k | 1.00× |" in text
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{TABLE_START}\nold\n{TABLE_END}\nrest\n")
+    assert write_readme_table(text, readme)
+    assert readme.read_text() == f"intro\n{TABLE_START}\n{text}{TABLE_END}\nrest\n"
+
+
+def test_bench_gpu_runs_its_code_on_the_cpu(tmp_path: Path) -> None:
+    """The GPU bench's own code, at toy sizes on the CPU (DEGEN_BENCH_GPU_ON_CPU=1): one part, its table."""
+    env = {**os.environ, "DEGEN_BENCH_GPU_ON_CPU": "1", "DEGEN_BENCH_RESULTS": str(tmp_path)}
+    result = subprocess.run([sys.executable, "bench/run.py", "gpu", "end_to_end"], cwd=REPO, capture_output=True,
+                            text=True, env=env, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (tmp_path / "gpu_dry_run.md").read_text()
+    assert "on CPU (dry run)" in table and "End to end (checkpoints, monitors, final validation):" in table
