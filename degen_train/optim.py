@@ -59,7 +59,7 @@ def kernel_choice(params: list[torch.Tensor], fused: bool | None) -> tuple[bool 
     """(fused, foreach) for AdamW. optimizer.fused=null: the fused kernel when every parameter is on a GPU (one
     launch per step, and it can skip a non-finite update on the device: the divergence guard's deferred check) or
     is one of FSDP2's DTensors (torch's default updates those one parameter at a time, a dozen DTensor dispatches
-    each: the likely reason FSDP2 ran at 0.5% MFU on one H100; on this CPU, model=small at batch 2 × 16, 1.41× the
+    each: the likely reason FSDP2 ran at 0.5% MFU on one H100; on this CPU, model=small at batch 2 × 16, 1.6× the
     single-device step against 1.17× fused); else torch's default (a CPU's plain tensors)."""
     if fused is not None or not params:
         return fused, None
