@@ -32,6 +32,7 @@ from degen_train.metrics.isotropy import (
     top_k_variance_share,
 )
 from degen_train.metrics.transforms import clip_outliers, fit_whitening
+from degen_train.paths import writable_folder
 from degen_train.resume import has_no_effect_on_result
 
 log = logging.getLogger("degen_train.analyze")
@@ -141,8 +142,7 @@ def analyze(
     timings: dict[str, float] = {}  # seconds per phase, in metrics.json (make bench reads them)
     with timed(timings, "load"):
         encoder = load_encoder(path, batch_size=batch_size, max_length=128)
-        out_dir = Path(out) if out else path / "analysis"
-        out_dir.mkdir(parents=True, exist_ok=True)
+        out_dir = writable_folder(Path(out) if out else path / "analysis", "--out")
         sentences = corpus_sentences(path, corpus, max_sentences, trust_config=trust_config)
     with timed(timings, "encode"):
         per_layer, ids = token_vectors_by_layer(encoder, sentences)

@@ -207,9 +207,15 @@ def newest_checkpoint(folder: Path) -> tuple[Path | None, list[str]]:
     ordered = sorted(files, key=lambda p: (_or(recorded_step(p), -1), p.name == "last.ckpt"), reverse=True)
     notes: list[str] = []
     for path in ordered:
-        if verified_step(path) is not None:
+        claimed = verified_step(path)
+        if claimed is None:
+            notes.append(f"{path.name}: no sidecar, or its size or hash disagrees")
+            continue
+        held = _held_step(path)
+        if held == claimed:
             return path, notes
-        notes.append(f"{path.name}: no sidecar, or its size or hash disagrees")
+        notes.append(f"{path.name}: its sidecar claims step {claimed}, the file holds step {held} (an edited or stale "
+                     f"sidecar): passed over")  # fmt: skip
     for path in sorted(files, key=lambda p: p.stat().st_mtime, reverse=True):
         try:
             load_checkpoint_file(path)
@@ -218,6 +224,14 @@ def newest_checkpoint(folder: Path) -> tuple[Path | None, list[str]]:
             continue
         return path, notes
     return None, notes
+
+
+def _held_step(path: Path) -> int | None:
+    """The step a checkpoint itself holds (its header's global_step), None when it cannot be read."""
+    try:
+        return int(checkpoint_header(path).get("global_step", -1))
+    except (CheckpointError, OSError, ValueError, TypeError):
+        return None
 
 
 def refuse_lightning_hpc_checkpoints(run_dir: Path) -> None:

@@ -26,16 +26,29 @@ class JsonLineError(ValueError):
         self.path, self.line, self.reason = path, line, reason
 
 
+def utf8_text(path: Path, *, what: str = "file") -> str:
+    """A text file's content, decoded as UTF-8 (a byte-order mark dropped); a byte sequence that is not UTF-8 is a
+    ValueError naming the file, the line and the bytes."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise ValueError(
+            f"{path}, line {line}: bytes {data[error.start:error.end]!r} are not UTF-8 (a {what} must be UTF-8 text: "
+            f"re-save it as UTF-8)"
+        ) from None
+
+
 def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
     """(line number, value) of each non-blank line of a JSON-lines file; JsonLineError at the first bad line."""
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                yield number, json.loads(line)
-            except ValueError as error:
-                raise JsonLineError(path, number, str(error)) from None
+    for number, line in enumerate(utf8_text(path, what="JSON-lines file").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except ValueError as error:
+            raise JsonLineError(path, number, str(error)) from None
 
 
 class DiskFull(OSError):
@@ -241,6 +254,8 @@ class RunLogFileHandler(logging.FileHandler):
 
     def __init__(self, filename: str, *args: Any, **kwargs: Any) -> None:
         try:
+            if os.path.islink(filename):  # never append through a link (the run refuses the folder, naming it)
+                raise OSError(f"{filename} is a symbolic link")
             super().__init__(filename, *args, **kwargs)
         except OSError:
             logging.Handler.__init__(self)

@@ -201,6 +201,8 @@ class PretrainModule(pl.LightningModule):
                 logger.prepare_resume(self.global_step, last_train_row=self.last_train_metrics)
         for optimizer in self.trainer.optimizers:  # a resumed optimizer state brought its groups' kernel along
             keep_kernel(getattr(optimizer, "optimizer", optimizer))
+        for config in self.trainer.lr_scheduler_configs:
+            rate_of_this_schedule(config.scheduler)
 
     def take_step_losses(self) -> tuple[list[str], Tensor]:
         """The losses ("loss" first, then each term's) of the micro-batches since the last update: (M, L)."""
@@ -261,3 +263,16 @@ def stack_logged(logged: dict[str, Tensor]) -> Tensor:
     """The step's logged values as one float32 vector (one collective, one transfer): every value must be on the
     loss's device, so a term makes its metrics from its inputs (tests/test_step_check.py)."""
     return torch.stack([value.float() for value in logged.values()])
+
+
+def rate_of_this_schedule(scheduler: Any) -> None:
+    """Set the learning rate the first update uses from this run's schedule at the restored step. A restored
+    optimizer keeps the rate its checkpoint's last scheduler step set: a branch with a longer schedule would take
+    its first update at the parent's final rate (0 after a full decay). A plain resume gets the same value back."""
+    if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+        return
+    rates = [base * rule(scheduler.last_epoch) for base, rule in zip(scheduler.base_lrs, scheduler.lr_lambdas,
+                                                                     strict=True)]  # fmt: skip
+    for group, rate in zip(scheduler.optimizer.param_groups, rates, strict=True):
+        group["lr"] = rate
+    scheduler._last_lr = rates

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -109,6 +110,11 @@ def wsd_decay_steps(total_steps: int, warmup_steps: int, decay_steps: int | None
     """The decay's length: ``decay_steps`` when given, else ``decay_fraction`` of the run; refused when it does not
     fit after the warm-up."""
     steps = decay_steps if decay_steps is not None else round(decay_fraction * total_steps)
+    if total_steps - warmup_steps < 1:
+        raise ValueError(
+            f"scheduler.warmup_steps={warmup_steps} leaves no step of total_steps={total_steps} for the stable phase "
+            f"and the decay: lower scheduler.warmup_steps below {total_steps}, or raise trainer.max_steps"
+        )
     if not 0 < steps <= total_steps - warmup_steps:
         given = (
             f"scheduler.decay_steps={steps}"
@@ -153,3 +159,28 @@ def build_scheduler(
         )
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def steps_past_the_schedule(scheduler: Any, max_steps: int) -> str | None:
+    """Why steps beyond scheduler.total_steps would not train (the rate has decayed to 0 there), or None."""
+    if "schedule" not in scheduler or scheduler.get("total_steps") is None:  # another scheduler than the house's
+        return None
+    total = int(scheduler.total_steps)
+    if max_steps <= total or scheduler.schedule == "constant":
+        return None
+    decay = 0
+    if scheduler.schedule == "wsd":
+        decay = wsd_decay_steps(total, int(scheduler.warmup_steps), scheduler.get("decay_steps"),
+                                float(scheduler.get("decay_fraction", 0.2)))  # fmt: skip
+    factor = lr_factor(total, warmup_steps=int(scheduler.warmup_steps), total_steps=total, schedule=scheduler.schedule,
+                       min_ratio=float(scheduler.min_ratio), decay_steps=decay,
+                       decay_shape=str(scheduler.get("decay_shape", "linear")))  # fmt: skip
+    if factor > 0:
+        return None
+    return (
+        f"trainer.max_steps={max_steps} runs past scheduler.total_steps={total}, where the learning rate has decayed "
+        f"to 0: steps {total}..{max_steps} would change nothing. To train a finished run longer, branch from it with "
+        f"a longer schedule (branch_from=RUN@{total} trainer.max_steps={max_steps} scheduler.total_steps={max_steps} "
+        f"hydra.run.dir=NEW, README: Branching); for a new run, leave scheduler.total_steps unset (it follows "
+        f"trainer.max_steps)"
+    )

@@ -55,3 +55,19 @@ def refuse_unknown_term_options(overrides: Sequence[str]) -> None:
         options = term_options(registry[key]) if key in registry else None
         if options is not None and option not in options:
             raise SystemExit("degen-train: error: " + unknown_option_message(section, key, key, option, options))
+
+
+PATH_KEYS = ("ckpt_path", "branch_from", "hydra.run.dir", "hydra.sweep.dir", "data.path", "data.validation_path",
+             "data.cache_dir", "data.tokenizer.path", "model.init_from", "teacher", "start")  # fmt: skip
+
+
+def refuse_unquoted_equals(overrides: Sequence[str]) -> None:
+    """A path value holding '=' (a checkpoint ``step=00000002.ckpt``, a sweep run's folder ``lr=0.001``) must be quoted
+    for Hydra, whose grammar reads a second '=' as an error and says only that. Refused here, showing the quoting."""
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if sep and key.lstrip("+~") in PATH_KEYS and "=" in value and not value.startswith(("'", '"')):
+            raise SystemExit(
+                f"degen-train: error: {key}={value}: the value holds '=', which Hydra's override grammar reads as "
+                f"another assignment; quote it for Hydra inside the shell's quotes: \"{key}='{value}'\""
+            )

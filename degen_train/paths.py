@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -28,10 +29,65 @@ def check_output_folder(path: str | Path, key: str) -> None:
             return
 
 
+# The files a run appends to in its folder (a link or another user's file there would be written through).
+APPENDED = ("train.log", "logs/metrics.csv")
+
+
+def refuse_links_in(run_dir: Path) -> None:
+    """A run folder must hold its own files only: refuse a symbolic link anywhere in it (a resumed run would write
+    or append through it, outside the folder) and an appended file that another user owns, naming each."""
+    run_dir = Path(run_dir).expanduser()
+    if not run_dir.is_dir():
+        return
+    links = [p for p in [run_dir, *run_dir.rglob("*")] if p.is_symlink()]
+    if links:
+        shown = ", ".join(f"{p} -> {os.readlink(p)}" for p in links[:5])
+        raise ValueError(
+            f"{run_dir} holds symbolic links ({shown}{', ...' if len(links) > 5 else ''}): a run writes and appends "
+            f"to its own files only, never through a link. Replace each link by a copy of its file, or remove it"
+        )
+    for name in APPENDED:
+        path = run_dir / name
+        if path.exists() and path.stat().st_uid != os.geteuid():
+            raise ValueError(f"{path} belongs to another user (uid {path.stat().st_uid}): a run appends only to files "
+                             f"it owns; copy the folder to make it yours")  # fmt: skip
+
+
 def check_output_folders_in(arguments: list[str]) -> None:
     """check_output_folder for ``hydra.run.dir=`` / ``hydra.sweep.dir=`` on a command line (Hydra would fail later
-    with a bare traceback); values that interpolate (``${now:...}``) are left to Hydra."""
+    with a bare traceback); values that interpolate (``${now:...}``) are left to Hydra. The run folder is also
+    checked for links and for lying inside another run's folder (a branch's parent): before Hydra opens its
+    train.log, so a refused command appends nothing to the parent's log."""
+    from degen_train.runlock import is_run_folder, refuse_run_inside_a_run
+
+    values = {}
     for argument in arguments:
         key, _, value = argument.partition("=")
+        values[key.lstrip("+")] = value.strip("'\"")
         if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and value and "${" not in value:
             check_output_folder(value.strip("'\""), key.lstrip("+"))
+    run_dir = values.get("hydra.run.dir")
+    if not run_dir or "${" in run_dir:
+        return
+    refuse_links_in(Path(run_dir))
+    if values.get("branch_from"):  # the parent itself as the branch's folder (its train.log would be appended to)
+        parent = Path(values["branch_from"].rpartition("@")[0]).expanduser().resolve()
+        if is_run_folder(parent) and Path(run_dir).expanduser().resolve() == parent:
+            raise ValueError(f"branch_from={values['branch_from']} into the parent's own folder: give the branch "
+                             f"another hydra.run.dir (e.g. {parent}-branch)")  # fmt: skip
+    refuse_run_inside_a_run(Path(run_dir), "hydra.run.dir")
+
+
+def writable_folder(folder: str | Path, option: str) -> Path:
+    """``folder``, created when missing; a folder that cannot be written (a read-only run folder handed over, a
+    mount) is refused in one line naming it and the option that chooses another, before any work."""
+    folder = Path(folder).expanduser()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".degen-write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        raise ValueError(f"{folder} cannot be written ({error.strerror or error}): give {option} a folder you can "
+                         f"write") from None  # fmt: skip
+    return folder

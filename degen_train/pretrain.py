@@ -29,6 +29,7 @@ from degen_train.build import (  # noqa: E402
 )  # noqa: E402
 from degen_train.callbacks.best_sts import BestBySTS  # noqa: E402
 from degen_train.callbacks.isotropy import IsotropyMonitor  # noqa: E402
+from degen_train.callbacks.preemption import stopping_before_training  # noqa: E402
 from degen_train.callbacks.throughput import Throughput  # noqa: E402
 from degen_train.callbacks.weight_averaging import WeightAverage, check_weight_averaging_fits  # noqa: E402
 from degen_train.catalog import build_terms  # noqa: E402
@@ -54,8 +55,9 @@ from degen_train.metrics.probes import read_sts, read_wic  # noqa: E402
 from degen_train.models.backbone import Backbone, build_hf_model, model_family, shape_signature  # noqa: E402
 from degen_train.models.compile import check_compile_available  # noqa: E402
 from degen_train.module import PretrainModule  # noqa: E402
+from degen_train.optim import steps_past_the_schedule  # noqa: E402
 from degen_train.parallel import full_state_dict  # noqa: E402
-from degen_train.paths import check_output_folder  # noqa: E402
+from degen_train.paths import check_output_folder, refuse_links_in  # noqa: E402
 from degen_train.precision import check_precision  # noqa: E402
 from degen_train.provenance import run_provenance  # noqa: E402
 from degen_train.quiet import silence_known_noise  # noqa: E402
@@ -92,7 +94,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         check_compile_available("cuda" if cfg.trainer.get("accelerator") in ("gpu", "cuda") else "cpu")
     data_format = data_format_for(terms, family, _choice("model"))
     if cfg.prepare_only:
-        return prepare_only(cfg, family=family, data_format=data_format)
+        with stopping_before_training(str(cfg.data.cache_dir)):
+            return prepare_only(cfg, family=family, data_format=data_format)
     for warning in accumulation_warnings(terms, weights, int(cfg.trainer.accumulate_grad_batches)):
         log.warning(warning)
     for path in cfg.eval.sts:  # probe files are read now so that a typo fails before training, not after
@@ -100,10 +103,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     for wic in (cfg.eval.wic, cfg.eval.wic_fit):
         if wic:
             read_wic(wic)
-    if cfg.eval.w8a8:
-        read_documents(cfg.eval.w8a8, what="eval.w8a8 text file")
+    if cfg.eval.w8a8:  # too short for any tokenizer (a token covers at least a character): refused before data
+        check_w8a8_text(cfg, None, family)
     glue_tasks = glue_tasks_of(cfg)  # read and checked now: a bad GLUE file fails before training
     check_push(cfg.push_to_hub)
+    past = steps_past_the_schedule(cfg.scheduler, int(cfg.trainer.max_steps))
+    if past:  # e.g. a finished run resumed with a larger trainer.max_steps: it would train at rate 0
+        raise ValueError(past)
     check_precision(cfg)  # a precision this hardware emulates is refused here, not after hours of slow steps
     check_weight_averaging_fits(cfg.callbacks, cfg.get("strategy"))
     if cfg.data.sources:
@@ -111,6 +117,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         if cfg.data.overfit_batches:
             raise ValueError("data.overfit_batches overfits the batches of one corpus: not with data.sources")
     check_output_folder(run_dir, "run_dir")
+    refuse_links_in(run_dir)  # a resumed folder is written and appended to: only its own regular files
     refuse_writes_into_other_runs(cfg, run_dir)
     refuse_lightning_hpc_checkpoints(run_dir)
     branch = start_branch(cfg, run_dir)  # branch_from=RUN@STEP: the parent's checkpoint and tokenizer
@@ -193,7 +200,8 @@ def _train_locked(
     branch: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Phases 2 and 3 of a run, under the run folder's lock: build, record, fit, summarise, export, finish."""
-    built = _build(cfg, run_dir, terms, weights, family, data_format, checkpoint, saved)
+    with stopping_before_training(str(cfg.data.cache_dir)):  # a signal while the data is prepared: exit 75, say so
+        built = _build(cfg, run_dir, terms, weights, family, data_format, checkpoint, saved)
     if built.trainer.is_global_zero:
         _write_run_record(cfg, run_dir, built.data.tokenizer, saved)
     train_metrics, val_metrics = _fit_and_validate(cfg, built, checkpoint)
@@ -217,6 +225,8 @@ def _build(
     data = prepare_data(
         cfg.data, family=family, data_format=data_format, seed=int(cfg.seed), run_tokenizer=own if reuse else None
     )
+    if cfg.eval.w8a8:  # its length needs the tokenizer: checked now, not after training
+        check_w8a8_text(cfg, data.tokenizer, family)
     module = build_module(cfg, data, terms, weights, family=family, with_nsp_head=data_format == "mlm_nsp")
     if checkpoint is not None:  # only the built model knows its vocabulary size
         check_signature(checkpoint, saved.get("signature"), module.checkpoint_identity["signature"])
@@ -322,6 +332,21 @@ def _finish(run_dir: Path, trainer: Any, summary: dict) -> None:
         if isinstance(logger, ClosingLogger):
             logger.close_run(summary)
     log.info("run finished:\n%s", end_of_run_table(summary, run_dir, swept_overrides()))
+
+
+def check_w8a8_text(cfg: DictConfig, tokenizer: Any, family: str) -> None:
+    """eval.w8a8's text holds enough blocks for the probe the export will get (degen-eval --w8a8's settings)."""
+    from degen_train.metrics.w8a8_probe import enough_blocks, enough_tokens
+
+    documents = read_documents(cfg.eval.w8a8, what="eval.w8a8 text file")
+    block = min(128, int(cfg.model.max_position))
+    try:
+        if tokenizer is None:  # at most one token per character, plus one per document: an upper bound
+            enough_tokens(sum(map(len, documents)) + len(documents), block=block, batch_size=8)
+        else:
+            enough_blocks(tokenizer, documents, decoder=family == "decoder", block=block, batch_size=8)
+    except ValueError as error:
+        raise ValueError(f"eval.w8a8={cfg.eval.w8a8}: {error}") from None
 
 
 def glue_tasks_of(cfg: DictConfig) -> list:

@@ -46,11 +46,11 @@ def end_of_run_table(summary: dict[str, Any], run_dir: Path, overrides: list[str
     steps = int(summary.get("final_step") or 0)
     plain = [o[2:] if o.startswith("++trainer.") else o for o in overrides]  # as typed (overrides.py adds ++)
     kept = [o for o in plain if not o.startswith(("ckpt_path=", "trainer.max_steps=", "hydra.run.dir="))]
-    total = ((summary.get("config") or {}).get("scheduler") or {}).get("total_steps")
+    scheduler = (summary.get("config") or {}).get("scheduler") or {}
+    total = scheduler.get("total_steps")
     if total is not None and not any(o.startswith("scheduler.total_steps=") for o in kept):
         kept.append(f"scheduler.total_steps={total}")  # the schedule goes on where it was, no jump at the resume
-    resume = ["degen-train", *kept, f"hydra.run.dir={hydra_quoted(str(run))}", "ckpt_path=last",
-              f"trainer.max_steps={2 * steps}"]  # fmt: skip
+    next_step = next_command(run, steps, total, scheduler.get("schedule"), kept)
     mfu = summary.get("mfu")
     speed = f"{_number(summary.get('tokens_per_s'), ',.0f')} tokens/s"
     if mfu is not None:
@@ -75,8 +75,25 @@ def end_of_run_table(summary: dict[str, Any], run_dir: Path, overrides: list[str
         ("export", str(run / "hf") if (run / "hf").exists() else "none (export_hf=false)"),
         ("logs", f"{run / 'logs' / 'metrics.csv'}, {run / 'train.log'}"),
         ("checkpoints", str(run / "checkpoints")),
-        ("resume", shlex.join(resume)),
+        next_step,
         ("analyse", shlex.join(["degen-analyze", str(run)])),
     ]
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"  {name:<{width}}  {value}" for name, value in rows)
+
+
+def next_command(run: Path, steps: int, total: int | None, schedule: str | None, kept: list[str]) -> tuple[str, str]:
+    """The table's row for going on: the resume command while the schedule has steps left (or never decays), else
+    that the run is finished and how to train it longer. A resume past a decayed schedule trains at rate 0."""
+    folder = f"hydra.run.dir={hydra_quoted(str(run))}"
+    if schedule == "constant" or (total is not None and steps < total):
+        end = 2 * steps if schedule == "constant" else total
+        return "resume", shlex.join(["degen-train", *kept, folder, "ckpt_path=last", f"trainer.max_steps={end}"])
+    longer = 2 * steps
+    branch = ["degen-train", *[o for o in kept if not o.startswith("scheduler.total_steps=")],
+              f"branch_from={hydra_quoted(str(run))}@{steps}", f"trainer.max_steps={longer}",
+              f"scheduler.total_steps={longer}", f"hydra.run.dir={hydra_quoted(str(run) + '-longer')}"]  # fmt: skip
+    return "finished", (
+        f"its schedule ended at step {steps} (the rate has decayed); to train longer, branch with a longer schedule "
+        f"(the rate goes back to that schedule's value at step {steps}): {shlex.join(branch)}"
+    )

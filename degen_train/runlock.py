@@ -59,10 +59,27 @@ def _busy_message(run_dir: Path, descriptor: int) -> str:
     )
 
 
+def is_run_folder(folder: Path) -> bool:
+    return (folder / "config.yaml").is_file() and (folder / "checkpoints").is_dir()
+
+
+def refuse_run_inside_a_run(folder: Path, what: str) -> None:
+    """A run's folder holds one run: a new run inside another's (a branch into PARENT/sub or PARENT/checkpoints)
+    would mix its files with the parent's. Refused naming both."""
+    folder = Path(folder).expanduser().resolve()
+    for parent in folder.parents:
+        if is_run_folder(parent):
+            raise ValueError(
+                f"{what} {folder} lies inside the run folder {parent}: a run's folder holds that run alone. Give "
+                f"hydra.run.dir a folder beside it (e.g. {parent}-branch)"
+            )
+
+
 def refuse_writes_into_other_runs(cfg: Any, run_dir: Path) -> None:
     """A run writes its checkpoints and logs into its own folder, never into another run's (a folder with
     config.yaml and checkpoints/): such a path, from a copied or handed-over config, is refused naming the key."""
     own = run_dir.resolve()
+    refuse_run_inside_a_run(own, "the run folder")
     checkpoint = cfg.callbacks.checkpoint if cfg.callbacks else None
     places = {"callbacks.checkpoint.dirpath": checkpoint.get("dirpath") if checkpoint else None}
     places["trainer.default_root_dir"] = cfg.trainer.get("default_root_dir")
@@ -75,7 +92,7 @@ def refuse_writes_into_other_runs(cfg: Any, run_dir: Path) -> None:
         if path == own or own in path.parents:
             continue
         for folder in (path, *path.parents):
-            if (folder / "config.yaml").is_file() and (folder / "checkpoints").is_dir():
+            if is_run_folder(folder):
                 raise ValueError(
                     f"{key}={value} lies in another run's folder ({folder}); this run writes into {run_dir}. Set "
                     f"{key} inside it, or remove the override"

@@ -21,7 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-Open = ConfigDict(extra="allow")
+# Every number a config gives is finite: an inf or NaN (optimizer.lr=inf) would pass the range checks and fail
+# after data preparation, in a linear-algebra routine.
+Open = ConfigDict(extra="allow", allow_inf_nan=False)
 Section = TypeVar("Section", bound=BaseModel)
 
 
@@ -77,7 +79,7 @@ class DataConfig(BaseModel):
 class AttentionVariantConfig(BaseModel):
     """model.attention_variant: how heads may do nothing (degen_train/models/attention_variants.py)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     name: Literal["softmax", "clipped_softmax", "gated", "output_gate", "kv_bias"] = "softmax"
     alpha: float | None = Field(default=None, ge=0)  # clipped softmax: γ = −α/T; null = the family's released α
     eta: float = Field(default=1.0, ge=1)  # clipped softmax: ζ, the stretch above 1
@@ -89,7 +91,7 @@ class AttentionVariantConfig(BaseModel):
 class ModelConfig(BaseModel):
     # Closed: every key a model preset or architecture reads is listed, so `+model.hiden_size=64` is refused
     # (naming the nearest setting) instead of training the preset's width in silence.
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     family: Literal["encoder", "decoder"]
     arch: str | None = None  # checked against models.architectures where the model is built
     hidden_size: int = Field(ge=1)
@@ -210,7 +212,7 @@ class CallbacksConfig(BaseModel):
 class EvalConfig(BaseModel):
     """eval: the probes and evaluations run on the export at the end of a run (conf/train.yaml says each one)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     sts: list[str] = Field(default_factory=list)
     wic: str | None = None
     wic_fit: str | None = None
@@ -223,7 +225,7 @@ class EvalConfig(BaseModel):
 
 
 class PushToHubConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     repo_id: str | None = None
     private: bool = True
     message: str = "degen_train export"
@@ -240,7 +242,7 @@ class PushToHubConfig(BaseModel):
 class SearchConfig(BaseModel):
     """search: what a hyper-parameter search minimises (sweep.search_objective)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     metric: str = "val_loss"  # a summary.json key, or a val/... key of its val_metrics
     cosine_weight: float = Field(default=0.0, ge=0)
     cosine_bound: float | None = Field(default=None, ge=-1, le=1)

@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from degen_train.callbacks.preemption import PREEMPTED_EXIT, RunPreempted
+from degen_train.callbacks.preemption import PREEMPTED_EXIT, PreparationStopped, RunPreempted
 from degen_train.io import atomic_write_json, cache_key
 from degen_train.resume import finished_summary
 
@@ -84,7 +84,7 @@ def run_in_sweep(cfg: DictConfig, train: Callable[[DictConfig], dict[str, Any]])
     (run_dir / FAILED).unlink(missing_ok=True)
     try:
         summary = train(cfg)
-    except RunPreempted as preempted:  # not a failure: the whole sweep stops, resumable by the same command
+    except (RunPreempted, PreparationStopped) as preempted:  # not a failure: the sweep stops, resumable as it was
         print(
             f"degen-train: the sweep was interrupted in {run_dir} ({preempted}); the runs after it did not start. "
             f"Run the same command again to resume it and go on (exit code {PREEMPTED_EXIT})"

@@ -312,3 +312,56 @@ def test_more_nodes_than_documents_leave_empty_parts_that_still_complete_the_set
                           data_format="causal", seed=0)  # fmt: skip
     assert packed.train["input_ids"] == alone.train["input_ids"]
     assert packed.validation["input_ids"] == alone.validation["input_ids"]
+
+
+def three_node_parts(cache: Path) -> tuple[list[str], Path]:
+    """Three nodes' parts of the default corpus in ``cache``; (the settings, the train split's parts folder)."""
+    settings = [f"data.cache_dir={cache}", "data.tokenizer.vocab_size=1000"]
+    for part in range(3):
+        node = load_config([*settings, "data.tokenize_parts=3", f"data.tokenize_part={part}"]).data
+        done = tokenize_node_part(node, family="encoder", data_format="mlm")
+    return settings, Path(done["train"]["part"]).parent
+
+
+def pack(settings: list[str]) -> object:
+    return prepare_data(load_config(settings).data, family="encoder", data_format="mlm", seed=0)
+
+
+def test_a_part_copied_over_another_is_refused_naming_it(tmp_path: Path) -> None:
+    """Issue drill: part 1 replaced by a copy of part 0 trained on 3,256 examples instead of 3,482, silently."""
+    import shutil
+
+    settings, folder = three_node_parts(tmp_path / "cache")
+    shutil.rmtree(folder / "part-00001-of-00003")
+    shutil.copytree(folder / "part-00000-of-00003", folder / "part-00001-of-00003")
+    with pytest.raises(ValueError, match=r"part-00001-of-00003 holds documents 0\.\. of part 0 of 3, but this place "
+                                         r"is part 1 of 3 .*a copied or misplaced part"):  # fmt: skip
+        pack(settings)
+
+
+def test_a_missing_part_is_named_instead_of_tokenizing_everything_silently(tmp_path: Path) -> None:
+    import shutil
+
+    settings, folder = three_node_parts(tmp_path / "cache")
+    shutil.rmtree(folder / "part-00002-of-00003")
+    with pytest.raises(ValueError, match=r"\[0, 1\] of 3 are there, part\(s\) \[2\] missing. Run prepare_only=true "
+                                         r"data.tokenize_parts=3 data.tokenize_part=K"):  # fmt: skip
+        pack(settings)
+
+
+def test_a_torn_part_names_its_file(tmp_path: Path) -> None:
+    settings, folder = three_node_parts(tmp_path / "cache")
+    table = next((folder / "part-00001-of-00003").glob("*.arrow"))
+    table.write_bytes(table.read_bytes()[: table.stat().st_size // 2])
+    with pytest.raises(ValueError, match=rf"{table.name} is missing or not the file written \(sha256 differs"):
+        pack(settings)
+
+
+def test_parts_of_another_tokenizer_are_refused(tmp_path: Path) -> None:
+    import json
+
+    settings, folder = three_node_parts(tmp_path / "cache")
+    manifest = folder / "part-00000-of-00003" / "part.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "tokenizer": "someone else's"}))
+    with pytest.raises(ValueError, match=r"part-00000-of-00003 was made with another tokenizer than this run's"):
+        pack(settings)

@@ -371,3 +371,62 @@ def test_the_torchrun_command_drops_devices_and_keeps_the_rest() -> None:
     command = torchrun_command(2, ["MODEL", "--devices", "2", "--task", "rte", "--devices=2", "--out", "O"])
     assert command[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
     assert command[6:] == ["MODEL", "--task", "rte", "--out", "O"]
+
+
+def test_sigterm_midway_through_a_grid_exits_75_and_the_same_command_finishes_it(tmp_path: Path, minilm: Path) -> None:
+    """Issue drill: degen-finetune exited 0 on SIGTERM midway (the scheduler recorded success; cells 3-4 never
+    ran). Now: the cell in progress stops, exit 75 ('resume me'), and the same command runs the missing cells."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    train = tiny_task(tmp_path, rows=48)
+    command = [str(Path(sys.executable).parent / "degen-finetune"), str(minilm), "--train", str(train), "--dev",
+               str(train), "--text-columns", "premise,hypothesis", "--out", str(tmp_path / "out"), "--epochs", "1",
+               "--batch-size", "8", "--max-length", "32", "--lr", "3e-5", "--lr", "5e-5", "--seeds", "2"]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = grid.cell_file(tmp_path / "out", "custom", 3e-5, 1)
+    deadline = time.monotonic() + 300
+    while not first.exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 75, err[-3000:]
+    assert "the same command goes on with the rest (exit code 75" in err
+    done = sorted(p.relative_to(tmp_path / "out") for p in (tmp_path / "out").rglob("result.json"))
+    assert 1 <= len(done) < 4 and not (tmp_path / "out" / "glue.json").exists()
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert len(list((tmp_path / "out").rglob("result.json"))) == 4 and (tmp_path / "out" / "glue.json").exists()
+
+
+def test_a_label_that_is_not_like_the_others_is_refused_by_file_and_line(tmp_path: Path) -> None:
+    """Issue drill: one 'abc' among 0/1 became a third class and the task scored 0.0 with exit code 0."""
+    train = tiny_task(tmp_path)
+    lines = train.read_text().splitlines()
+    lines[5] = lines[5].rsplit(",", 1)[0] + ",abc"
+    train.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=rf"{train}, line 6: label 'abc' among numeric labels \(0, 1\)"):
+        load_custom_task("pairs", train, train, text_columns=["premise", "hypothesis"], label_column="label")
+
+
+def test_a_long_field_is_read_and_bytes_that_are_not_utf8_are_named(tmp_path: Path) -> None:
+    """Issue drills: a 5 MB field crashed in the csv module with no file named; invalid UTF-8 named no file or
+    line."""
+    train = tiny_task(tmp_path)
+    lines = train.read_text().splitlines()
+    lines[3] = "x" * 5_000_000 + "," + lines[3].split(",", 1)[1]
+    train.write_text("\n".join(lines) + "\n")
+    task = load_custom_task("pairs", train, train, text_columns=["premise", "hypothesis"], label_column="label")
+    assert len(task.train.texts[2][0]) == 5_000_000
+    broken = tmp_path / "broken.csv"
+    broken.write_bytes(b"premise,hypothesis,label\na,b,0\nc\xff\xfe,d,1\n")
+    with pytest.raises(ValueError, match=rf"{broken}, line 3: bytes b'\\xff' are not UTF-8"):
+        load_custom_task("pairs", broken, broken, text_columns=["premise", "hypothesis"], label_column="label")
+    glue = tmp_path / "glue" / "RTE"
+    glue.mkdir(parents=True)
+    (glue / "train.tsv").write_bytes(b"index\tsentence1\tsentence2\tlabel\n0\ta\xc3\tb\tentailment\n")
+    (glue / "dev.tsv").write_bytes(b"index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n")
+    with pytest.raises(ValueError, match=r"RTE/train.tsv, line 2: bytes b'\\xc3' are not UTF-8"):
+        load_glue_task("rte", tmp_path / "glue")

@@ -19,6 +19,8 @@ import re
 import signal
 import subprocess
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,39 @@ class RunPreempted(Exception):
         then = f"; {requeued}" if requeued else ""
         super().__init__(f"{signal_name} received: stopped after step {step}, checkpoint {checkpoint} written{then}")
         self.signal_name, self.step, self.checkpoint = signal_name, step, checkpoint
+
+
+class PreparationStopped(Exception):
+    """A signal stopped the run before training (data preparation, the tokenizer): whatever is cached stays."""
+
+    def __init__(self, signal_name: str, cache: str) -> None:
+        super().__init__(
+            f"{signal_name} received before training started (while preparing the data): nothing of the run was "
+            f"written; what was built so far stays in the cache ({cache}: a finished tokenizer or examples table, or "
+            f"the finished batches of an interrupted build), and the same command goes on from it"
+        )
+        self.signal_name = signal_name
+
+
+@contextmanager
+def stopping_before_training(cache: str) -> Iterator[None]:
+    """SIGTERM/SIGINT until training starts: stop where the program is (a build in progress keeps what it finished),
+    as PreparationStopped (exit 75), instead of dying silently with 143. Outside the main thread: nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise PreparationStopped(signal.Signals(signum).name, cache)
+
+    previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
+    for signum in SIGNALS:
+        signal.signal(signum, stop)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class Preemption(Callback):

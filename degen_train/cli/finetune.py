@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -106,8 +107,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     from degen_train.quiet import silence_known_noise
 
     silence_known_noise()
+    from degen_train.callbacks.preemption import PREEMPTED_EXIT
+    from degen_train.finetune.cell import STOP_ASKED, CellsInterrupted
+
+    def asked_to_stop(signum: int, frame: object) -> None:
+        STOP_ASKED.set()
+        log.warning("%s received: the grid stops at the cell in progress's next step", signal.Signals(signum).name)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, asked_to_stop)
     try:
         summary = finetune(args)
+    except CellsInterrupted as stopped:
+        print(f"degen-finetune: {stopped}. Every finished cell is in {args.out}; the same command goes on with the "
+              f"rest (exit code {PREEMPTED_EXIT}, 'resume me')", file=sys.stderr)  # fmt: skip
+        sys.exit(PREEMPTED_EXIT)
     except (ValueError, OSError) as error:
         sys.exit(f"degen-finetune: error: {error}")
     from degen_train.finetune.grid import format_summary

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from degen_train.io import atomic_write_bytes, atomic_write_text
+from degen_train.paths import writable_folder
 from degen_train.report.branches import branch_table
 from degen_train.report.figures import cone_images, loss_curves, metric_against_swept, tradeoff
 from degen_train.report.table import SWEPT, best_settings, collect, find_runs, headline_columns, seed_groups
@@ -61,8 +62,7 @@ def report(
     table, common = collect(runs)
     grouped = seed_groups(table)
     best = best_settings(grouped, table)
-    out_dir = Path(out) if out else Path(paths[0]) / "report"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = writable_folder(Path(out) if out else Path(paths[0]) / "report", "--out")
     atomic_write_text(out_dir / "runs.csv", shown(table).to_csv(index=False))
     if not grouped.empty:
         atomic_write_text(out_dir / "seeds.csv", shown(grouped).to_csv(index=False))

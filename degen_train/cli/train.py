@@ -11,8 +11,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from degen_train.callbacks.preemption import PREEMPTED_EXIT, RunPreempted  # noqa: E402
-from degen_train.overrides import open_trainer_keys, refuse_unknown_term_options  # noqa: E402
+from degen_train.callbacks.preemption import PREEMPTED_EXIT, PreparationStopped, RunPreempted  # noqa: E402
+from degen_train.overrides import (  # noqa: E402
+    open_trainer_keys,
+    refuse_unknown_term_options,
+    refuse_unquoted_equals,
+)
 from degen_train.paths import check_output_folders_in, config_dir  # noqa: E402
 from degen_train.pretrain import train  # noqa: E402
 from degen_train.quiet import silence_known_noise  # noqa: E402
@@ -30,6 +34,9 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         summary = train(cfg)
     except RunPreempted as preempted:
         print(f"degen-train: {preempted}. Resume with ckpt_path=auto (same command), exit code {PREEMPTED_EXIT}")
+        raise SystemExit(PREEMPTED_EXIT) from None
+    except PreparationStopped as stopped:
+        print(f"degen-train: {stopped} (exit code {PREEMPTED_EXIT})", file=sys.stderr)
         raise SystemExit(PREEMPTED_EXIT) from None
     except (ValueError, OSError) as error:  # bad input, a full disk, a busy folder: the message says it all
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
@@ -54,9 +61,10 @@ def main() -> None:
     silence_known_noise()
     sys.argv = [sys.argv[0], *open_trainer_keys(sys.argv[1:])]  # any Trainer argument as trainer.KEY=VALUE
     refuse_unknown_term_options(sys.argv[1:])  # a loss option's typo named with the close ones, not "use +key"
+    refuse_unquoted_equals(sys.argv[1:])  # ckpt_path=RUN/checkpoints/step=00000002.ckpt: say how to quote it
     try:
         check_output_folders_in(sys.argv[1:])
-    except NotADirectoryError as error:
+    except (NotADirectoryError, ValueError) as error:
         sys.exit(f"degen-train: error: {error}")
     _hydra_main()
     summary_line = sweep_summary_line()

@@ -124,9 +124,24 @@ def prepare_mixture(
 def _tokenizer(cfg: Any, family: str, documents: Any, identity: str, run_tokenizer: Path | None) -> Any:
     if run_tokenizer is not None:
         log.info("tokenizer: the run's own, %s", run_tokenizer)
-        return AutoTokenizer.from_pretrained(str(run_tokenizer))
+        return with_words(AutoTokenizer.from_pretrained(str(run_tokenizer)), str(run_tokenizer))
     cache_dir = Path(str(cfg.cache_dir)).expanduser()
-    return get_tokenizer(cfg.tokenizer, family=family, corpus=documents, corpus_identity=identity, cache_dir=cache_dir)
+    tokenizer = get_tokenizer(cfg.tokenizer, family=family, corpus=documents, corpus_identity=identity,
+                              cache_dir=cache_dir)  # fmt: skip
+    return with_words(tokenizer, str(cfg.tokenizer.path or "the tokenizer trained on the corpus"))
+
+
+def with_words(tokenizer: Any, source: str) -> Any:
+    """``tokenizer``, refused when it holds no token besides its special ones (a tokenizer file without its
+    vocabulary): every text would be [UNK], and MLM's random replacements would have nothing to draw from."""
+    words = len(tokenizer) - len(set(tokenizer.all_special_ids))
+    if words < 1:
+        raise ValueError(
+            f"data.tokenizer.path={source}: the tokenizer has {len(tokenizer)} tokens, all of them special "
+            f"({', '.join(tokenizer.all_special_tokens[:6])}): no vocabulary. Point it at a complete tokenizer folder "
+            f"(tokenizer.json with its vocabulary, or vocab.txt), or leave it unset to train one on the corpus"
+        )
+    return tokenizer
 
 
 def _examples(cfg: Any, corpus: Any, tokenizer: Any, *, data_format: str, seed: int) -> tuple[Any, Any]:
@@ -187,7 +202,8 @@ def tokenize_node_part(section: DictConfig, *, family: str, data_format: str) ->
                                            strict=True):  # fmt: skip
         folder = parts_folder(cache_root, identity, segmented=segmented)
         path, count = tokenize_part(documents, tokenizer, folder, part=part, parts=parts, segmented=segmented,
-                                    threads=preparation_threads(cfg.num_proc))  # fmt: skip
+                                    threads=preparation_threads(cfg.num_proc),
+                                    tokenizer_hash=tokenizer_identity(tokenizer))  # fmt: skip
         splits[name] = {"part": str(path), "documents": count, "missing_parts": missing_parts(folder, parts)}
     return {"tokenizer": tokenizer_identity(tokenizer), "part": part, "parts": parts, **splits}
 
@@ -241,7 +257,7 @@ def check_same_data(per_rank: list[tuple[str, int, int]]) -> None:
     """Raise naming every process whose (tokenizer hash, train examples, validation examples) differs from rank 0's."""
     differing = [f"rank {r}: {values}" for r, values in enumerate(per_rank) if values != per_rank[0]]
     if differing:
-        raise RuntimeError(
+        raise ValueError(  # bad input, said in one line by the command (not a crash's traceback)
             f"the processes prepared different data (tokenizer hash, train and validation examples): rank 0: "
             f"{per_rank[0]}; {'; '.join(differing)}. Give every node the same data.cache_dir (or a prepared "
             f"tokenizer with data.tokenizer.path) so they train on one tokenization"

@@ -29,6 +29,7 @@ from degen_train.data.cache_lock import building
 from degen_train.data.encoding import documents_ids, documents_segment_ids, encoded_batches
 from degen_train.data.node_parts import complete_parts, parts_folder, tokenized_batches
 from degen_train.data.resumable import build_in_shards
+from degen_train.data.tokenizer import tokenizer_identity
 from degen_train.io import CACHE_ELSEWHERE, atomic_directory, cache_key
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,10 @@ def build_examples(
             return datasets.load_from_disk(str(target))
         log.info("building examples into %s", target)
         segmented = data_format == "mlm_nsp" or layout == "sentences"
-        parts = complete_parts(parts_folder(cache_root, identity, segmented=segmented))
+        folder = parts_folder(cache_root, identity, segmented=segmented)
+        streamed = isinstance(documents, datasets.IterableDataset)  # a stream has no parts (refused when made)
+        parts = None if streamed else complete_parts(folder, total_documents=len(documents),
+                                                     tokenizer_hash=tokenizer_identity(tokenizer))  # fmt: skip
         if parts is not None:
             log.info("packing from %d tokenized parts (data.tokenize_parts): nothing is tokenized", len(parts))
 

@@ -67,6 +67,13 @@ def mixture_sources(cfg: DictConfig) -> list[MixtureSource]:
     total = sum(s.weight for s in sources)
     if not total > 0:
         raise ValueError(f"data.sources: the weights sum to {total:g}; they must sum to a positive number")
+    if not math.isfinite(total) or any(s.weight and s.weight / total < 1e-12 for s in sources):
+        weights = ", ".join(f"{s.label}: {s.weight:g}" for s in sources)
+        raise ValueError(
+            f"data.sources: the weights ({weights}) sum to {total:g}, beyond what their proportions can be computed "
+            f"from (a sum that overflows, or a source below 1e-12 of the whole): give them on a common scale, e.g. "
+            f"0.7 and 0.3"
+        )
     return sources
 
 

@@ -10,6 +10,7 @@ renamed whole, under the cache entry's build lock, so a half-written part is nev
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import tempfile
@@ -22,12 +23,13 @@ import datasets
 
 from degen_train.data.cache_lock import building
 from degen_train.data.encoding import documents_ids, documents_segment_ids, encoded_batches
-from degen_train.io import CACHE_ELSEWHERE, atomic_directory, cache_key
+from degen_train.io import CACHE_ELSEWHERE, atomic_directory, cache_key, file_sha256
 
 log = logging.getLogger(__name__)
 
 PART_NAME = re.compile(r"part-(\d{5})-of-(\d{5})")
 READ_BATCH = 512
+MANIFEST = "part.json"  # what a part covers, written with it: checked before any run packs from it
 
 
 def parts_folder(cache_root: Path, identity: str, *, segmented: bool) -> Path:
@@ -53,6 +55,7 @@ def tokenize_part(
     parts: int,
     segmented: bool,
     threads: int,
+    tokenizer_hash: str,
 ) -> tuple[Path, int]:
     """Node ``part``'s documents tokenized into their part; (its folder, its document count)."""
     if isinstance(documents, datasets.IterableDataset):
@@ -87,12 +90,25 @@ def tokenize_part(
             else:  # more nodes than documents (a small validation split): an empty part still completes the set
                 table = datasets.Dataset.from_dict({column: []}, features=features)
             table.save_to_disk(str(staging))
+            manifest = {"part": part, "parts": parts, "first_document": mine.start, "documents": len(mine),
+                        "total_documents": len(documents), "tokenizer": tokenizer_hash, "segmented": segmented,
+                        "files": file_hashes(Path(staging))}  # fmt: skip
+            (Path(staging) / MANIFEST).write_text(json.dumps(manifest, indent=1))
     log.info("tokenized part %d of %d: %d documents (from %d) into %s", part, parts, len(mine), mine.start, target)
     return target, len(mine)
 
 
-def complete_parts(folder: Path) -> list[Path] | None:
-    """Every part of one split, in order, if some node count N has all N parts in ``folder``; else None."""
+def file_hashes(folder: Path) -> dict[str, str]:
+    """sha256 of each file a part holds (its tables and their descriptions), by name."""
+    files = [path for path in sorted(folder.iterdir()) if path.is_file() and path.name != MANIFEST]
+    return {path.name: file_sha256(path) for path in files}
+
+
+def complete_parts(folder: Path, *, total_documents: int, tokenizer_hash: str) -> list[Path] | None:
+    """Every part of one split, in order, once some node count N has all N parts in ``folder``, each checked against
+    its manifest (the documents it covers, the tokenizer, its files' sha256) and the set against the split (the
+    ranges tile its ``total_documents`` documents): None when no set was started; a ValueError, naming the part and
+    what is wrong, when a set is incomplete or any part does not hold what it should."""
     if not folder.is_dir():
         return None
     found: dict[int, set[int]] = defaultdict(set)
@@ -100,10 +116,54 @@ def complete_parts(folder: Path) -> list[Path] | None:
         match = PART_NAME.fullmatch(entry.name)
         if match and (entry / "dataset_info.json").exists():
             found[int(match[2])].add(int(match[1]))
-    for parts in sorted(found, reverse=True):
-        if found[parts] == set(range(parts)):
-            return [part_path(folder, part, parts) for part in range(parts)]
-    return None
+    if not found:
+        return None
+    complete = [parts for parts in sorted(found, reverse=True) if found[parts] == set(range(parts))]
+    if not complete:
+        parts = max(found)
+        raise ValueError(
+            f"tokenized parts in {folder}: {sorted(found[parts])} of {parts} are there, part(s) "
+            f"{sorted(set(range(parts)) - found[parts])} missing. Run prepare_only=true data.tokenize_parts={parts} "
+            f"data.tokenize_part=K for each missing K (same data settings), or remove {folder} to tokenize the whole "
+            f"split in this run"
+        )
+    paths = [part_path(folder, part, complete[0]) for part in range(complete[0])]
+    check_parts(paths, total_documents=total_documents, tokenizer_hash=tokenizer_hash)
+    return paths
+
+
+def check_parts(paths: list[Path], *, total_documents: int, tokenizer_hash: str) -> None:
+    """Each part's manifest against its name, its files and the tokenizer; the ranges against the split."""
+    expected_start = 0
+    for index, path in enumerate(paths):
+        manifest_path = path / MANIFEST
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except (OSError, ValueError) as error:
+            raise ValueError(f"tokenized part {path}: its manifest {manifest_path} is missing or unreadable ({error}); "
+                             f"remove the part and tokenize it again") from None  # fmt: skip
+        claims = (manifest.get("part"), manifest.get("parts"), manifest.get("first_document"))
+        if claims != (index, len(paths), expected_start):
+            raise ValueError(
+                f"tokenized part {path} holds documents {manifest.get('first_document')}.. of part "
+                f"{manifest.get('part')} of {manifest.get('parts')}, but this place is part {index} of {len(paths)} "
+                f"(documents {expected_start}..): a copied or misplaced part. Remove it and tokenize part {index} again"
+            )
+        if manifest.get("total_documents") != total_documents:
+            raise ValueError(f"tokenized part {path} was cut from a split of {manifest.get('total_documents')} "
+                             f"documents, this run's has {total_documents}: tokenize the parts again")  # fmt: skip
+        if manifest.get("tokenizer") != tokenizer_hash:
+            raise ValueError(f"tokenized part {path} was made with another tokenizer than this run's: tokenize the "
+                             f"parts again with it")  # fmt: skip
+        for name, digest in (manifest.get("files") or {}).items():
+            file = path / name
+            if not file.is_file() or file_sha256(file) != digest:
+                raise ValueError(f"tokenized part {path}: {file} is missing or not the file written (sha256 "
+                                 f"differs: torn or changed); remove the part and tokenize it again")  # fmt: skip
+        expected_start += int(manifest.get("documents", 0))
+    if expected_start != total_documents:
+        raise ValueError(f"tokenized parts in {paths[0].parent} cover {expected_start} documents, the split has "
+                         f"{total_documents}: tokenize the parts again")  # fmt: skip
 
 
 def missing_parts(folder: Path, parts: int) -> list[int]:

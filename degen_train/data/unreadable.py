@@ -62,6 +62,8 @@ def _json_problem(path: Path) -> str | None:
                 return f", line {number}, is a JSON {type(record).__name__}, not an object with a text field"
     except JsonLineError as error:
         return f", line {error.line}, is not JSON ({error.reason})"
+    except ValueError as error:  # not UTF-8: the message names the line and the bytes
+        return f" is not readable: {str(error).split(': ', 1)[-1]}"
     return None
 
 

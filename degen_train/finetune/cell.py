@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -263,6 +264,27 @@ def examples_seen(steps: int, batches_per_epoch: int, size: int, batch_size: int
     return full * size + min(rest * batch_size, size)
 
 
+# Set by degen-finetune's SIGTERM/SIGINT handler: the cell in progress stops at its next step (unsaved: it starts
+# again on resume) and the grid ends with CellsInterrupted, exit code 75 (README: Stopping and going on).
+STOP_ASKED = threading.Event()
+
+
+class CellsInterrupted(Exception):
+    """A signal stopped the grid; every finished cell is on disk, and the same command goes on with the rest."""
+
+
+class StopWhenAsked(pl.Callback):
+    """Stop the cell at the end of a step once asked; every process at the same step (the largest flag wins)."""
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        asked = STOP_ASKED.is_set()
+        if trainer.world_size > 1:
+            flag = torch.tensor([float(asked)], device=trainer.strategy.root_device)
+            asked = bool(trainer.strategy.reduce(flag, reduce_op="max").item())
+        if asked:
+            raise CellsInterrupted("the cell in progress was stopped; it starts again on resume")
+
+
 def fit_classifier(
     model_dir: Path, task: Task, *, lr: float, seed: int, protocol: Protocol, processes: Processes | None = None
 ) -> tuple[Any, Any, dict[str, Any]]:
@@ -293,6 +315,7 @@ def fit_classifier(
     lightning_log.setLevel(logging.WARNING)  # "GPU available", "max_steps reached": once per cell is noise
     try:
         trainer = pl.Trainer(
+            callbacks=[StopWhenAsked()],
             max_steps=total_steps, max_epochs=-1, precision=protocol.precision,
             gradient_clip_val=protocol.max_grad_norm, logger=False, enable_checkpointing=False,
             enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,

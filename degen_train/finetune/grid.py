@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from degen_train.finetune.cell import Processes, Protocol, finetune_cell
+from degen_train.finetune.cell import STOP_ASKED, CellsInterrupted, Processes, Protocol, finetune_cell
 from degen_train.finetune.metrics import glue_average
 from degen_train.finetune.tasks import Task
 from degen_train.io import atomic_write_json, atomic_write_text
@@ -49,6 +49,8 @@ def run_grid(
         if path.exists():
             results[task.layout.name].append(json.loads(path.read_text()))
             continue
+        if STOP_ASKED.is_set():
+            raise CellsInterrupted(f"stopped before cell {index} of {len(cells)}")
         log.info("[%d/%d] %s lr=%g seed=%d", index, len(cells), task.layout.name, lr, seed)
         writer = processes.rank == 0  # under a launcher, every process trains; one writes
         result = finetune_cell(model_dir, task, lr=lr, seed=seed, protocol=protocol, processes=processes,

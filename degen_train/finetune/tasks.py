@@ -11,10 +11,12 @@ and what was expected.
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from degen_train.io import json_lines
+from degen_train.io import json_lines, utf8_text
 
 REGRESSION = None  # TaskLayout.labels of a regression task
 
@@ -100,8 +102,7 @@ def load_glue_task(name: str, glue_dir: str | Path) -> Task:
 
 def read_tsv_split(layout: TaskLayout, path: Path) -> Split:
     """One GLUE file, every row and label checked (file, line and what was expected named on failure)."""
-    with open(path, encoding="utf-8-sig", newline="") as handle:  # utf-8-sig: MRPC's byte-order mark
-        rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    rows = csv_rows(path, lambda handle: csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
     if not rows or (layout.header and len(rows) < 2):
         raise ValueError(f"{path}: no rows; expected GLUE {layout.folder}'s layout")
     if layout.header:
@@ -155,6 +156,8 @@ def load_custom_task(
     rows = {"train": _read_records(Path(train), [*text_columns, label_column]),
             "dev": _read_records(Path(dev), [*text_columns, label_column])}  # fmt: skip
     classes = None if regression else tuple(sorted({str(r[label_column]) for r in rows["train"][1]}))
+    if classes is not None:
+        refuse_mixed_labels(*rows["train"], label_column)
     if classes is not None and len(classes) < 2:
         raise ValueError(f"{train}: column {label_column!r} holds {len(classes)} distinct label(s): nothing to learn")
     layout = TaskLayout(name, str(Path(train).parent), tuple(text_columns), label_column, classes,
@@ -179,6 +182,28 @@ def load_custom_task(
     return Task(layout, splits["train"], {"dev": splits["dev"]})
 
 
+def refuse_mixed_labels(path: Path, records: list[dict], label_column: str) -> None:
+    """Class labels that are numbers but for a few: those few are typos, not classes (one 'abc' among 0/1 made a
+    third class that scored 0.0 with exit 0). Refused naming the first one's line."""
+    def is_number(value: str) -> bool:
+        try:
+            float(value)
+        except ValueError:
+            return False
+        return True
+
+    values = [str(r[label_column]) for r in records]
+    numbers = {v for v in values if is_number(v)}
+    others = [(i, v) for i, v in enumerate(values) if not is_number(v)]
+    if len(numbers) >= 2 and others and len(others) < len(values) / 2:
+        index, value = others[0]
+        first = 1 if path.suffix == ".jsonl" else 2
+        raise ValueError(
+            f"{path}, line {index + first}: label {value!r} among numeric labels ({', '.join(sorted(numbers)[:5])}): "
+            f"a typo would become a class of its own; fix the row ({len(others)} such row(s))"
+        )
+
+
 def _read_records(path: Path, needed: list[str]) -> tuple[Path, list[dict]]:
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
@@ -193,14 +218,30 @@ def _read_records(path: Path, needed: list[str]) -> tuple[Path, list[dict]]:
         return path, records
     if suffix not in (".csv", ".tsv"):
         raise ValueError(f"{path}: a task file is .csv, .tsv or .jsonl, not {suffix or 'without a suffix'}")
-    with open(path, encoding="utf-8-sig", newline="") as handle:
-        reader = csv.DictReader(handle, delimiter="\t" if suffix == ".tsv" else ",")
-        lacking = [c for c in needed if c not in (reader.fieldnames or [])]
-        if lacking:
-            raise ValueError(f"{path}, line 1: no column {', '.join(map(repr, lacking))}; columns: {reader.fieldnames}")
-        records = []
-        for number, record in enumerate(reader, 2):
-            if None in record or any(record[c] is None for c in needed):
-                raise ValueError(f"{path}, line {number}: the row's field count differs from the header's")
-            records.append(record)
+    rows = csv_rows(path, lambda handle: csv.reader(handle, delimiter="\t" if suffix == ".tsv" else ","))
+    header = rows[0] if rows else []
+    lacking = [c for c in needed if c not in header]
+    if lacking:
+        raise ValueError(f"{path}, line 1: no column {', '.join(map(repr, lacking))}; columns: {header}")
+    records = []
+    for number, row in enumerate(rows[1:], 2):
+        if len(row) != len(header):
+            raise ValueError(f"{path}, line {number}: the row's field count differs from the header's")
+        records.append(dict(zip(header, row, strict=True)))
     return path, records
+
+
+# csv's default limit on one field (131,072 characters) raised: a long document is the model's to truncate.
+FIELD_LIMIT = 1 << 26
+
+
+def csv_rows(path: Path, reader: Any) -> list[list[str]]:
+    """Every row of a CSV/TSV file as ``reader(handle)`` splits it: the file decoded as UTF-8 first, and a row
+    the csv module cannot split named by file and line (before: its bare error, no file named)."""
+    text = utf8_text(path, what="task file")  # utf-8-sig: MRPC's byte-order mark
+    csv.field_size_limit(max(csv.field_size_limit(), FIELD_LIMIT))
+    rows_reader = reader(io.StringIO(text, newline=""))
+    try:
+        return list(rows_reader)
+    except csv.Error as error:
+        raise ValueError(f"{path}, line {rows_reader.line_num}: {error}") from None

@@ -39,6 +39,24 @@ class Encoder:
         return int(self.model.config.num_hidden_layers)
 
 
+PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "tf_model.h5")
+
+
+def refuse_pickled_weights(model_dir: Path) -> None:
+    """A model folder's weights must be safetensors: a pickle (pytorch_model.bin) from someone else's folder is never
+    loaded (loading one can run code), and a folder with neither would silently start from random weights."""
+    if any(model_dir.glob("*.safetensors")) or (model_dir / "model.safetensors.index.json").is_file():
+        return
+    pickled = [name for name in PICKLED_WEIGHTS if (model_dir / name).is_file()]
+    if pickled:
+        raise ValueError(
+            f"{model_dir / pickled[0]} is a pickle, and degen-train loads model weights from safetensors only (a "
+            f"handed-over file never runs code here). Where you trust the file, convert the folder once: "
+            f"AutoModel.from_pretrained(FOLDER).save_pretrained(FOLDER) writes model.safetensors"
+        )
+    raise ValueError(f"{model_dir} holds no weights (no *.safetensors): the model would start from random weights")
+
+
 def model_folder(path: str | Path) -> Path:
     """The HF folder of ``path`` (a degen_train run's hf/ export, or the folder itself), refused without a config or
     a tokenizer, naming what is missing."""
@@ -48,6 +66,7 @@ def model_folder(path: str | Path) -> Path:
         raise FileNotFoundError(
             f"{path} is neither a degen_train run directory (with hf/) nor an HF model directory (with config.json)"
         )
+    refuse_pickled_weights(model_dir)
     if not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
         raise FileNotFoundError(
             f"{model_dir} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}): every word would be [UNK] and every "

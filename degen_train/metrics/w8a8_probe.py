@@ -68,6 +68,26 @@ def masked_lm_nll(
     return total, int(masked.sum())
 
 
+def enough_blocks(tokenizer: Any, documents: list[str], *, decoder: bool, block: int, batch_size: int) -> list:
+    """The text's blocks, refused (naming how much text is needed) when too few remain to score after calibration:
+    checked before training too (pretrain), so a short eval.w8a8 file fails in seconds, not after the run."""
+    blocks = token_blocks(tokenizer, documents, block - (0 if decoder else 2))
+    enough_tokens(len(blocks) * block, block=block, batch_size=batch_size)
+    return blocks
+
+
+def enough_tokens(tokens: int, *, block: int, batch_size: int) -> None:
+    """Refuse a text of ``tokens`` tokens that cannot fill the calibration batches and one more block."""
+    blocks = tokens // block
+    if blocks <= CALIBRATION_BATCHES * batch_size:
+        needed = (CALIBRATION_BATCHES * batch_size + 1) * block
+        raise ValueError(
+            f"the text has {'at most ' if tokens % block else ''}{blocks} blocks of {block} tokens: "
+            f"{CALIBRATION_BATCHES} batches of {batch_size} calibrate the activation ranges and at least one more is "
+            f"scored (give a file of more than {needed} tokens)"
+        )
+
+
 def w8a8_gap(
     model: Any,
     tokenizer: Any,
@@ -82,16 +102,9 @@ def w8a8_gap(
     sts_encode: Any = None,
 ) -> dict[str, Any]:
     """Perplexity (and, with ``sts`` pairs and an ``sts_encode`` function, STS Spearman) in float and in W8A8."""
-    blocks = token_blocks(tokenizer, documents, block - (0 if decoder else 2))
+    blocks = enough_blocks(tokenizer, documents, decoder=decoder, block=block, batch_size=batch_size)
     calibration = blocks[: CALIBRATION_BATCHES * batch_size]
     scored = blocks[len(calibration) :][:limit_blocks]
-    if len(scored) < 1:
-        needed = (CALIBRATION_BATCHES * batch_size + 1) * block
-        raise ValueError(
-            f"the text has {len(blocks)} blocks of {block} tokens: {CALIBRATION_BATCHES} batches of {batch_size} "
-            f"calibrate the activation ranges and at least one more is scored (give a file of more than {needed} "
-            f"tokens)"
-        )
 
     def score() -> dict[str, float]:
         if decoder:

@@ -225,12 +225,42 @@ def variant_settings(
     return settings
 
 
+# What variant_settings writes for each variant, so what an export's config.json must hold (a number or a choice).
+SETTING_KINDS: dict[str, dict[str, Any]] = {
+    "softmax": {},
+    "kv_bias": {},
+    "clipped_softmax": {"alpha": float, "length": int, "gamma": float, "eta": float},
+    "gated": {"gate": ("linear", "mlp"), "gate_init": (float, type(None))},
+    "output_gate": {"granularity": ("headwise", "elementwise")},
+}
+
+
+def checked_settings(settings: Any) -> dict[str, Any]:
+    """``settings`` as variant_settings writes them, or a ValueError naming what is wrong: an export's config.json
+    is data from elsewhere (before, a bogus degen_attention failed with KeyError: 'variant')."""
+    where = f"the model config's {SETTINGS_KEY}={settings!r}"
+    if not isinstance(settings, Mapping) or settings.get("variant") not in SETTING_KINDS:
+        raise ValueError(f"{where}: its variant must be one of {', '.join(SETTING_KINDS)} (an edited or foreign "
+                         f"config.json: re-export the model)")  # fmt: skip
+    for key, kind in SETTING_KINDS[settings["variant"]].items():
+        value = settings.get(key)
+        fits = value in kind if isinstance(kind, tuple) and all(isinstance(k, str) for k in kind) else (
+            isinstance(value, kind) and not isinstance(value, bool))  # fmt: skip
+        if kind is float:
+            fits = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if not fits:
+            raise ValueError(f"{where}: {key}={value!r} is not what degen-train writes for {settings['variant']} "
+                             f"(an edited or foreign config.json: re-export the model)")  # fmt: skip
+    return dict(settings)
+
+
 def _attention_modules(model: nn.Module, arch: str) -> list[nn.Module]:
     return [module for module in model.modules() if type(module).__name__ == ATTENTION_MODULES[arch]]
 
 
 def install_attention_variant(model: PreTrainedModel, settings: Mapping[str, Any], *, arch: str) -> PreTrainedModel:
     """Install ``settings`` (from ``variant_settings``) into ``model`` in place: gates, hooks, attention function."""
+    settings = checked_settings(settings)
     if settings["variant"] == "softmax":
         return model
     config, modules = model.config, _attention_modules(model, arch)

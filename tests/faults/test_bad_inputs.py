@@ -51,6 +51,14 @@ CASES = [
         r"300 lines, 0\.0 MiB; a validation split needs at least 2\. Set data\.document_unit=line",
     ),
     ("threads=0", ValueError, r"threads=0: must be auto \(the CPUs this process may use\) or a thread count >= 1"),
+    # Issue 35's refusals that were right but read as crashes:
+    ("optimizer.lr=inf", ValueError, r"optimizer\.lr=inf: Input should be a finite number"),
+    ("data.tokenizer.path=NO_VOCABULARY", ValueError, r"data\.tokenizer\.path=.*: the tokenizer has \d+ tokens, all of "
+                                                     r"them special .*no vocabulary"),  # fmt: skip
+    ("eval.w8a8=SHORT", ValueError, r"eval\.w8a8=.*short\.txt: the text has at most 0 blocks of 128 tokens: 16 "
+                                    r"batches of 8 calibrate"),  # fmt: skip
+    ("data.sources=HUGE_WEIGHTS", ValueError, r"data\.sources: the weights \(a: 1e\+308, b: 1e\+308\) sum to inf"),
+    ("scheduler=wsd", ValueError, r"scheduler\.warmup_steps=10 leaves no step of total_steps=8 for the stable phase"),
 ]
 
 
@@ -74,6 +82,18 @@ def test_bad_input_is_named(tmp_path: Path, drill: list[str], override: str, err
     elif override == "data.path=LINES_WITHOUT_BLANKS":  # a user's corpus: one sentence per line, no blank line
         (tmp_path / "lines.txt").write_text("".join(f"sentence number {i} of my corpus\n" for i in range(300)))
         override = f"data.path={tmp_path / 'lines.txt'}"
+    elif override == "data.tokenizer.path=NO_VOCABULARY":  # a tokenizer.json whose vocabulary was left out
+        override = f"data.tokenizer.path={tokenizer_without_words(tmp_path)}"
+    elif override == "eval.w8a8=SHORT":  # before: found after training
+        (tmp_path / "short.txt").write_text("a few words\n")
+        override = f"eval.w8a8={tmp_path / 'short.txt'}"
+    elif override == "data.sources=HUGE_WEIGHTS":  # before: numpy's "Probabilities do not sum to 1"
+        for name in ("a", "b"):
+            (tmp_path / f"{name}.txt").write_text("some words here\n\nand more words there\n")
+        override = (f"data.sources=[{{path: {tmp_path / 'a.txt'}, weight: 1e308, source: text}}, "
+                    f"{{path: {tmp_path / 'b.txt'}, weight: 1e308, source: text}}]")  # fmt: skip
+    elif override == "scheduler=wsd":  # before: "must be in 1..0 steps"
+        drill = [*drill, "scheduler.warmup_steps=10"]
     elif override == "run_dir=A_FILE":
         (tmp_path / "a_file").write_text("not a folder")
         run_dir, override = tmp_path / "a_file" / "run", "seed=0"
@@ -83,6 +103,27 @@ def test_bad_input_is_named(tmp_path: Path, drill: list[str], override: str, err
         run(run_dir, *drill, override)
     assert not (tmp_path / "run" / "config.yaml").exists()  # nothing of a run was written
     assert (set(tokenizers.glob("*")) if tokenizers.exists() else set()) == trained_before  # nor a tokenizer trained
+
+
+def tokenizer_without_words(tmp_path: Path) -> Path:
+    """A tokenizer folder whose tokenizer.json keeps its special tokens only (its vocabulary cut out)."""
+    import json
+
+    from tests.helpers import run as train_run
+
+    source = tmp_path / "source"
+    train_run(source, "trainer.max_steps=1", "export_hf=false", "data.tokenizer.vocab_size=200",
+              "final_validation=false")
+    folder = tmp_path / "no_words"
+    folder.mkdir()
+    spec = json.loads((source / "tokenizer" / "tokenizer.json").read_text())
+    specials = {token["content"] for token in spec["added_tokens"]}
+    spec["model"]["vocab"] = {t: i for i, t in enumerate(t for t in spec["model"]["vocab"] if t in specials)}
+    (folder / "tokenizer.json").write_text(json.dumps(spec))
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        if (source / "tokenizer" / name).exists():
+            (folder / name).write_text((source / "tokenizer" / name).read_text())
+    return folder
 
 
 def test_a_run_folder_that_is_a_file_is_one_line_from_the_command(tmp_path: Path) -> None:
@@ -146,3 +187,80 @@ def test_a_missing_local_path_is_named_at_once_not_tried_on_the_hub(
             resolve_pretrained(value)
     assert resolve_pretrained("bert-base-uncased") == "bert-base-uncased"
     assert resolve_pretrained("my-lab/tiny-mlm") == "my-lab/tiny-mlm"  # ORG/NAME, no ./my-lab folder: the hub
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny run with gated attention and its export."""
+    folder = tmp_path_factory.mktemp("export") / "run"
+    run(folder, "trainer.max_steps=1", "data.tokenizer.vocab_size=200", "model.attention_variant.name=gated",
+        "final_validation=false")  # fmt: skip
+    return folder
+
+
+def test_a_pickled_model_file_is_refused_by_name(tmp_path: Path, export: Path) -> None:
+    """Issue drill: a pytorch_model.bin in an export read as a crash (or, with keys that did not match, as a model
+    of random weights). Refused: a handed-over pickle is never loaded."""
+    import shutil
+
+    import torch
+
+    folder = tmp_path / "model"
+    shutil.copytree(export / "hf", folder)
+    (folder / "model.safetensors").unlink()
+    torch.save({"weights": torch.ones(2)}, folder / "pytorch_model.bin")
+    for command in (["degen-analyze", str(folder)],
+                    ["degen-finetune", str(folder), "--train", "x.csv", "--dev", "x.csv", "--text-columns", "a",
+                     "--out", str(tmp_path / "ft")]):  # fmt: skip
+        result = subprocess.run([str(Path(os.sys.executable).parent / command[0]), *command[1:]], capture_output=True,
+                                text=True, timeout=300)  # fmt: skip
+        assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+        assert f"{folder / 'pytorch_model.bin'} is a pickle, and degen-train loads model weights from safetensors" in (
+            result.stderr
+        )
+
+
+def test_an_export_with_bogus_attention_settings_is_refused_by_name(tmp_path: Path, export: Path) -> None:
+    """Issue drill: a gated export whose config.json holds a bogus degen_attention failed with KeyError: 'variant'."""
+    import json
+    import shutil
+
+    from degen_train.metrics.encode import load_encoder
+
+    folder = tmp_path / "model"
+    shutil.copytree(export / "hf", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["degen_attention"] = {"bogus": 1}
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"degen_attention=\{'bogus': 1\}: its variant must be one of softmax"):
+        load_encoder(folder)
+
+
+@pytest.mark.parametrize("tool", ["degen-analyze", "degen-report", "--reproduce"])
+def test_a_read_only_folder_is_named_by_analyze_report_and_reproduce(tmp_path: Path, export: Path, tool: str) -> None:
+    """Issue drill: analysis, report and reproduction of a read-only run folder ended in a traceback."""
+    import shutil
+
+    mount = tmp_path / "readonly"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {made.stderr.decode().strip()}")
+    try:
+        shutil.copytree(export, mount / "run")
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        binary = str(Path(os.sys.executable).parent / ("degen-train" if tool == "--reproduce" else tool))
+        arguments = [tool, str(mount / "run")] if tool == "--reproduce" else [str(mount / "run")]
+        result = subprocess.run([binary, *arguments], capture_output=True, text=True, timeout=300)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert "cannot be written (Read-only file system): give" in result.stderr
+
+
+def test_a_path_holding_equals_is_shown_how_to_quote(tmp_path: Path) -> None:
+    """Issue drill: ckpt_path=RUN/checkpoints/step=00000002.ckpt gave Hydra's grammar error, nothing on quoting."""
+    result = degen_train(f"ckpt_path={tmp_path}/checkpoints/step=00000002.ckpt", f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    quoted = f"ckpt_path='{tmp_path}/checkpoints/step=00000002.ckpt'"
+    assert f"quote it for Hydra inside the shell's quotes: \"{quoted}\"" in result.stderr

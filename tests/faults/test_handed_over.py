@@ -148,7 +148,7 @@ def test_processes_with_different_data_are_named() -> None:
     from degen_train.data.datamodule import check_same_data
 
     check_same_data([("a1", 10, 2), ("a1", 10, 2)])
-    with pytest.raises(RuntimeError, match=r"rank 0: \('a1', 10, 2\); rank 1: \('b2', 10, 2\)\. Give every node"):
+    with pytest.raises(ValueError, match=r"rank 0: \('a1', 10, 2\); rank 1: \('b2', 10, 2\)\. Give every node"):
         check_same_data([("a1", 10, 2), ("b2", 10, 2)])
 
 
@@ -163,3 +163,120 @@ def test_hydra_itself_refuses_a_shell_target_as_the_second_wall(tmp_path: Path) 
     with pytest.raises(InstantiationException, match=r"os\.system"):
         instantiate({"_target_": "os.system", "command": f"touch {marker}"})
     assert not marker.exists()
+
+
+def test_a_finished_run_says_so_and_how_to_train_it_longer(tmp_path: Path, drill: list[str]) -> None:
+    """Issue drill: after a 20-step run the printed resume command (total_steps=20, max_steps=40) trained steps
+    20-40 at learning rate 0. A finished run now prints a branch with a longer schedule, which trains (the rate is
+    not 0); the old command is refused, saying why."""
+    import csv
+    import os
+    import subprocess
+    import sys
+
+    from degen_train.run_table import end_of_run_table
+
+    folder = tmp_path / "finished"
+    summary = run(folder, *drill, "trainer.max_steps=4", "export_hf=false", "scheduler.warmup_steps=1")
+    typed = [*FAST, *drill, "trainer.max_steps=4", "export_hf=false", "scheduler.warmup_steps=1"]
+    lines = [line.strip() for line in end_of_run_table(summary, folder, typed).splitlines()]
+    assert not any(line.startswith("resume") for line in lines)
+    finished = next(line for line in lines if line.startswith("finished"))
+    assert "its schedule ended at step 4" in finished
+    command = finished.split(": ", 1)[1]
+    assert f"branch_from={folder.resolve()}@4" in command and "scheduler.total_steps=8" in command
+    with pytest.raises(ValueError, match=r"trainer.max_steps=8 runs past scheduler.total_steps=4, where the learning "
+                                         r"rate has decayed to 0: steps 4\.\.8 would change nothing"):  # fmt: skip
+        run(folder, *drill, "export_hf=false", "scheduler.warmup_steps=1", "scheduler.total_steps=4",
+            "trainer.max_steps=8", "ckpt_path=last")  # fmt: skip
+    keep = [*drill, "callbacks.checkpoint.save_top_k=-1", "callbacks.checkpoint.every_n_train_steps=4"]
+    run(tmp_path / "parent", *keep, "trainer.max_steps=4", "export_hf=false", "scheduler.warmup_steps=1")
+    typed = [*FAST, *keep, "trainer.max_steps=4", "export_hf=false", "scheduler.warmup_steps=1"]
+    summary = __import__("json").loads((tmp_path / "parent" / "summary.json").read_text())
+    finished = next(line.strip() for line in end_of_run_table(summary, tmp_path / "parent", typed).splitlines()
+                    if line.strip().startswith("finished"))  # fmt: skip
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    result = subprocess.run(finished.split(": ", 1)[1], shell=True, capture_output=True, text=True, env=env,
+                            timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(Path(f"{(tmp_path / 'parent').resolve()}-longer") / "logs" / "metrics.csv") as handle:
+        rates = [float(r["lr-AdamW/pg1"]) for r in csv.DictReader(handle) if r.get("lr-AdamW/pg1")]
+    assert len(rates) == 4 and min(rates) > 0  # steps 4..8 train, the first one too
+
+
+def test_a_reproduction_writes_and_deletes_nothing_outside_its_own_folder(tmp_path: Path, source_run: Path) -> None:
+    """Issue drill: a record whose allowed targets point at the user's own folders. Before: the top-k rotation
+    deleted step=1 and step=2 in the user's checkpoint folder and overwrote its last.ckpt; the Trainer's root, the
+    loggers, an added TensorBoard logger and the data cache wrote at the record author's paths; the record's hub
+    upload, Hydra settings and defaults list were obeyed."""
+    victims = {name: tmp_path / "mine" / name for name in ("ckpts", "root", "logs", "tb", "cache")}
+    for folder in victims.values():
+        folder.mkdir(parents=True)
+    for name in ("step=00000001.ckpt", "step=00000002.ckpt", "last.ckpt"):
+        (victims["ckpts"] / name).write_bytes(b"my own checkpoint " + name.encode())
+    before = {name: fingerprint(folder) for name, folder in victims.items()}
+    config = yaml.safe_load((source_run / "config.yaml").read_text())
+    config["callbacks"]["checkpoint"].update(dirpath=str(victims["ckpts"]), every_n_train_steps=1, save_top_k=1)
+    config["trainer"]["default_root_dir"] = str(victims["root"])
+    config["logger"]["csv"]["save_dir"] = str(victims["logs"])
+    config["logger"]["tensorboard"] = {"_target_": "lightning.pytorch.loggers.TensorBoardLogger",
+                                       "save_dir": str(victims["tb"]), "name": "../escape", "version": ""}  # fmt: skip
+    config["data"]["cache_dir"] = str(victims["cache"])
+    config["push_to_hub"] = {"repo_id": "someone/else", "private": False, "message": "x", "dry_run": False}
+    config["defaults"] = ["_self_", {"override hydra/launcher": "basic"}]
+    config["hydra"] = {"run": {"dir": str(victims["root"])}}
+    handed = tmp_path / "handed"
+    handed.mkdir()
+    (handed / "config.yaml").write_text(yaml.safe_dump(config))
+    again = tmp_path / "again"
+    result = degen_train("--reproduce", str(handed), "trainer.enable_progress_bar=false", f"hydra.run.dir={again}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {name: fingerprint(folder) for name, folder in victims.items()} == before
+    assert not (tmp_path / "mine" / "escape").exists()
+    assert (again / "checkpoints" / "last.ckpt").is_file() and (again / "logs" / "metrics.csv").is_file()
+    said = result.stdout + result.stderr
+    for line in ("push_to_hub.repo_id=someone/else dropped", "its Hydra settings (hydra:) dropped",
+                 "its defaults list (defaults:) dropped", f"callbacks.checkpoint.dirpath={victims['ckpts']} replaced",
+                 f"logger.csv.save_dir={victims['logs']} replaced", "logger.tensorboard.name=../escape replaced",
+                 "the recorded config reads data.path="):  # fmt: skip
+        assert line in said, line
+    recorded = yaml.safe_load((again / "config.yaml").read_text())
+    assert recorded["push_to_hub"]["repo_id"] is None and recorded["data"]["cache_dir"] != str(victims["cache"])
+
+
+def test_an_interpolation_in_a_record_is_refused(tmp_path: Path, source_run: Path) -> None:
+    """Issue drill: `data.path: ${oc.env:SOME_VAR}` was resolved against the user's environment, training on (and
+    exporting into the tokenizer) a file the user never named."""
+    config = yaml.safe_load((source_run / "config.yaml").read_text())
+    config["data"]["path"] = "${oc.env:SOME_VAR}"
+    handed = tmp_path / "handed"
+    handed.mkdir()
+    (handed / "config.yaml").write_text(yaml.safe_dump(config))
+    result = degen_train("--reproduce", str(handed), f"hydra.run.dir={tmp_path / 'again'}")
+    assert result.returncode != 0
+    assert "holds the interpolation '${oc.env:SOME_VAR}' at data.path; a recorded config is written resolved" in (
+        result.stderr
+    )
+    assert not (tmp_path / "again").exists()
+
+
+def test_a_resumed_folder_never_writes_through_a_link(tmp_path: Path, drill: list[str]) -> None:
+    """Issue drill: logs/metrics.csv and train.log linked to files elsewhere; ckpt_path=last replaced one outside
+    file with the metrics and appended the log to the other (rc 0). Refused before anything is written."""
+    folder = tmp_path / "run"
+    common = [*FAST, *drill, "trainer.max_steps=2", "export_hf=false"]
+    result = degen_train(*common, f"hydra.run.dir={folder}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    outside = {name: tmp_path / f"victim_{name}.txt" for name in ("metrics", "log")}
+    for name, path in outside.items():
+        path.write_text(f"someone's {name} file\n")
+    for link, target in ((folder / "logs" / "metrics.csv", outside["metrics"]), (folder / "train.log", outside["log"])):
+        link.unlink()
+        link.symlink_to(target)
+    result = degen_train(*common, "trainer.max_steps=4", f"hydra.run.dir={folder}", "ckpt_path=last")
+    assert result.returncode != 0
+    assert f"{folder} holds symbolic links (" in result.stderr and "never through a link" in result.stderr
+    assert all(path.read_text() == f"someone's {name} file\n" for name, path in outside.items())
+    with pytest.raises(ValueError, match=r"holds symbolic links"):  # the Python API too
+        run(folder, *drill, "trainer.max_steps=4", "export_hf=false", "ckpt_path=last")
+    assert all(path.read_text() == f"someone's {name} file\n" for name, path in outside.items())

@@ -143,3 +143,34 @@ def test_a_lightning_hpc_checkpoint_in_the_run_folder_is_refused_naming_it(tmp_p
     with pytest.raises(CheckpointError, match=expected):
         run(run_dir, *drill, "trainer.max_steps=12", "ckpt_path=auto")
     assert sorted(p.name for p in (run_dir / "config_history").iterdir()) == before
+
+
+@pytest.mark.parametrize("stage", ["training a encoder tokenizer", "building examples into"])
+def test_sigterm_while_the_data_is_prepared_exits_75_saying_what_is_cached(tmp_path: Path, stage: str) -> None:
+    """Issue drill: SIGTERM during data preparation or tokenizer training exited 143 with no message (the handler
+    started only with training). Now: exit 75, the cache named, and the same command goes on from it."""
+    import random
+
+    words = [f"w{i}" for i in range(3000)]
+    draw = random.Random(0)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(" ".join(draw.choices(words, k=120)) for _ in range(12000)))
+    cache = tmp_path / "cache"
+    folder = tmp_path / "run"
+    command = [str(Path(sys.executable).parent / "degen-train"), *FAST, "data=text", f"data.path={corpus}",
+               f"data.cache_dir={cache}", "data.tokenizer.vocab_size=2000", "trainer.max_steps=1", "export_hf=false",
+               f"hydra.run.dir={folder}"]  # fmt: skip
+    log = tmp_path / "run.log"
+    with open(log, "w") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, cwd=REPO)
+        deadline = time.monotonic() + 300
+        while stage not in log.read_text() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=300)
+    said = log.read_text()
+    assert code == 75, said[-3000:]
+    assert "SIGTERM received before training started (while preparing the data)" in said and str(cache) in said
+    assert not (folder / "checkpoints").exists()
+    again = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
