@@ -32,6 +32,7 @@ from degen_train.metrics.isotropy import (
     top_k_variance_share,
 )
 from degen_train.metrics.transforms import clip_outliers, fit_whitening
+from degen_train.own_runs import is_own as is_own_run
 from degen_train.paths import writable_folder
 from degen_train.resume import has_no_effect_on_result
 
@@ -137,13 +138,15 @@ def analyze(
     trust_config: bool = False,
 ) -> dict[str, Any]:
     """metrics.json and figures of a run or HF model folder. ``trust_config``: read the corpus the folder's config
-    names wherever it is (only for folders you made; by default only files inside the folder are read)."""
+    names wherever it is (only for folders you made; by default only files inside the folder are read, unless the
+    folder is a run this user trained on this machine)."""
     path = Path(path)
     timings: dict[str, float] = {}  # seconds per phase, in metrics.json (make bench reads them)
     with timed(timings, "load"):
         encoder = load_encoder(path, batch_size=batch_size, max_length=128)
         out_dir = writable_folder(Path(out) if out else path / "analysis", "--out")
-        sentences = corpus_sentences(path, corpus, max_sentences, trust_config=trust_config)
+        own = is_own_run(path)  # a run this user trained here reads the corpus its config names (own_runs.py)
+        sentences = corpus_sentences(path, corpus, max_sentences, trust_config=trust_config or own)
     with timed(timings, "encode"):
         per_layer, ids = token_vectors_by_layer(encoder, sentences)
     with timed(timings, "embedding_metrics"):

@@ -5,10 +5,15 @@ A branch is a resume into another folder that may change the schedule (``schedul
 as any resume, the weights of the parent's terms (a term trained at weight 0 in the parent can be switched on for the
 cooldown). It reads the parent's tokenizer and never writes into the parent. Killed, a branch resumes from its own
 checkpoints with the same command.
+
+A branch is its parent plus what you change: its config is composed from the parent's own command-line overrides
+(RUN/overrides.json) followed by the branch's, so ``branch_from=RUN@1200 trainer.max_steps=1400`` keeps the parent's
+recipe, regularizer and WSD schedule; the run then lists each setting it changes against the parent.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from pathlib import Path
@@ -22,6 +27,50 @@ log = logging.getLogger("degen_train")
 STEP_FILE = re.compile(r"^step=(\d+)\.ckpt$")
 # What a branch may change beyond what any resume may (resume.MAY_CHANGE).
 BRANCH_MAY_CHANGE = ("scheduler.", "branch_from", "data.tokenizer.path")
+
+
+# Parent overrides a branch does not inherit: where and how the parent was launched, published, or resumed.
+NOT_INHERITED = ("hydra.", "ckpt_path", "branch_from", "run_dir", "push_to_hub.")
+
+
+def inherited_overrides(overrides: list[str]) -> list[str]:
+    """``overrides`` with the branch's parent's own overrides first, when they name one ``branch_from=RUN@STEP``
+    (a sweep over several parents, or no recorded overrides: as given). A parent's override that would build code
+    (``_target_``) is refused: the parent's record is data."""
+    branch = [o.split("=", 1)[1].strip("'\"") for o in overrides if o.lstrip("+~").startswith("branch_from=")]
+    if len(branch) != 1 or "," in branch[0] or "@" not in branch[0]:
+        return list(overrides)
+    parent = Path(branch[0].rpartition("@")[0]).expanduser()
+    recorded = parent / "overrides.json"
+    if not recorded.is_file():
+        return list(overrides)
+    try:
+        parent_overrides = [str(o) for o in json.loads(recorded.read_text())]
+    except (OSError, ValueError) as error:
+        raise ValueError(f"branch_from={branch[0]}: {recorded} is not readable ({error})") from None
+    kept = []
+    for override in parent_overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if "_target_" in key:
+            raise ValueError(f"branch_from={branch[0]}: {recorded} holds {override!r}, which would build code; a "
+                             f"parent's overrides may only set values")  # fmt: skip
+        if not key.startswith(NOT_INHERITED):
+            kept.append(override)
+    return [*kept, *overrides]
+
+
+# Keys every branch changes by being a branch (its folder, its parent's tokenizer, total_steps = max_steps):
+# left out of the list of what the branch changes.
+BRANCH_BOOKKEEPING = ("branch_from", "data.tokenizer.path", "callbacks.checkpoint.dirpath", "scheduler.total_steps")
+
+
+def branch_changes(changes: list[str]) -> list[str]:
+    """The 'key: before -> after' lines a user chose, without the keys every branch changes (its own folder)."""
+    def key(line: str) -> str:
+        return line.split(":", 1)[0]
+
+    return [line for line in changes if key(line) not in BRANCH_BOOKKEEPING
+            and not (key(line).startswith("logger.") and key(line).endswith(("save_dir", ".dir")))]  # fmt: skip
 
 
 def parse_branch(value: str) -> tuple[Path, int]:
@@ -40,6 +89,33 @@ def checkpoint_steps(run: Path) -> dict[int, Path]:
     if last.exists():
         steps.setdefault(int(checkpoint_header(last).get("global_step", -1)), last)
     return steps
+
+
+def refuse_a_decay_before_the_branch(cfg: DictConfig, step: int) -> None:
+    """A WSD branch's decay starts at the branch step or later. With scheduler.decay_steps unset, the decay is a
+    fraction of the whole run (0.2 × 1400 = 280 steps from step 1120): a branch at step 1200 would take its first
+    update at 0.465× the rate, without a word. Refused, naming the key that says where the decay starts."""
+    scheduler = cfg.scheduler
+    if scheduler.get("schedule") != "wsd":
+        return
+    from degen_train.optim import lr_factor, wsd_decay_steps
+
+    total, warmup = int(scheduler.total_steps), int(scheduler.warmup_steps)
+    decay = wsd_decay_steps(total, warmup, scheduler.get("decay_steps"), float(scheduler.get("decay_fraction", 0.2)))
+    start = total - decay
+    if start >= step:
+        return
+    rate = lr_factor(step, warmup_steps=warmup, total_steps=total, schedule="wsd",
+                     min_ratio=float(scheduler.min_ratio), decay_steps=decay,
+                     decay_shape=str(scheduler.get("decay_shape", "linear")))  # fmt: skip
+    given = ("scheduler.decay_steps=" + str(scheduler.decay_steps)) if scheduler.get("decay_steps") is not None else (
+        f"scheduler.decay_fraction={scheduler.get('decay_fraction', 0.2)} of total_steps={total}")  # fmt: skip
+    raise ValueError(
+        f"branch_from={cfg.branch_from}: the WSD decay ({given}: {decay} steps) would start at step {start}, before "
+        f"the branch step {step}, so the branch's first update would run at {rate:.3g}× the rate. Set "
+        f"scheduler.decay_steps={total - step} to decay over the whole branch (steps {step}..{total}), or fewer for "
+        f"a stable stretch first"
+    )
 
 
 def start_branch(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
@@ -63,6 +139,7 @@ def start_branch(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
             f"branch_from={cfg.branch_from}: {parent} has no checkpoint at step {step}; steps with one: {listed} "
             f"(a parent keeps them with callbacks.checkpoint.every_n_train_steps and save_top_k=-1)"
         )
+    refuse_a_decay_before_the_branch(cfg, step)
     own = sorted((run_dir / "checkpoints").glob("*.ckpt")) if (run_dir / "checkpoints").is_dir() else []
     with open_dict(cfg):
         cfg.ckpt_path = "auto" if own else str(steps[step])

@@ -32,18 +32,23 @@ def evaluate(
     perplexity_unit: str = "line",
     stride: int | None = None,
     w8a8: str | Path | None = None,
+    w8a8_placement: str = "released",
 ) -> dict[str, Any]:
     """Score ``model`` on STS files, a WiC directory, the perplexity of text files and its W8A8 quantization gap on
     a text file; writes OUT/eval.json and returns its content."""
     if not sts and wic is None and not perplexity_files and w8a8 is None:
         raise ValueError("nothing to evaluate: give --sts FILE, --wic DIR, --perplexity FILE and/or --w8a8 FILE")
-    if w8a8 is not None:  # a bad file fails before any model is loaded
+    if w8a8 is not None:  # a bad file or setting fails before any model is loaded
         from degen_train.metrics.perplexity import read_documents
+        from degen_train.metrics.quantization import PLACEMENTS
+
+        if w8a8_placement not in PLACEMENTS:
+            raise ValueError(f"W8A8 placement {w8a8_placement!r} is not one of {', '.join(PLACEMENTS)}")
 
         read_documents(w8a8, perplexity_unit, what="W8A8 text file")
     if not sts and wic is None:  # perplexity alone needs no encoder: its LM head is loaded by itself
         result = _perplexity_only(model, perplexity_files, out, perplexity_unit, max_length, stride, limit)
-        return _with_w8a8(result, w8a8, None, perplexity_unit, out)
+        return _with_w8a8(result, w8a8, None, perplexity_unit, out, w8a8_placement)
     # Read every input first: a bad file fails before the model is loaded.
     sts_sets = {Path(p).stem: read_sts(p) for p in sts}
     wic_items = read_wic(wic) if wic is not None else None
@@ -77,19 +82,24 @@ def evaluate(
     if encoder.truncated:
         log.warning("%d sequences were longer than %d tokens and were truncated", encoder.truncated, encoder.max_length)
     atomic_write_json(Path(out) / "eval.json", result)
-    return _with_w8a8(result, w8a8, sts[0] if sts else None, perplexity_unit, out)
+    return _with_w8a8(result, w8a8, sts[0] if sts else None, perplexity_unit, out, w8a8_placement)
 
 
 def _with_w8a8(
-    result: dict[str, Any], text: str | Path | None, sts_file: str | Path | None, unit: str, out: str | Path
+    result: dict[str, Any],
+    text: str | Path | None,
+    sts_file: str | Path | None,
+    unit: str,
+    out: str | Path,
+    placement: str = "released",
 ) -> dict[str, Any]:
     """``result`` with the W8A8 gap of its model on ``text`` (and on the first STS file), rewritten to eval.json."""
     if text is None:
         return result
     from degen_train.metrics.w8a8_probe import w8a8_gap_of_export
 
-    log.info("degen-eval: W8A8 quantization gap on %s (16 batches calibrate, the next blocks are scored)", text)
-    result["w8a8"] = w8a8_gap_of_export(result["model"], text, sts_file=sts_file, unit=unit)
+    log.info("degen-eval: W8A8 quantization gap on %s (%s placement; the released calibration)", text, placement)
+    result["w8a8"] = w8a8_gap_of_export(result["model"], text, sts_file=sts_file, unit=unit, placement=placement)
     atomic_write_json(Path(out) / "eval.json", result)
     return result
 

@@ -11,7 +11,9 @@ MLP) all stay on AdamW, with BERT's decay rule (no decay on biases and norms).
 
 from __future__ import annotations
 
+import logging
 import math
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -21,6 +23,8 @@ from torch import Tensor, nn
 from degen_train.optim import parameter_groups
 
 ADJUST_LR_CHOICES = ("original", "match_rms_adamw")
+
+log = logging.getLogger("degen_train")
 
 
 def hidden_matrices(modules: Iterable[nn.Module]) -> list[tuple[nn.Module, nn.Parameter]]:
@@ -201,4 +205,24 @@ def build_muon(
         for group in parameter_groups(modules, weight_decay)
     ]
     adamw = torch.optim.AdamW(rest, lr=lr, betas=tuple(betas), eps=eps, fused=fused)
+    log.info("optimizer=muon: %s", muon_split(modules, taken))
     return MuonWithAdamW(muon, adamw)
+
+
+def muon_split(modules: list[nn.Module], muon_ids: set[int]) -> str:
+    """Which parameters Muon takes and which AdamW, by name pattern (block numbers folded to N) and count."""
+    names = {id(p): n for module in modules for n, p in module.named_parameters()}
+    groups: dict[str, dict[str, int]] = {"Muon": {}, "AdamW": {}}
+    for module in modules:
+        for param in module.parameters():
+            if not param.requires_grad or id(param) not in names:
+                continue
+            pattern = re.sub(r"\.\d+\.", ".N.", names.pop(id(param)))
+            side = groups["Muon" if id(param) in muon_ids else "AdamW"]
+            side[pattern] = side.get(pattern, 0) + param.numel()
+    parts = []
+    for side, patterns in groups.items():
+        total = sum(patterns.values())
+        shown = ", ".join(sorted(patterns)[:6]) + (f", … ({len(patterns)} kinds)" if len(patterns) > 6 else "")
+        parts.append(f"{side} {total / 1e6:.2f}M parameters ({shown})")
+    return "; ".join(parts)

@@ -33,13 +33,19 @@ def check_output_folder(path: str | Path, key: str) -> None:
 APPENDED = ("train.log", "logs/metrics.csv")
 
 
+WANDB_FOLDER = "wandb"
+
+
 def refuse_links_in(run_dir: Path) -> None:
     """A run folder must hold its own files only: refuse a symbolic link anywhere in it (a resumed run would write
     or append through it, outside the folder) and an appended file that another user owns, naming each."""
     run_dir = Path(run_dir).expanduser()
     if not run_dir.is_dir():
         return
-    links = [p for p in [run_dir, *run_dir.rglob("*")] if p.is_symlink()]
+    # wandb/ is wandb's own: it makes its latest-run and log links itself (one into its cache) and replaces them on
+    # each start rather than writing through them
+    links = [p for p in [run_dir, *run_dir.rglob("*")] if p.is_symlink() and WANDB_FOLDER not in p.relative_to(
+        run_dir).parts[:1]]  # fmt: skip
     if links:
         shown = ", ".join(f"{p} -> {os.readlink(p)}" for p in links[:5])
         raise ValueError(

@@ -18,7 +18,7 @@ import torch  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from degen_train.accumulation import accumulation_warnings  # noqa: E402
-from degen_train.branching import BRANCH_MAY_CHANGE, start_branch  # noqa: E402
+from degen_train.branching import BRANCH_MAY_CHANGE, branch_changes, start_branch  # noqa: E402
 from degen_train.build import (  # noqa: E402
     build_trainer,
     data_format_for,
@@ -56,6 +56,7 @@ from degen_train.models.backbone import Backbone, build_hf_model, model_family, 
 from degen_train.models.compile import check_compile_available  # noqa: E402
 from degen_train.module import PretrainModule  # noqa: E402
 from degen_train.optim import steps_past_the_schedule  # noqa: E402
+from degen_train.own_runs import remember as remember_own_run  # noqa: E402
 from degen_train.parallel import full_state_dict  # noqa: E402
 from degen_train.paths import check_output_folder, refuse_links_in  # noqa: E402
 from degen_train.precision import check_precision  # noqa: E402
@@ -132,8 +133,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         saved = {**header["degen_train"], "global_step": header.get("global_step", 0)}
         recorded = (saved.get("provenance") or {}).get("config")
         free = BRANCH_MAY_CHANGE if branch else ()
-        for change in check_resume(recorded, resolved_config(cfg), checkpoint, also_free=free):
-            log.warning("resume changes %s (recorded in config_history/)", change)
+        changes = check_resume(recorded, resolved_config(cfg), checkpoint, also_free=free)
+        if branch is not None and checkpoint == Path(branch["checkpoint"]):  # a new branch: its parent plus these
+            what = f"branch of {branch['run']}@{branch['step']}: the parent's settings"
+            changes = branch_changes(changes)
+            log.info("%s, with %s", what, f"{len(changes)} change(s):\n  " + "\n  ".join(changes) if changes else
+                     "unchanged")  # fmt: skip
+        else:
+            for change in changes:
+                log.warning("resume changes %s (recorded in config_history/)", change)
     with run_dir_lock(run_dir) if is_launching_process() else nullcontext():
         return _train_locked(
             cfg, run_dir, terms, weights, family, data_format, checkpoint, saved, glue_tasks, branch=branch
@@ -203,7 +211,7 @@ def _train_locked(
     with stopping_before_training(str(cfg.data.cache_dir)):  # a signal while the data is prepared: exit 75, say so
         built = _build(cfg, run_dir, terms, weights, family, data_format, checkpoint, saved)
     if built.trainer.is_global_zero:
-        _write_run_record(cfg, run_dir, built.data.tokenizer, saved)
+        _write_run_record(cfg, run_dir, built.data.tokenizer, saved, built.record)
     train_metrics, val_metrics = _fit_and_validate(cfg, built, checkpoint)
     summary = _summary(cfg, built.trainer, train_metrics, val_metrics, terms=terms, weights=weights)
     _add_run_facts(cfg, summary, built, branch)
@@ -256,10 +264,11 @@ def _build(
     return Built(data, module, datamodule, trainer, record)
 
 
-def _write_run_record(cfg: DictConfig, run_dir: Path, tokenizer: Any, saved: dict) -> None:
+def _write_run_record(cfg: DictConfig, run_dir: Path, tokenizer: Any, saved: dict, record: dict) -> None:
     """The run folder's tokenizer (degen-convert --hf reads it), resolved config and this segment's config."""
     with atomic_directory(run_dir / "tokenizer", replace=True) as staging:
         tokenizer.save_pretrained(str(staging))
+    remember_own_run(run_dir, record["run_id"])  # degen-report trusts this run's own config (own_runs.py)
     atomic_write_json(run_dir / "config.json", resolved_config(cfg))
     atomic_write_json(run_dir / "overrides.json", swept_overrides())
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))  # the latest segment's
@@ -336,15 +345,19 @@ def _finish(run_dir: Path, trainer: Any, summary: dict) -> None:
 
 def check_w8a8_text(cfg: DictConfig, tokenizer: Any, family: str) -> None:
     """eval.w8a8's text holds enough blocks for the probe the export will get (degen-eval --w8a8's settings)."""
+    import dataclasses
+
+    from degen_train.metrics.quantization import SETTINGS
     from degen_train.metrics.w8a8_probe import enough_blocks, enough_tokens
 
     documents = read_documents(cfg.eval.w8a8, what="eval.w8a8 text file")
-    block = min(128, int(cfg.model.max_position))
+    settings = SETTINGS["decoder" if family == "decoder" else "encoder"]
+    settings = dataclasses.replace(settings, block=min(settings.block, int(cfg.model.max_position)))
     try:
         if tokenizer is None:  # at most one token per character, plus one per document: an upper bound
-            enough_tokens(sum(map(len, documents)) + len(documents), block=block, batch_size=8)
+            enough_tokens(sum(map(len, documents)) + len(documents), settings=settings)
         else:
-            enough_blocks(tokenizer, documents, decoder=family == "decoder", block=block, batch_size=8)
+            enough_blocks(tokenizer, documents, decoder=family == "decoder", settings=settings)
     except ValueError as error:
         raise ValueError(f"eval.w8a8={cfg.eval.w8a8}: {error}") from None
 

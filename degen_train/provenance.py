@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from degen_train.data.tokenizer import tokenizer_identity
+from degen_train.own_runs import new_run_id
 from degen_train.paths import PACKAGE_DIR
 
 LIBRARIES = ("degen_train", "torch", "transformers", "lightning", "datasets", "tokenizers")
@@ -58,4 +59,5 @@ def run_provenance(
         "vocab_size": len(tokenizer),
         "world_size": world_size,
         "seed": config.get("seed"),
+        "run_id": new_run_id(),  # this segment's; listed in the user's own-runs registry (own_runs.py)
     }

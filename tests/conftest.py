@@ -35,6 +35,7 @@ FAST = [
 def _cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cache = tmp_path_factory.mktemp("degen_cache")
     os.environ["DEGEN_TRAIN_CACHE"] = str(cache)
+    os.environ["DEGEN_TRAIN_STATE"] = str(cache / "state")  # the own-runs registry (own_runs.py): the tests' own
     os.environ.setdefault("HF_DATASETS_CACHE", str(cache / "hf_datasets"))
     return cache
 

@@ -57,8 +57,8 @@ def test_the_report_of_branched_cooldowns_shows_their_parent_at_the_branch_step(
     parent, cooldowns = tmp_path / "stable", tmp_path / "cooldowns"
     run(parent, *wsd(small_corpus), "trainer.max_steps=10", "export_hf=false")
     for shape in ("linear", "one_minus_sqrt"):
-        run(cooldowns / shape, *wsd(small_corpus), "trainer.max_steps=9", f"scheduler.decay_shape={shape}",
-            f"branch_from={parent}@6")  # fmt: skip
+        run(cooldowns / shape, *wsd(small_corpus), "trainer.max_steps=9", "scheduler.decay_steps=3",
+            f"scheduler.decay_shape={shape}", f"branch_from={parent}@6")  # fmt: skip
     result = report([cooldowns], run_analysis=False)
     (heading, rows), *others = result["branches"].items()
     assert not others and heading == f"{parent.resolve()} at step 6: 2 branches"
@@ -66,5 +66,63 @@ def test_the_report_of_branched_cooldowns_shows_their_parent_at_the_branch_step(
     assert rows[0]["run"] == "stable (parent, validated after update 6)" and rows[0]["val_loss"] == pytest.approx(start)
     assert {r["run"] for r in rows[1:]} == {"linear", "one_minus_sqrt"}
     for row in rows[1:]:
-        assert row["val_loss change"] == pytest.approx(row["val_loss"] - start)
+        assert row["val_objective_loss change"] == pytest.approx(row["val_objective_loss"] - start)  # MLM alone
     assert "## Branches of " in (cooldowns / "report" / "report.md").read_text()
+
+
+def test_a_cooldown_that_switches_a_regularizer_on_is_compared_by_its_objective(
+    tmp_path: Path, small_corpus: Path
+) -> None:
+    """Issue drill: the CosReg cooldown read +0.29 (worse) in "val_loss change", which added its regularizer, while its
+    objective's own loss fell below the parent's; the parent's row was nan in every column but one."""
+    from degen_train.cli.report import report
+
+    parent, cooldowns = tmp_path / "stable", tmp_path / "cooldowns"
+    run(parent, *wsd(small_corpus), "regularizer=cosreg", "regularizer.cosreg.weight=0", "trainer.max_steps=10",
+        "export_hf=false")  # fmt: skip
+    run(cooldowns / "on", f"branch_from={parent}@6", "trainer.max_steps=9", "scheduler.decay_steps=3",
+        "regularizer.cosreg.weight=1")  # fmt: skip
+    (_, rows), *_ = report([cooldowns], run_analysis=False)["branches"].items()
+    parent_row, branch_row = rows
+    start = logged(parent, "val/mlm/loss")[5]
+    assert parent_row["val_objective_loss"] == pytest.approx(start)
+    assert parent_row["val_perplexity"] == pytest.approx(__import__("math").exp(start))
+    assert parent_row["isotropy/embedding/mean_cosine"] is not None
+    assert branch_row["val_objective_loss change"] == pytest.approx(branch_row["val_objective_loss"] - start)
+    assert "val_loss change" not in branch_row
+
+
+def test_a_branch_is_its_parent_plus_what_it_changes(tmp_path: Path, small_corpus: Path,
+                                                     caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    """Issue drill: a branch given only its own changes failed (Hydra wanted +regularizer.cosreg.weight: the parent's
+    regularizer=cosreg was not inherited), or trained a linear schedule under a WSD parent, among 13 warnings for
+    settings nobody changed. Now it composes the parent's overrides first and lists only what it changes."""
+    import logging
+
+    parent, branch = tmp_path / "parent", tmp_path / "branch"
+    run(parent, *wsd(small_corpus), "recipe=gao_cosreg", "model=gpt2_tiny", "regularizer.cosreg.weight=0",
+        "trainer.max_steps=10", "data.tokenizer.vocab_size=1000")  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="degen_train"):
+        run(branch, f"branch_from={parent}@6", "trainer.max_steps=9", "scheduler.decay_steps=3",
+            "regularizer.cosreg.weight=1")  # fmt: skip
+    config = json.loads((branch / "config.json").read_text())
+    assert config["scheduler"]["schedule"] == "wsd" and config["regularizer"]["cosreg"]["weight"] == 1
+    assert config["objective"]["mle"] is not None and config["model"]["arch"] == "gpt2"
+    said = next(r.getMessage() for r in caplog.records if "branch of" in r.getMessage())
+    changed = [line.strip().split(":")[0] for line in said.splitlines()[1:]]
+    assert sorted(changed) == ["regularizer.cosreg.weight", "scheduler.decay_steps", "trainer.max_steps"], said
+    assert not [r for r in caplog.records if r.getMessage().startswith("resume changes")]
+
+
+def test_a_branch_whose_decay_would_start_before_it_is_refused(tmp_path: Path, small_corpus: Path) -> None:
+    """Issue drill: branch_from=RUN@1200 trainer.max_steps=1400 with scheduler.decay_steps unset took the default
+    fraction of the whole run, and the rate dropped to 0.465× at the branch step."""
+    parent = tmp_path / "parent"
+    settings = [*resume_settings(small_corpus), "scheduler=wsd", "scheduler.warmup_steps=1",
+                "callbacks.checkpoint.every_n_train_steps=2", "callbacks.checkpoint.save_top_k=-1"]  # fmt: skip
+    run(parent, *settings, "trainer.max_steps=12")
+    with pytest.raises(ValueError, match=r"the WSD decay \(scheduler.decay_fraction=0.2 of total_steps=14: 3 steps\) "
+                                         r"would start at step 11, before the branch step 12.*Set "
+                                         r"scheduler.decay_steps=2"):  # fmt: skip
+        run(tmp_path / "branch", f"branch_from={parent}@12", "trainer.max_steps=14")
+    run(tmp_path / "branch", f"branch_from={parent}@12", "trainer.max_steps=14", "scheduler.decay_steps=2")

@@ -97,6 +97,14 @@ def test_missing_path_is_named() -> None:
         load_corpus(data_cfg("data=text", "data.path=/no/such/corpus.txt"))
 
 
+def test_a_missing_wikitext2_says_where_it_reads_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 38.4: data=wikitext2's missing-file message named neither the folder nor DEGEN_TRAIN_WIKITEXT2."""
+    monkeypatch.setenv("DEGEN_TRAIN_WIKITEXT2", str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match=r"nowhere/train.txt does not exist \(data=wikitext2 reads train.txt "
+                                                r"and valid.txt from \$DEGEN_TRAIN_WIKITEXT2"):  # fmt: skip
+        load_corpus(data_cfg("data=wikitext2"))
+
+
 def test_empty_corpus_is_refused(tmp_path: Path) -> None:
     (tmp_path / "empty.txt").write_text("\n  \n\n")
     with pytest.raises(ValueError, match=r"corpus .*empty.txt is empty: no non-blank document"):

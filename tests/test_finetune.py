@@ -430,3 +430,13 @@ def test_a_long_field_is_read_and_bytes_that_are_not_utf8_are_named(tmp_path: Pa
     (glue / "dev.tsv").write_bytes(b"index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n")
     with pytest.raises(ValueError, match=r"RTE/train.tsv, line 2: bytes b'\\xc3' are not UTF-8"):
         load_glue_task("rte", tmp_path / "glue")
+
+
+def test_a_capped_grid_says_so_under_its_table() -> None:
+    """Issue 38.4: glue.md did not show a --max-train-examples cap, so a capped score read as the full task's."""
+    from degen_train.finetune.grid import format_summary
+
+    task = {"chosen_lr": 2e-5, "mean": 60.0, "std": 1.0, "seeds": 1, "metrics": {}}
+    capped = format_summary({"tasks": {"rte": task}, "average": 60.0, "protocol": {"max_train_examples": 200}})
+    assert "Each task trained on the first 200 rows of its training split only (--max-train-examples 200)" in capped
+    assert "max-train-examples" not in format_summary({"tasks": {"rte": task}, "average": 60.0, "protocol": {}})

@@ -67,7 +67,8 @@ def test_the_run_ends_with_a_table_saying_where_things_are(logged_run: tuple[Pat
         "MFU",
     ):
         assert line in table, line
-    assert f"hydra.run.dir={run_dir} ckpt_path=last trainer.max_steps=20" in table
+    # The linear schedule has decayed by step 10: going on is a branch with a longer schedule, not a resume at rate 0
+    assert f"branch_from={run_dir}@10 trainer.max_steps=20 scheduler.total_steps=20" in table
 
 
 def test_run_files_follow_the_users_umask_so_colleagues_can_read_them(logged_run: tuple[Path, str]) -> None:

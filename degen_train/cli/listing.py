@@ -39,9 +39,23 @@ def first_sentence(path: Path) -> str:
     return paragraph[: end.end()] if end else paragraph
 
 
-def term_switches(cls: type) -> str:
+def yaml_defaults() -> dict[str, dict[str, object]]:
+    """{term: {option: value}} as conf/objective and conf/regularizer set them: what a run gets by default, which
+    may differ from the constructor's default (mle's chunk_size: 1024 in its yaml, None in the class)."""
+    found: dict[str, dict[str, object]] = {}
+    for group in ("objective", "regularizer"):
+        for path in sorted((config_dir() / group).glob("*.yaml")):
+            for term, options in (OmegaConf.to_container(OmegaConf.load(path)) or {}).items():
+                if isinstance(options, dict):
+                    found.setdefault(term, {}).update({k: v for k, v in options.items() if k not in ("weight", "term")})
+    return found
+
+
+def term_switches(cls: type, configured: dict[str, object] | None = None) -> str:
     """key=default for each keyword of the term's constructor, and of its bases' when it passes **options on,
-    with what its annotation allows (the check term_options.py applies): ``rows='all' (all|seen)``."""
+    with what its annotation allows (the check term_options.py applies): ``rows='all' (all|seen)``. ``configured``:
+    the defaults conf/ gives the term, shown instead of the constructor's."""
+    configured = configured or {}
     switches: dict[str, str] = {}
     for klass in cls.__mro__:
         if "__init__" not in vars(klass) or klass.__module__.startswith("torch"):
@@ -52,7 +66,8 @@ def term_switches(cls: type) -> str:
         for p in parameters:
             if p.default is not inspect.Parameter.empty and p.name not in switches:
                 rule = allowed(hints[p.name]) if p.name in hints else None
-                switches[p.name] = f"{p.name}={p.default!r}" + (f" ({rule})" if rule else "")
+                default = configured.get(p.name, p.default)
+                switches[p.name] = f"{p.name}={default!r}" + (f" ({rule})" if rule else "")
         if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
             break
     return " ".join(switches.values())
@@ -73,13 +88,14 @@ def listing() -> str:
         shape = f"{arch:<10} L={sizes.num_layers} {widths}"
         lines.append(f"  {path.stem:<18} {shape}")
     lines.append("loss terms (objective.NAME.KEY=VALUE or regularizer.NAME.KEY=VALUE; every term takes weight=):")
+    configured = yaml_defaults()
     for name, cls in sorted(discover_terms().items()):
         summary = " ".join((inspect.getdoc(cls) or "").split("\n\n")[0].split())  # the docstring's first paragraph
         family = f" [{cls.family} only]" if cls.family else ""
         described = textwrap.wrap(summary + family, width=100) or [""]
         lines.append(f"  {name:<18} {described[0]}")
         lines.extend(f"  {'':<18} {more}" for more in described[1:])
-        switches = term_switches(cls)
+        switches = term_switches(cls, configured.get(name))
         if switches:
             wrapped = textwrap.wrap(f"switches: {switches}", width=98, subsequent_indent=" " * 10)
             lines.extend(f"  {'':<18}   {part}" for part in wrapped)

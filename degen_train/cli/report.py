@@ -6,6 +6,7 @@ import argparse
 import base64
 import logging
 import re
+import sys
 from collections.abc import Sequence
 from html import escape
 from pathlib import Path
@@ -46,10 +47,10 @@ def analyze_missing(runs: Sequence[Path], *, trust_config: bool = False) -> list
     todo = [r for r in runs if (r / "hf" / "config.json").exists() and not (r / "analysis" / "metrics.json").exists()]
     for index, run in enumerate(todo, 1):
         log.info("analysing %s (%d of %d)", run, index, len(todo))
-        try:
+        try:  # a run this user trained here reads the corpus its config names; a handed-over one only its own files
             analyze(run, trust_config=trust_config)
         except Exception as error:  # noqa: BLE001 - one run's analysis must not stop the report
-            problems.append(f"{run.name}: analysis failed: {type(error).__name__}: {error}")
+            problems.append(f"{run.name}: no analysis: {type(error).__name__}: {error}")
             log.warning(problems[-1])
     return problems
 
@@ -98,6 +99,7 @@ def report(
     page = html_page(table, grouped, headline, settings, best, images, cones, branches)
     atomic_write_text(out_dir / "report.html", page)
     return {"rows": table.to_dict("records"), "grouped": grouped.to_dict("records"), "out": str(out_dir),
+            "analysis_problems": problems,
             "branches": {heading: frame.to_dict("records") for heading, frame in branches}}  # fmt: skip
 
 
@@ -177,7 +179,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     except (ValueError, FileNotFoundError) as error:
         parser.exit(2, f"degen-report: error: {error}\n")
     failed = sum(r["status"] == "failed" for r in result["rows"])
-    print(f"{len(result['rows'])} runs ({failed} failed): {result['out']}/report.md, runs.csv, report.html")
+    missing = result["analysis_problems"]
+    print(f"{len(result['rows'])} runs ({failed} failed){f', {len(missing)} without an analysis' if missing else ''}: "
+          f"{result['out']}/report.md, runs.csv, report.html")  # fmt: skip
+    if missing:  # a report without the analyses it should hold is not a success
+        print("\n".join(f"  {line}" for line in missing), file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
+from degen_train.branching import inherited_overrides  # noqa: E402
 from degen_train.callbacks.preemption import PREEMPTED_EXIT, PreparationStopped, RunPreempted  # noqa: E402
 from degen_train.overrides import (  # noqa: E402
     open_trainer_keys,
@@ -59,6 +60,10 @@ def main() -> None:
 
         sys.argv = [sys.argv[0], *reproduce_argv(sys.argv[2], sys.argv[3:])]
     silence_known_noise()
+    try:  # a branch is its parent plus what this command changes: the parent's overrides go first
+        sys.argv = [sys.argv[0], *inherited_overrides(sys.argv[1:])]
+    except ValueError as error:
+        sys.exit(f"degen-train: error: {error}")
     sys.argv = [sys.argv[0], *open_trainer_keys(sys.argv[1:])]  # any Trainer argument as trainer.KEY=VALUE
     refuse_unknown_term_options(sys.argv[1:])  # a loss option's typo named with the close ones, not "use +key"
     refuse_unquoted_equals(sys.argv[1:])  # ckpt_path=RUN/checkpoints/step=00000002.ckpt: say how to quote it

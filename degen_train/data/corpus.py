@@ -65,7 +65,8 @@ def _load_local(cfg: Any, path_value: str | None, key: str) -> tuple[Any, str, l
         raise ValueError(f"{key} is not set: give a file or directory, e.g. {key}=corpus.txt")
     path = Path(str(path_value)).expanduser()
     if not path.exists():
-        raise FileNotFoundError(f"{key}={path} does not exist")
+        where = f" ({cfg.get('missing_hint')})" if cfg.get("missing_hint") else ""
+        raise FileNotFoundError(f"{key}={path} does not exist{where}")
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     known = {**TEXT_SUFFIXES, **TABLE_SUFFIXES}
     files = [f for f in files if f.suffix.lower() in known] if path.is_dir() else files

@@ -122,6 +122,10 @@ def format_summary(summary: dict[str, Any]) -> str:
                      f"{task['seeds']} |")  # fmt: skip
     if summary["average"] is not None:
         lines.append(f"| **average** | | **{summary['average']:.1f}** | | |")
+    cap = (summary.get("protocol") or {}).get("max_train_examples")
+    if cap:  # a capped grid's scores are not the full task's: said under its table
+        lines += ["", f"Each task trained on the first {cap} rows of its training split only (--max-train-examples "
+                      f"{cap}); the dev splits are whole."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

@@ -66,12 +66,12 @@ def model_folder(path: str | Path) -> Path:
         raise FileNotFoundError(
             f"{path} is neither a degen_train run directory (with hf/) nor an HF model directory (with config.json)"
         )
-    refuse_pickled_weights(model_dir)
     if not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
         raise FileNotFoundError(
             f"{model_dir} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}): every word would be [UNK] and every "
             f"number meaningless. Copy the tokenizer's files into it (a degen-train run keeps them in RUN/tokenizer/)"
         )
+    refuse_pickled_weights(model_dir)
     return model_dir
 
 

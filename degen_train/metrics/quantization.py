@@ -1,43 +1,98 @@
-"""W8A8 simulated quantization of a model, the setting Bondarenko, Nagel, Blankevoort (NeurIPS 2023) report their
-W8A8 numbers with (released `transformers_language/quant_configs.py`): 8-bit uniform, per tensor; weights symmetric
-with the current min-max range; activations asymmetric with a running min-max range (momentum 0.9) estimated on 16
-calibration batches, then fixed.
+"""W8A8 simulated quantization of a model, placed and estimated as Bondarenko, Nagel, Blankevoort (NeurIPS 2023)
+report their W8A8 numbers (Qualcomm-AI-research/outlier-free-transformers): 8-bit uniform, per tensor; weights
+symmetric, activations asymmetric with a running min-max range (momentum 0.9) estimated on calibration batches,
+then fixed.
+
+Where the quantizers sit (``placement``):
+- ``released`` (the default): as ``quantized_bert.py`` / ``quantized_opt.py`` place them. Quantized: the weights of
+  every linear, 1-D convolution (GPT-2's ``Conv1D``) and embedding table of the body; the outputs of those, of every
+  LayerNorm/RMSNorm and activation function; inside attention, the scores, the probabilities and the context; and
+  the residual sums (every norm's input, quantized in place, so the residual stream itself carries the quantized
+  sum, as the released ``res_act_quantizer`` does). In float: the vocabulary head (BERT's ``cls``, OPT's
+  ``fp32_head``: its transform and output layer, weights and outputs) and so the logits.
+- ``all``: this project's first placement, kept for comparison: the head's weights and the logits quantized too,
+  the residual sums in float. Its gap mixes the rounding every model pays at the vocabulary with the outlier damage
+  the experiment is about.
+
+Range estimation (``QuantSettings``): BERT's (``validate_mlm.py``: current min-max weight ranges, running min-max
+activation ranges, 16 calibration batches) or OPT's (``validate_clm.py`` and the README's INT8 command: weight ranges
+by MSE over a grid of 100 candidates, activation ranges from the 99.999th percentile of each batch, running, 4
+calibration batches of 512-token blocks).
 
 The rounding and clamping are torch's own fake-quantization op (``torch.fake_quantize_per_tensor_affine``); what is
-written here is the range estimation (a min, a max and an average) and where the quantizers sit. Quantized: the
-weights of every linear, 1-D convolution (GPT-2's ``Conv1D``) and embedding table; the outputs of those, of every
-LayerNorm/RMSNorm and every activation function; inside attention, the scores, the probabilities and the context
-(a registered attention function, so this works for any HF model that dispatches through transformers' attention
-registry). Left in float, unlike the released code: the residual sums (inside each layer's own forward, not modules)
-and LayerNorm's γ and β.
+written here is the range estimation and where the quantizers sit. LayerNorm's γ and β stay in float (the released
+default, ``layer_norm_ver`` without the quantized LayerNorm).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 BITS = 8
 MOMENTUM = 0.9  # released RunningMinMaxEstimator
-CALIBRATION_BATCHES = 16  # released act_quant.num_batches
+CALIBRATION_BATCHES = 16  # released act_quant.num_batches (BERT's --est_num_batches)
 ATTENTION_NAME = "degen_w8a8"
 _EPS = 1e-8  # released quantizers' eps: the smallest range end and scale
+MSE_CANDIDATES, MSE_MARGIN = 100, 0.5  # released MSE_Estimator: num_candidates, range_margin
+PLACEMENTS = ("released", "all")
 
 
-def quantize_weight(weight: Tensor, bits: int = BITS) -> Tensor:
-    """Symmetric uniform per-tensor fake quantization with the current min-max range: Δ = max(|min(w, 0)|,
-    max(w, ε)) / (2^(b−s) − 1), s = 1 when w has a negative value, grid [−2^(b−1), 2^(b−1) − 1] (s = 0: [0, 2^b −
-    1]); Bondarenko et al. 2023 (SymmetricUniformQuantizer with CurrentMinMaxEstimator)."""
-    low, high = min(float(weight.min()), 0.0), max(float(weight.max()), _EPS)
+@dataclass(frozen=True)
+class QuantSettings:
+    """How ranges are estimated and how much text calibrates and is scored (the released validation scripts)."""
+
+    name: str
+    weight_range: Literal["minmax", "mse"]
+    percentile: float | None  # activation ranges from the (100 − p, p) percentiles of each batch; None: min and max
+    calibration_batches: int
+    block: int  # tokens per sequence
+    batch_size: int  # sequences per calibration batch
+
+
+SETTINGS = {
+    # validate_mlm.py --quantize --est_num_batches 16 --max_seq_length 128 --per_device_eval_batch_size 32
+    "encoder": QuantSettings("bert", "minmax", None, 16, 128, 32),
+    # validate_clm.py --quantize --quant_setup fp32_head --percentile 99.999 --est_num_batches 4 --block_size 512,
+    # MSE weight ranges (grid), calibration on the training loader's batches of 8
+    "decoder": QuantSettings("opt", "mse", 99.999, 4, 512, 8),
+}
+
+
+def quantize_weight(weight: Tensor, bits: int = BITS, *, low: float | None = None, high: float | None = None) -> Tensor:
+    """Symmetric uniform per-tensor fake quantization: Δ = max(|min(low, 0)|, max(high, ε)) / (2^(b−s) − 1), s = 1
+    when min(low, 0) < 0, grid [−2^(b−1), 2^(b−1) − 1] (s = 0: [0, 2^b − 1]); the range is the tensor's current
+    min and max unless given; Bondarenko et al. 2023 (SymmetricUniformQuantizer.set_quant_range, CurrentMinMax)."""
+    low = float(weight.min()) if low is None else low
+    high = float(weight.max()) if high is None else high
+    low, high = min(low, 0.0), max(high, _EPS)
     signed = low < 0
     grid_max = 2 ** (bits - int(signed)) - 1
     grid_min = -(2 ** (bits - 1)) if signed else 0
     scale = max(max(abs(low), high) / grid_max, _EPS)
     return torch.fake_quantize_per_tensor_affine(weight.float(), scale, 0, grid_min, grid_max).to(weight.dtype)
+
+
+def mse_weight_range(weight: Tensor, bits: int = BITS) -> tuple[float, float]:
+    """(low, high) of the symmetric range with the least squared error over a grid of 100 candidates: threshold
+    c·(max(|min w|, max w) + 0.5)/100, c = 1..100 ([0, t] when no weight is negative); the first minimum wins;
+    Bondarenko et al. 2023 (MSE_Estimator, OptMethod.grid, _perform_1D_search)."""
+    data = weight.detach().float()
+    one_sided = bool(data.min() >= 0)
+    step = (max(abs(float(data.min())), float(data.max())) + MSE_MARGIN) / MSE_CANDIDATES
+    losses = []
+    for candidate in range(1, MSE_CANDIDATES + 1):
+        high = step * candidate
+        low = 0.0 if one_sided else -high
+        losses.append(float(((data - quantize_weight(data, bits, low=low, high=high)) ** 2).sum()))
+    best = 1 + min(range(MSE_CANDIDATES), key=losses.__getitem__)
+    return (0.0 if one_sided else -step * best), step * best
 
 
 def quantize_activation(x: Tensor, low: float, high: float, bits: int = BITS) -> Tensor:
@@ -53,15 +108,20 @@ def quantize_activation(x: Tensor, low: float, high: float, bits: int = BITS) ->
 
 class RunningRange:
     """min and max of the tensors seen: the first batch's, then m·previous + (1 − m)·current, m = 0.9 (released
-    RunningMinMaxEstimator)."""
+    RunningMinMaxEstimator); with ``percentile`` p, each batch's (100 − p)th and pth percentiles (numpy's, linear
+    interpolation, as released) instead of its min and max."""
 
-    def __init__(self, momentum: float = MOMENTUM) -> None:
-        self.momentum = momentum
+    def __init__(self, momentum: float = MOMENTUM, percentile: float | None = None) -> None:
+        self.momentum, self.percentile = momentum, percentile
         self.low: float | None = None
         self.high: float | None = None
 
     def update(self, x: Tensor) -> None:
-        low, high = float(x.min()), float(x.max())
+        if self.percentile is not None:
+            low, high = (float(v) for v in np.percentile(x.detach().float().cpu().numpy(),
+                                                         (100 - self.percentile, self.percentile)))  # fmt: skip
+        else:
+            low, high = float(x.min()), float(x.max())
         if self.low is None or self.high is None:
             self.low, self.high = low, high
         else:
@@ -73,14 +133,15 @@ class _Quantizers:
     """The activation quantizers of one model: a range per site; calibrating updates it (and quantizes with it, as
     the released range estimation does); after calibration the ranges stay fixed."""
 
-    def __init__(self) -> None:
+    def __init__(self, percentile: float | None = None) -> None:
         self.ranges: dict[Any, RunningRange] = {}
         self.calibrating = True
+        self.percentile = percentile
 
     def __call__(self, site: Any, x: Tensor) -> Tensor:
         if not torch.is_floating_point(x):
             return x
-        estimate = self.ranges.setdefault(site, RunningRange())
+        estimate = self.ranges.setdefault(site, RunningRange(percentile=self.percentile))
         if self.calibrating:
             estimate.update(x.detach())
         if estimate.low is None or estimate.high is None:  # a site first reached after calibration: left as is
@@ -132,30 +193,62 @@ def _weighted(module: nn.Module) -> bool:
     return isinstance(module, (nn.Linear, nn.Embedding)) or kind == "Conv1D"
 
 
+def _norm(module: nn.Module) -> bool:
+    return isinstance(module, nn.LayerNorm) or type(module).__name__.endswith(("RMSNorm", "LayerNorm"))
+
+
 def _quantized_output(module: nn.Module) -> bool:
     kind = type(module).__name__
-    return _weighted(module) or isinstance(module, nn.LayerNorm) or kind.endswith(("RMSNorm", "Activation", "GELU"))
+    return _weighted(module) or _norm(module) or kind.endswith(("Activation", "GELU"))
+
+
+def vocabulary_head(model: nn.Module) -> set[nn.Module]:
+    """The modules that turn the last hidden states into logits (the output layer and an MLM head's transform: BERT's
+    ``cls``, RoBERTa's ``lm_head``, ModernBERT's ``head`` and ``decoder``, a decoder's ``lm_head``): kept in float
+    by the released placement."""
+    head: set[nn.Module] = set()
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if output is not None:
+        head.add(output)
+    base = getattr(model, "base_model", model)
+    for name, child in model.named_children():
+        if child is not base and name in ("cls", "lm_head", "head", "decoder"):
+            head.update(child.modules())
+    return head
 
 
 @contextmanager
-def simulated_w8a8(model: nn.Module) -> Iterator[Callable[[], None]]:
-    """Inside: ``model`` computes with W8A8 fake quantization. Yields ``finish_calibration``: until it is called the
-    forward passes estimate the activation ranges (give it 16 batches, as released), after it the ranges are fixed.
-    On exit the weights, the attention implementation and the hooks are as before."""
-    quantizers = _Quantizers()
+def simulated_w8a8(
+    model: nn.Module, *, placement: str = "released", settings: QuantSettings | None = None
+) -> Iterator[Callable[[], None]]:
+    """Inside: ``model`` computes with W8A8 fake quantization (``placement``: see the module docstring; ``settings``:
+    the weight range and the activation percentile, default BERT's). Yields ``finish_calibration``: until it is
+    called the forward passes estimate the activation ranges, after it the ranges are fixed. On exit the weights, the
+    attention implementation and the hooks are as before."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"W8A8 placement {placement!r} is not one of {', '.join(PLACEMENTS)}")
+    settings = settings or SETTINGS["encoder"]
+    quantizers = _Quantizers(percentile=settings.percentile)
+    head = vocabulary_head(model) if placement == "released" else set()
     originals: dict[nn.Parameter, Tensor] = {}
     hooks = []
     before = getattr(model.config, "_attn_implementation", None)
     try:
         with torch.no_grad():
             for module in model.modules():
-                if _weighted(module) and isinstance(getattr(module, "weight", None), nn.Parameter):
-                    weight = module.weight
-                    if weight not in originals:  # a tied matrix is quantized once
+                if module in head:
+                    continue
+                weight = getattr(module, "weight", None)
+                if _weighted(module) and isinstance(weight, nn.Parameter):
+                    if isinstance(module, nn.Embedding):  # a lookup of the quantized table, the head's table intact
+                        hooks.append(module.register_forward_hook(_embedding_hook(weight, settings)))
+                    elif weight not in originals:  # a tied matrix is quantized once
                         originals[weight] = weight.detach().clone()
-                        weight.copy_(quantize_weight(weight))
+                        weight.copy_(quantized_weight(weight, settings))
                 if _quantized_output(module):
                     hooks.append(module.register_forward_hook(_output_hook(quantizers)))
+                if placement == "released" and _norm(module):  # its input is a residual sum: the stream's own value
+                    hooks.append(module.register_forward_pre_hook(_residual_hook(quantizers, module)))
         if hasattr(model, "set_attn_implementation"):
             _register_attention()
             model.set_attn_implementation(ATTENTION_NAME)
@@ -175,6 +268,36 @@ def simulated_w8a8(model: nn.Module) -> Iterator[Callable[[], None]]:
         with torch.no_grad():
             for weight, saved in originals.items():
                 weight.copy_(saved)
+
+
+def quantized_weight(weight: Tensor, settings: QuantSettings) -> Tensor:
+    """The weight on its 8-bit grid: current min-max range (BERT's setting) or the MSE range (OPT's)."""
+    if settings.weight_range == "mse":
+        low, high = mse_weight_range(weight)
+        return quantize_weight(weight, low=low, high=high)
+    return quantize_weight(weight)
+
+
+def _embedding_hook(weight: Tensor, settings: QuantSettings) -> Callable[..., Any]:
+    """Rows looked up in the table quantized per tensor: the rows of the quantized table, computed from the rows (the
+    table's range read once), so a table tied to the head stays float for the head."""
+    if settings.weight_range == "mse":
+        low, high = mse_weight_range(weight)
+    else:
+        low, high = float(weight.min()), float(weight.max())
+
+    def hook(module: nn.Module, _inputs: Any, output: Tensor) -> Tensor:
+        return quantize_weight(output, low=low, high=high)
+
+    return hook
+
+
+def _residual_hook(quantizers: _Quantizers, norm: nn.Module) -> Callable[..., Any]:
+    def hook(module: nn.Module, inputs: tuple) -> None:
+        if inputs and isinstance(inputs[0], Tensor) and torch.is_floating_point(inputs[0]):
+            inputs[0].copy_(quantizers((norm, "residual sum"), inputs[0]))  # in place: the sum the stream carries
+
+    return hook
 
 
 def _output_hook(quantizers: _Quantizers) -> Callable[..., Any]:

@@ -1,13 +1,18 @@
 """The quantization gap of an export: its perplexity (and STS) in float and under simulated W8A8 (quantization.py).
 
 Text is read as Bondarenko et al. feed it: the documents' tokens joined into one stream and cut into blocks. The
-first 16 batches of blocks calibrate the activation ranges; the blocks after them are scored. Encoders are scored
-by masked-LM perplexity with a fixed mask (15% of each block's tokens, all [MASK], drawn from ``seed``: the same
-positions in float and in W8A8), decoders by the perplexity of every block's next tokens.
+first batches of blocks calibrate the activation ranges; the blocks after them are scored. Encoders follow the
+released BERT validation (``validate_mlm.py``: 128-token blocks, 16 calibration batches of 32, calibrated on the
+masked inputs it scores) and are scored by masked-LM perplexity with a fixed mask (15% of each block's tokens, all
+[MASK], drawn from ``seed``: the same positions in float and in W8A8); decoders follow the released OPT validation
+(``validate_clm.py``: 512-token blocks, 4 calibration batches of 8, MSE weight ranges, the 99.999th percentile for
+activations), scored by the perplexity of every block's next tokens. The head and the logits stay in float
+(``placement=released``; ``all`` quantizes them too, the first placement of this project).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -16,7 +21,7 @@ import torch
 from torch import Tensor
 
 from degen_train.metrics.perplexity import causal_perplexity
-from degen_train.metrics.quantization import CALIBRATION_BATCHES, simulated_w8a8
+from degen_train.metrics.quantization import SETTINGS, QuantSettings, simulated_w8a8
 
 MASK_RATE = 0.15
 
@@ -68,23 +73,24 @@ def masked_lm_nll(
     return total, int(masked.sum())
 
 
-def enough_blocks(tokenizer: Any, documents: list[str], *, decoder: bool, block: int, batch_size: int) -> list:
+def enough_blocks(tokenizer: Any, documents: list[str], *, decoder: bool, settings: QuantSettings) -> list:
     """The text's blocks, refused (naming how much text is needed) when too few remain to score after calibration:
     checked before training too (pretrain), so a short eval.w8a8 file fails in seconds, not after the run."""
-    blocks = token_blocks(tokenizer, documents, block - (0 if decoder else 2))
-    enough_tokens(len(blocks) * block, block=block, batch_size=batch_size)
+    blocks = token_blocks(tokenizer, documents, settings.block - (0 if decoder else 2))
+    enough_tokens(len(blocks) * settings.block, settings=settings)
     return blocks
 
 
-def enough_tokens(tokens: int, *, block: int, batch_size: int) -> None:
+def enough_tokens(tokens: int, *, settings: QuantSettings) -> None:
     """Refuse a text of ``tokens`` tokens that cannot fill the calibration batches and one more block."""
-    blocks = tokens // block
-    if blocks <= CALIBRATION_BATCHES * batch_size:
-        needed = (CALIBRATION_BATCHES * batch_size + 1) * block
+    blocks, calibration = tokens // settings.block, settings.calibration_batches * settings.batch_size
+    if blocks <= calibration:
+        needed = (calibration + 1) * settings.block
         raise ValueError(
-            f"the text has {'at most ' if tokens % block else ''}{blocks} blocks of {block} tokens: "
-            f"{CALIBRATION_BATCHES} batches of {batch_size} calibrate the activation ranges and at least one more is "
-            f"scored (give a file of more than {needed} tokens)"
+            f"the text has {'at most ' if tokens % settings.block else ''}{blocks} blocks of {settings.block} tokens: "
+            f"{settings.calibration_batches} batches of {settings.batch_size} calibrate the activation ranges "
+            f"({settings.name}'s released setting) and at least one more is scored (give a file of more than "
+            f"{needed} tokens)"
         )
 
 
@@ -94,26 +100,28 @@ def w8a8_gap(
     documents: list[str],
     *,
     decoder: bool,
-    block: int = 128,
-    batch_size: int = 8,
+    settings: QuantSettings | None = None,
+    placement: str = "released",
     limit_blocks: int | None = None,
     seed: int = 0,
     sts: Any = None,
     sts_encode: Any = None,
 ) -> dict[str, Any]:
     """Perplexity (and, with ``sts`` pairs and an ``sts_encode`` function, STS Spearman) in float and in W8A8."""
-    blocks = enough_blocks(tokenizer, documents, decoder=decoder, block=block, batch_size=batch_size)
-    calibration = blocks[: CALIBRATION_BATCHES * batch_size]
+    settings = settings or SETTINGS["decoder" if decoder else "encoder"]
+    blocks = enough_blocks(tokenizer, documents, decoder=decoder, settings=settings)
+    calibration = blocks[: settings.calibration_batches * settings.batch_size]
     scored = blocks[len(calibration) :][:limit_blocks]
+    scoring_batch = 1 if decoder else settings.batch_size  # the released OPT validation scores one block at a time
 
     def score() -> dict[str, float]:
         if decoder:
             stream = [token for ids in scored for token in ids]  # window = stride = block: each block's own tokens
             total, count = causal_perplexity(
-                model, stream, window=len(scored[0]), stride=len(scored[0]), batch_size=batch_size
+                model, stream, window=len(scored[0]), stride=len(scored[0]), batch_size=scoring_batch
             )
         else:
-            total, count = masked_lm_nll(model, tokenizer, scored, seed=seed, batch_size=batch_size)
+            total, count = masked_lm_nll(model, tokenizer, scored, seed=seed, batch_size=scoring_batch)
         result = {"perplexity": math.exp(total / count), "nll_per_token": total / count, "tokens": count}
         if sts is not None and sts_encode is not None:
             from degen_train.metrics.probes import sts_scores
@@ -123,26 +131,36 @@ def w8a8_gap(
 
     model.eval()
     baseline = score()
-    with simulated_w8a8(model) as finish_calibration:
-        for start in range(0, len(calibration), batch_size):
-            batch = calibration[start : start + batch_size]
-            inputs = torch.tensor(batch) if decoder else _encoder_input(tokenizer, batch)
+    device = next(model.parameters()).device
+    with simulated_w8a8(model, placement=placement, settings=settings) as finish_calibration:
+        for start in range(0, len(calibration), settings.batch_size):
+            batch = calibration[start : start + settings.batch_size]
+            inputs = torch.tensor(batch) if decoder else masked_input(tokenizer, batch, seed=seed + 1)
             with torch.no_grad():
-                model(input_ids=inputs.to(next(model.parameters()).device))
+                model(input_ids=inputs.to(device))
         finish_calibration()
         quantized = score()
     result: dict[str, Any] = {
         "kind": "perplexity" if decoder else "masked_lm_perplexity",
+        "setting": settings.name,
+        "placement": placement,
         "float": baseline,
         "w8a8": quantized,
         "perplexity_gap": quantized["perplexity"] - baseline["perplexity"],
         "calibration_blocks": len(calibration),
         "scored_blocks": len(scored),
-        "block": block,
+        "block": settings.block,
     }
     if "sts_spearman" in baseline:
         result["sts_gap"] = quantized["sts_spearman"] - baseline["sts_spearman"]
     return result
+
+
+def masked_input(tokenizer: Any, blocks: list[list[int]], *, seed: int) -> Tensor:
+    """[CLS] block [SEP] with 15% of the tokens [MASK]ed (fixed by ``seed``): what the released BERT validation
+    calibrates on (its evaluation loader's masked batches)."""
+    ids = _encoder_input(tokenizer, blocks)
+    return ids.masked_fill(fixed_masks(ids, set(tokenizer.all_special_ids), seed), tokenizer.mask_token_id)
 
 
 def w8a8_gap_of_export(
@@ -151,11 +169,12 @@ def w8a8_gap_of_export(
     *,
     sts_file: str | Path | None = None,
     unit: str = "line",
-    block: int = 128,
-    batch_size: int = 8,
+    placement: str = "released",
     limit_blocks: int | None = 64,
+    settings: QuantSettings | None = None,
 ) -> dict[str, Any]:
-    """``w8a8_gap`` of the export in ``model_dir`` on the text file ``text`` (documents per ``unit``)."""
+    """``w8a8_gap`` of the export in ``model_dir`` on the text file ``text`` (documents per ``unit``); ``settings``
+    default to the released ones of the model's family (BERT's for encoders, OPT's for decoders)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
     from degen_train.metrics.encode import Encoder, sentence_vectors
@@ -178,18 +197,21 @@ def w8a8_gap_of_export(
         from degen_train.metrics.probes import read_sts
 
         sts = read_sts(sts_file)
-        encoder = Encoder(model.base_model, tokenizer, Path(model_dir), min(longest, 512), batch_size * 4)
+        encoder = Encoder(model.base_model, tokenizer, Path(model_dir), min(longest, 512), 32)
 
         def encode(sentences: list[str]) -> Tensor:
             return sentence_vectors(encoder, sentences)
 
+    settings = settings or SETTINGS["decoder" if decoder else "encoder"]
+    if settings.block > longest:  # a model with fewer positions than the released blocks: its longest block
+        settings = dataclasses.replace(settings, block=longest)
     result = w8a8_gap(
         model,
         tokenizer,
         documents,
         decoder=decoder,
-        block=min(block, longest),
-        batch_size=batch_size,
+        settings=settings,
+        placement=placement,
         limit_blocks=limit_blocks,
         sts=sts,
         sts_encode=encode,

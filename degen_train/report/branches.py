@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -24,23 +25,33 @@ def branch_of(run: Path) -> dict | None:
 
 def parent_at(parent: Path, step: int) -> dict[str, float]:
     """The parent's logged validation numbers at its last validation at or before update ``step``
-    (RUN/logs/metrics.csv), with that update: what each cooldown started from. A validation during training is
-    stamped with the 0-based index of the update it follows (after update 6: step 5)."""
+    (RUN/logs/metrics.csv), with that update: what each cooldown started from, in the columns the branches have
+    (val_objective_loss: its objective terms' own losses, unweighted; val_perplexity of the term its summary names).
+    A validation during training is stamped with the 0-based index of the update it follows (after update 6:
+    step 5)."""
     path = parent / "logs" / "metrics.csv"
     if not path.exists():
         return {}
+    summary = json.loads((parent / "summary.json").read_text()) if (parent / "summary.json").exists() else {}
+    objective = list((summary.get("config") or {}).get("objective") or {})
+    perplexity_of = summary.get("val_perplexity_of")
     found: dict[str, float] = {}
     with open(path, newline="") as handle:
         for row in csv.DictReader(handle):
             if row.get("val/loss") and row.get("step") and int(row["step"]) + 1 <= step:
                 found = {"validated_at": int(row["step"]) + 1, "val_loss": float(row["val/loss"])}
+                own = [row.get(f"val/{term}/loss") for term in objective]
+                if objective and all(own):
+                    found["val_objective_loss"] = sum(float(v) for v in own)
+                if perplexity_of and row.get(f"val/{perplexity_of}") and float(row[f"val/{perplexity_of}"]) < 50:
+                    found["val_perplexity"] = math.exp(float(row[f"val/{perplexity_of}"]))
                 found |= {k: float(v) for k, v in row.items() if k.startswith("isotropy/embedding/") and v}
     return found
 
 
 def branch_table(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """One (heading, table) per parent@step: the parent's row at the branch step, then each branch's final row,
-    its swept values and the change of val_loss from the parent's."""
+    its swept values and the change of its objective's own validation loss from the parent's."""
     if "path" not in table:
         return []
     groups: dict[tuple[str, int], list[dict]] = {}
@@ -52,13 +63,14 @@ def branch_table(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     for (parent, step), branches in sorted(groups.items()):
         start = parent_at(Path(parent), step)
         rows = [{"run": f"{Path(parent).name} (parent, validated after update {start.get('validated_at', '?')})",
-                 "val_loss": start.get("val_loss"),
-                 **{k: v for k, v in start.items() if k.startswith("isotropy/")}}]  # fmt: skip
+                 **{k: start[k] for k in COMPARED if k in start}}]  # fmt: skip
         for record in branches:
             row = {"run": record["run"], **{k: v for k, v in record.items() if str(k).startswith(SWEPT)}}
             row |= {k: record.get(k) for k in COMPARED if k in record}
-            if start.get("val_loss") is not None and record.get("val_loss") is not None:
-                row["val_loss change"] = record["val_loss"] - start["val_loss"]
+            # Like with like: the objective's own loss (val_loss adds each run's weighted regularizers, which a
+            # cooldown that switches one on would count against itself).
+            if start.get("val_objective_loss") is not None and record.get("val_objective_loss") is not None:
+                row["val_objective_loss change"] = record["val_objective_loss"] - start["val_objective_loss"]
             rows.append(row)
         sections.append((f"{parent} at step {step}: {len(branches)} branches", pd.DataFrame(rows)))
     return sections

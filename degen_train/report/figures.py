@@ -45,7 +45,15 @@ def logged_curve(row: pd.Series, split: str) -> pd.DataFrame | None:
     if not all(c in logged for c in columns):
         return None
     points = logged[["step", *columns]].dropna()
-    return pd.DataFrame({"step": points["step"], "value": points[columns].sum(axis=1)}) if len(points) else None
+    if not len(points):
+        return None
+    # x = the updates done when the value was taken. Lightning stamps a row with the 0-based index of the update it
+    # follows (the validation after update 100 reads step 99); the final validation is stamped with the update
+    # count itself (pretrain._fit_and_validate): a row at the run's final step is that one.
+    final = row.get("final_step")
+    updates = [int(s) if split == "val" and final is not None and int(s) == int(final) else int(s) + 1
+               for s in points["step"]]  # fmt: skip
+    return pd.DataFrame({"step": updates, "value": points[columns].sum(axis=1).to_numpy()})
 
 
 def loss_curves(table: pd.DataFrame, split: str = "train") -> str | None:
@@ -62,7 +70,7 @@ def loss_curves(table: pd.DataFrame, split: str = "train") -> str | None:
     if not drawn:
         plt.close(figure)
         return None
-    axis.set_xlabel("step")
+    axis.set_xlabel("updates done")
     axis.set_ylabel("train/loss" if split == "train" else "validation loss of the objective's own terms")
     axis.legend(fontsize=6)
     return png(figure)

@@ -4,6 +4,7 @@ writes only into its own folder (the source run stays byte-for-byte as it was)."
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -76,11 +77,32 @@ def test_analysis_reads_only_files_inside_a_handed_over_folder(tmp_path: Path, s
     with pytest.raises(ValueError, match=r"names data.path=/etc/passwd, outside the folder: .*--corpus FILE"):
         analyze(handed, out=tmp_path / "analysis", max_sentences=10)
     assert not (tmp_path / "planted").exists()
-    # The user's own run, whose corpus lies elsewhere: refused the same way unless they say it is theirs.
+    # A copy of a run, its corpus elsewhere: refused unless the user says it is theirs (--trust-config) ...
+    copied = tmp_path / "copied"
+    shutil.copytree(source_run, copied)
     with pytest.raises(ValueError, match=r"outside the folder"):
-        analyze(source_run, out=tmp_path / "own", max_sentences=10)
-    result = analyze(source_run, out=tmp_path / "own", max_sentences=10, trust_config=True)
-    assert result["layers"]
+        analyze(copied, out=tmp_path / "copy", max_sentences=10)
+    assert analyze(copied, out=tmp_path / "copy", max_sentences=10, trust_config=True)["layers"]
+    # ... while the run this user trained here (listed in their own-runs registry) is analysed on its own corpus.
+    assert analyze(source_run, out=tmp_path / "own", max_sentences=10)["layers"]
+
+
+def test_the_report_analyses_this_users_runs_and_fails_on_a_run_it_could_not(tmp_path: Path, source_run: Path) -> None:
+    """Issue 38 drill: degen-report skipped the analysis of every data=wikitext2 run (data outside the folder),
+    printed 'analysis failed' per run and still ended '4 runs (0 failed)', exit 0."""
+    from degen_train.cli.report import main as report_main
+
+    runs = tmp_path / "runs"
+    shutil.copytree(source_run, runs / "own", ignore=shutil.ignore_patterns("analysis"))  # a copy: not listed
+    with pytest.raises(SystemExit) as exited:
+        report_main([str(runs), "--out", str(tmp_path / "report")])
+    assert exited.value.code == 1
+    # The same folder, listed as this user's run: analysed, exit 0.
+    from degen_train.own_runs import remember
+
+    remember(runs / "own", json.loads((runs / "own" / "summary.json").read_text())["provenance"]["run_id"])
+    report_main([str(runs), "--out", str(tmp_path / "report")])
+    assert (runs / "own" / "analysis" / "metrics.json").exists()
 
 
 def test_a_model_folder_without_its_tokenizer_is_refused(tmp_path: Path, source_run: Path) -> None:

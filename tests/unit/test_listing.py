@@ -40,4 +40,6 @@ def test_each_term_switch_shows_what_its_annotation_allows() -> None:
     assert "rows='all' (all|seen)" in text
     assert "alpha=0.03 (in (0, 1))" in text
     assert "per_targets=32768 (>= 1 or null)" in text
-    assert "generator_sample_mode=None (train|eval|null)" in text  # ELECTRA's, from its base class
+    assert "chunk_size=1024" in text  # mle's yaml default (its class says None; mlm's yaml keeps None)
+    # ELECTRA's: the value its yaml sets (conf/objective/electra.yaml), the choices from its base class's annotation
+    assert "generator_sample_mode='train' (train|eval|null)" in text

@@ -179,3 +179,16 @@ def test_muon_ns_dtype_float32_updates_as_torchs_muon_up_to_bfloat16() -> None:
             assert (a - b).norm() <= 2**-4 * (a - before).norm()
     with pytest.raises(ValueError, match=r"optimizer.muon_ns_dtype='float16' is not one of bfloat16, float32"):
         build_muon([model], **ADAMW, muon_ns_dtype="float16")
+
+
+def test_a_muon_run_logs_which_parameters_each_optimizer_takes() -> None:
+    """Issue 38.5: a Muon run said nothing of its split; now one line, by name pattern (blocks folded to N)."""
+    from degen_train.muon import muon_split
+
+    bert = BertForPreTraining(BertConfig(vocab_size=50, max_position_embeddings=16, **SMALL))
+    said = muon_split([bert], {id(p) for _, p in hidden_matrices([bert])})
+    muon, adamw = said.split("; ")
+    per_block = 3 * 16 * 16 + 16 * 16 + 2 * 16 * 32  # q, k, v, attention output; intermediate and output
+    assert muon.startswith(f"Muon {2 * per_block / 1e6:.2f}M parameters (bert.encoder.layer.N.attention.output.dense")
+    assert "bert.encoder.layer.N.output.dense.weight" in muon and "embeddings" not in muon
+    assert adamw.startswith("AdamW ") and "bert.embeddings.word_embeddings.weight" in adamw

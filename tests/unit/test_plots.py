@@ -66,3 +66,18 @@ def test_a_figure_title_names_the_setting_and_step_not_the_folder(tmp_path: Path
     assert model_name(run) == "mle + cosreg, step 300"
     (run / "overrides.json").write_text(json.dumps(["regularizer.cosreg.weight=1", "seed=2"]))
     assert model_name(run) == "regularizer.cosreg.weight=1, seed=2, step 300"
+
+
+def test_the_report_curves_put_each_value_at_the_updates_done(tmp_path: Path) -> None:
+    """Issue 38.5: the validation after update 100 (Lightning stamps it step 99) was drawn at x = 99. Rows are
+    stamped with the 0-based update they follow; the final validation with the update count itself."""
+    import pandas as pd
+
+    from degen_train.report.figures import logged_curve
+
+    (tmp_path / "logs").mkdir()
+    pd.DataFrame({"step": [49, 99, 100], "val/mlm/loss": [3.0, 2.5, 2.4]}).to_csv(tmp_path / "logs" / "metrics.csv")
+    row = pd.Series({"path": str(tmp_path), "objective": "mlm", "final_step": 100})
+    assert logged_curve(row, "val")["step"].tolist() == [50, 100, 100]
+    pd.DataFrame({"step": [0, 9], "train/loss": [5.0, 4.0]}).to_csv(tmp_path / "logs" / "metrics.csv")
+    assert logged_curve(row, "train")["step"].tolist() == [1, 10]

@@ -159,7 +159,127 @@ def test_a_decoder_through_the_quantized_path_with_identity_quantizers_is_the_ea
         reference = model(input_ids=ids).logits
     quantized = quantized_logits(model, ids)
     assert not torch.equal(quantized, reference) and (quantized - reference).norm() < 0.2 * reference.norm()
-    monkeypatch.setattr(quantization, "quantize_weight", lambda w, bits=8: w)
+    monkeypatch.setattr(quantization, "quantize_weight", lambda w, bits=8, **_: w)
     monkeypatch.setattr(quantization, "quantize_activation", lambda x, low, high, bits=8: x)
     assert torch.allclose(quantized_logits(model, ids), reference, atol=1e-5)
     assert model.config._attn_implementation == "eager"
+
+
+def released_mse_range(x: torch.Tensor, bits: int = 8, candidates: int = 100, margin: float = 0.5) -> tuple:
+    """MSE_Estimator with OptMethod.grid (range_estimators.py), symmetric, transcribed: candidate thresholds
+    linspace over (0, max|x| + margin], the squared error of each, the first minimum."""
+    one_sided = bool(x.min() >= 0)
+    top = torch.max(x.min().abs(), x.max()) + margin
+    best_loss, best = None, None
+    for i in range(1, candidates + 1):
+        high = top * i / candidates
+        low = torch.zeros(()) if one_sided else -high
+        signed = bool(low < 0)
+        scale = torch.clamp(torch.max(low.abs(), high) / (2.0 ** (bits - int(signed)) - 1), min=1e-8)
+        grid_min, grid_max = (-(2.0 ** (bits - 1)) if signed else 0.0), 2.0 ** (bits - int(signed)) - 1
+        loss = ((x - scale * torch.clamp(torch.round(x / scale), grid_min, grid_max)) ** 2).sum()
+        if best_loss is None or loss < best_loss:
+            best_loss, best = loss, (float(low), float(high))
+    return best
+
+
+@pytest.mark.parametrize("shift", [0.0, 3.0])
+def test_mse_weight_range_equals_the_released_grid_search(shift: float) -> None:
+    """OPT's setting (validate_clm.py --weight_quant_method MSE): the clipping threshold of least squared error."""
+    weight = torch.randn(48, 24, generator=torch.Generator().manual_seed(6)) + shift
+    weight[0, 0] = 12.0  # an outlier: the MSE range clips it, the min-max range would not
+    low, high = quantization.mse_weight_range(weight)
+    assert (low, high) == pytest.approx(released_mse_range(weight), rel=1e-6)
+    assert high < 12.0
+    clipped = quantize_weight(weight, low=low, high=high)
+    assert ((clipped - weight) ** 2).sum() < ((quantize_weight(weight) - weight) ** 2).sum()
+
+
+def test_percentile_running_range_equals_numpy_percentiles_with_momentum() -> None:
+    """OPT's setting (--percentile 99.999): each batch's (0.001, 99.999) percentiles, then the running average."""
+    import numpy as np
+
+    generator = torch.Generator().manual_seed(7)
+    batches = [torch.randn(8, 64, 16, generator=generator) * (1 + i) for i in range(3)]
+    estimate = RunningRange(percentile=99.999)
+    for x in batches:
+        estimate.update(x)
+    low, high = None, None
+    for x in batches:
+        b_low, b_high = np.percentile(x.numpy(), [0.001, 99.999])
+        low = b_low if low is None else 0.9 * low + 0.1 * b_low
+        high = b_high if high is None else 0.9 * high + 0.1 * b_high
+    assert (estimate.low, estimate.high) == pytest.approx((low, high), rel=1e-6)
+
+
+def test_the_released_placement_quantizes_a_bert_output_block_as_the_released_code() -> None:
+    """One BertSelfOutput under the released placement, against a transcription of quantized_bert.py's block:
+    the dense weight on its grid, its output quantized, the residual sum quantized (res_act_quantizer), then the
+    LayerNorm (γ, β float) and its output quantized; calibrated on the batch it then scores (ranges = its min/max)."""
+    model = tiny_bert()
+    block = model.bert.encoder.layer[0].attention.output
+    ids = torch.randint(5, 120, (4, 16), generator=torch.Generator().manual_seed(8))
+    seen: dict[str, torch.Tensor] = {}
+
+    def inputs(_module: torch.nn.Module, args: tuple) -> None:
+        seen["hidden"], seen["residual"] = args[0].clone(), args[1].clone()
+
+    def output(_module: torch.nn.Module, _args: tuple, out: torch.Tensor) -> None:
+        seen["out"] = out.clone()
+
+    with simulated_w8a8(model) as finish_calibration, torch.no_grad():
+        model(input_ids=ids)  # calibration on this batch: every range is the min and max seen in it
+        finish_calibration()
+        handles = [block.register_forward_pre_hook(inputs), block.register_forward_hook(output)]
+        model(input_ids=ids)
+        for handle in handles:
+            handle.remove()
+    with torch.no_grad():
+        dense = seen["hidden"] @ released_symmetric(block.dense.weight).T + block.dense.bias
+        dense = released_asymmetric(dense, float(dense.min()), float(dense.max()))
+        summed = dense + seen["residual"]
+        summed = released_asymmetric(summed, float(summed.min()), float(summed.max()))
+        normed = block.LayerNorm(summed)
+        expected = released_asymmetric(normed, float(normed.min()), float(normed.max()))
+    assert torch.allclose(seen["out"], expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("placement", ["released", "all"])
+def test_the_vocabulary_head_stays_float_only_in_the_released_placement(placement: str) -> None:
+    """Released (quantized_bert.py's cls, OPT's fp32_head): the head maps the quantized last hidden state to logits
+    in float; 'all' puts the head's weights and the logits on the 8-bit grid too."""
+    model = tiny_bert()
+    ids = torch.randint(5, 120, (4, 16), generator=torch.Generator().manual_seed(9))
+    seen: dict[str, torch.Tensor] = {}
+    model.cls.register_forward_pre_hook(lambda _m, args: seen.__setitem__("last", args[0].clone()))
+    with simulated_w8a8(model, placement=placement) as finish_calibration, torch.no_grad():
+        model(input_ids=ids)
+        finish_calibration()
+        logits = model(input_ids=ids).logits
+    with torch.no_grad():
+        float_head = model.cls(seen["last"])  # outside the context: the head in float on the same input
+    if placement == "released":
+        assert torch.allclose(logits, float_head, atol=1e-5)
+        assert len(seen["last"].unique()) <= 256  # the body's last output is quantized
+    else:
+        assert not torch.allclose(logits, float_head, atol=1e-3) and len(logits.unique()) <= 256
+
+
+def test_the_released_placement_quantizes_the_residual_stream_of_a_decoder() -> None:
+    """Pre-norm decoders (OPT, GPT-2): the residual sum that enters each norm is quantized where it lives, so the
+    next block adds to the quantized sum, as the released res_act_quantizer does."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=90, n_embd=32, n_layer=2, n_head=4, n_positions=32, resid_pdrop=0.0,
+                        embd_pdrop=0.0, attn_pdrop=0.0)  # fmt: skip
+    model = GPT2LMHeadModel(config).eval()
+    ids = torch.randint(0, 90, (3, 12), generator=torch.Generator().manual_seed(10))
+    sums: list[torch.Tensor] = []
+    with simulated_w8a8(model, settings=quantization.SETTINGS["decoder"]) as finish_calibration, torch.no_grad():
+        model(input_ids=ids)
+        finish_calibration()
+        handle = model.transformer.h[1].ln_1.register_forward_pre_hook(lambda _m, args: sums.append(args[0].clone()))
+        model(input_ids=ids)
+        handle.remove()
+    assert len(sums) == 1 and len(sums[0].unique()) <= 256
