@@ -156,7 +156,7 @@ def analyze(
     result["layers"] = layers
     last = torch.cat(per_layer[-1])
     with timed(timings, "outliers"):
-        result["outliers"] = outlier_analysis(encoder, per_layer, ids, luo_dims=layers[-1]["outlier_dims"])
+        result["outliers"] = outlier_analysis(encoder, sentences, luo_dims=layers[-1]["outlier_dims"])
     with timed(timings, "negative_direction_lp"):
         sample = last[torch.randperm(len(last), generator=torch.Generator().manual_seed(0))[:2000]]
         result["last_layer_uniformly_negative_direction"] = uniformly_negative_direction(sample)
@@ -174,33 +174,18 @@ def analyze(
     return result
 
 
-def outlier_analysis(
-    encoder: Any, per_layer: list[list[torch.Tensor]], ids: list[torch.Tensor], *, luo_dims: list[int], limit: int = 256
-) -> dict[str, Any]:
-    """Kurtosis, ∞-norm and massive activations per layer, the attention-sink rate and head entropies
-    (metrics/outliers.py) on the first ``limit`` sentences, and which massive-activation dimensions are Luo et al.'s
-    outlier dimensions of the last layer. Attention maps need the eager attention path: the model is switched to
-    it for this pass and back."""
-    from degen_train.metrics.outliers import outlier_summary
+def outlier_analysis(encoder: Any, sentences: list[str], *, luo_dims: list[int]) -> dict[str, Any]:
+    """Bondarenko et al.'s kurtosis and ∞-norm on the tensors and blocks their released evaluation reads, massive
+    activations of each block's output (Sun et al.), Gu et al.'s sink rate and the heads' entropies on 64-token
+    windows (metrics/outlier_sites.py), and which massive-activation dimensions are Luo et al.'s outlier dimensions
+    of the last layer."""
+    from degen_train.metrics.outlier_sites import released_outliers, sinks_on_windows
 
-    model = encoder.model
-    count = min(limit, len(ids))
-    attentions: list[list[torch.Tensor] | None] = [None] * count
-    before = getattr(model.config, "_attn_implementation", None)
-    if hasattr(model, "set_attn_implementation"):
-        model.set_attn_implementation("eager")
-        device = next(model.parameters()).device
-        try:
-            with torch.no_grad():
-                for index in range(count):
-                    output = model(input_ids=ids[index][None].to(device), output_attentions=True)
-                    attentions[index] = [a.float().cpu() for a in output.attentions] if output.attentions else None
-        finally:
-            if before:
-                model.set_attn_implementation(before)
-    sequences = [([layer[i][None].float() for layer in per_layer], attentions[i]) for i in range(count)]
-    summary = outlier_summary(sequences)
-    summary["sequences"] = count
+    summary = released_outliers(encoder.model, encoder.tokenizer, sentences, batch_size=min(encoder.batch_size, 8))
+    sinks = sinks_on_windows(encoder.model, encoder.tokenizer, sentences)
+    for layer, entropies in zip(summary["layers"], sinks.pop("attention_entropy_per_head", []), strict=False):
+        layer["attention_entropy_per_head"] = entropies
+    summary |= sinks
     summary["massive_dims_among_luo_outlier_dims"] = sorted(set(summary["massive_dims"]) & set(luo_dims))
     return summary
 

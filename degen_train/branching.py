@@ -98,16 +98,14 @@ def refuse_a_decay_before_the_branch(cfg: DictConfig, step: int) -> None:
     scheduler = cfg.scheduler
     if scheduler.get("schedule") != "wsd":
         return
-    from degen_train.optim import lr_factor, wsd_decay_steps
+    from degen_train.optim import factor_of, wsd_decay_steps
 
     total, warmup = int(scheduler.total_steps), int(scheduler.warmup_steps)
     decay = wsd_decay_steps(total, warmup, scheduler.get("decay_steps"), float(scheduler.get("decay_fraction", 0.2)))
     start = total - decay
     if start >= step:
         return
-    rate = lr_factor(step, warmup_steps=warmup, total_steps=total, schedule="wsd",
-                     min_ratio=float(scheduler.min_ratio), decay_steps=decay,
-                     decay_shape=str(scheduler.get("decay_shape", "linear")))  # fmt: skip
+    rate = factor_of(scheduler, step)
     given = ("scheduler.decay_steps=" + str(scheduler.decay_steps)) if scheduler.get("decay_steps") is not None else (
         f"scheduler.decay_fraction={scheduler.get('decay_fraction', 0.2)} of total_steps={total}")  # fmt: skip
     raise ValueError(

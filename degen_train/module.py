@@ -144,13 +144,19 @@ class PretrainModule(pl.LightningModule):
         return self._window
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self.validate_batch(batch, batch_idx, "val")
+
+    def validate_batch(self, batch: dict[str, Tensor], batch_idx: int, stage: str) -> None:
+        """Score one validation batch and log it under ``stage`` (val; val_average for a weight average scored
+        beside the model on the same batch, callbacks/weight_averaging.py)."""
         # Seeded: a view that keeps its dropout in validation (SimCSE's) draws the same masks in every run.
         torch.manual_seed(mix_seed(self.seed, VALIDATION_DROPOUT_SALT, batch_idx, self.global_rank))
         sources = batch.pop("source", None)
         _, logged = self(batch)
-        self._log("val", logged, batch)
+        self._log(stage, logged, batch)
         if sources is not None:  # a mixture's batch holds one source: its own validation curves beside the whole's
-            self._log(f"val/{self.source_labels[int(sources[0])]}", logged, batch)
+            self._log(f"{stage}/{self.source_labels[int(sources[0])]}", logged, batch)
+            batch["source"] = sources  # kept for a second scoring of the same batch
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = self.optimizer_factory([self.backbone, self.loss])

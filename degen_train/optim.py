@@ -78,10 +78,15 @@ def lr_factor(
     min_ratio: float,
     decay_steps: int = 0,
     decay_shape: str = "linear",
+    warmup_init_div: float | None = None,
 ) -> float:
     """Linear warmup to 1, then linear / cosine decay to ``min_ratio`` at ``total_steps`` (or constant); ``wsd``:
-    1 until ``total_steps − decay_steps``, then ``decay_shape`` down to ``min_ratio`` at ``total_steps``."""
+    1 until ``total_steps − decay_steps``, then ``decay_shape`` down to ``min_ratio`` at ``total_steps``. The warm-up
+    is (s + 1)/W, or with ``warmup_init_div`` d it is s/W + (1 − s/W)/d, starting at 1/d (Hägele et al. 2024's
+    released wsd_schedule, epfml/schedules-and-scaling src/optim/utils.py, d = 100)."""
     if warmup_steps > 0 and step < warmup_steps:
+        if warmup_init_div is not None:
+            return step / warmup_steps + (1 - step / warmup_steps) / warmup_init_div
         return (step + 1) / warmup_steps
     if schedule == "constant":
         return 1.0
@@ -92,6 +97,19 @@ def lr_factor(
         return decayed(min(1.0, (step - start) / max(1, decay_steps)), decay_shape, min_ratio)
     span = max(1, total_steps - warmup_steps)
     return decayed(min(1.0, (step - warmup_steps) / span), schedule, min_ratio)
+
+
+def factor_of(scheduler: Any, step: int) -> float:
+    """``lr_factor`` at ``step`` of a house scheduler config (conf/scheduler/*.yaml), its WSD decay length included."""
+    total, warmup = int(scheduler.total_steps), int(scheduler.warmup_steps)
+    decay = 0
+    if scheduler.schedule == "wsd":
+        fraction = float(scheduler.get("decay_fraction", 0.2))
+        decay = wsd_decay_steps(total, warmup, scheduler.get("decay_steps"), fraction)
+    return lr_factor(step, warmup_steps=warmup, total_steps=total, schedule=str(scheduler.schedule),
+                     min_ratio=float(scheduler.min_ratio), decay_steps=decay,
+                     decay_shape=str(scheduler.get("decay_shape", "linear")),
+                     warmup_init_div=scheduler.get("warmup_init_div"))  # fmt: skip
 
 
 def decayed(progress: float, shape: str, min_ratio: float) -> float:
@@ -107,9 +125,9 @@ def decayed(progress: float, shape: str, min_ratio: float) -> float:
 
 
 def wsd_decay_steps(total_steps: int, warmup_steps: int, decay_steps: int | None, decay_fraction: float) -> int:
-    """The decay's length: ``decay_steps`` when given, else ``decay_fraction`` of the run; refused when it does not
-    fit after the warm-up."""
-    steps = decay_steps if decay_steps is not None else round(decay_fraction * total_steps)
+    """The decay's length: ``decay_steps`` when given, else ``decay_fraction`` of the run rounded down (int(f·T), as
+    the released wsd_schedule counts it); refused when it does not fit after the warm-up."""
+    steps = decay_steps if decay_steps is not None else int(decay_fraction * total_steps)
     if total_steps - warmup_steps < 1:
         raise ValueError(
             f"scheduler.warmup_steps={warmup_steps} leaves no step of total_steps={total_steps} for the stable phase "
@@ -138,6 +156,7 @@ def build_scheduler(
     decay_steps: int | None = None,
     decay_fraction: float = 0.2,
     decay_shape: str = "linear",
+    warmup_init_div: float | None = None,
 ) -> torch.optim.lr_scheduler.LambdaLR:
     if schedule not in SCHEDULES:
         raise ValueError(f"scheduler.name={schedule!r} is not one of {', '.join(SCHEDULES)}")
@@ -156,6 +175,7 @@ def build_scheduler(
             min_ratio=min_ratio,
             decay_steps=decay,
             decay_shape=decay_shape,
+            warmup_init_div=warmup_init_div,
         )
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
@@ -168,13 +188,7 @@ def steps_past_the_schedule(scheduler: Any, max_steps: int) -> str | None:
     total = int(scheduler.total_steps)
     if max_steps <= total or scheduler.schedule == "constant":
         return None
-    decay = 0
-    if scheduler.schedule == "wsd":
-        decay = wsd_decay_steps(total, int(scheduler.warmup_steps), scheduler.get("decay_steps"),
-                                float(scheduler.get("decay_fraction", 0.2)))  # fmt: skip
-    factor = lr_factor(total, warmup_steps=int(scheduler.warmup_steps), total_steps=total, schedule=scheduler.schedule,
-                       min_ratio=float(scheduler.min_ratio), decay_steps=decay,
-                       decay_shape=str(scheduler.get("decay_shape", "linear")))  # fmt: skip
+    factor = factor_of(scheduler, total)
     if factor > 0:
         return None
     return (

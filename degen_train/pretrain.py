@@ -31,7 +31,11 @@ from degen_train.callbacks.best_sts import BestBySTS  # noqa: E402
 from degen_train.callbacks.isotropy import IsotropyMonitor  # noqa: E402
 from degen_train.callbacks.preemption import stopping_before_training  # noqa: E402
 from degen_train.callbacks.throughput import Throughput  # noqa: E402
-from degen_train.callbacks.weight_averaging import WeightAverage, check_weight_averaging_fits  # noqa: E402
+from degen_train.callbacks.weight_averaging import (  # noqa: E402
+    AVERAGE_PREFIX,
+    WeightAverage,
+    check_weight_averaging_fits,
+)
 from degen_train.catalog import build_terms  # noqa: E402
 from degen_train.checkpoints import refuse_lightning_hpc_checkpoints  # noqa: E402
 from degen_train.data.datamodule import (  # noqa: E402
@@ -424,6 +428,11 @@ def _summary(
     averaging = next((c.summary() for c in trainer.callbacks if isinstance(c, WeightAverage)), None)
     source = next((f"{k}/{t.perplexity_metric}" for k, t in terms.items() if t.perplexity_metric), None)
     token_loss = val_metrics.get(f"val/{source}") if source else None
+    if averaging and f"{AVERAGE_PREFIX}/loss" in val_metrics:  # validated beside the trained model
+        average_token_loss = val_metrics.get(f"{AVERAGE_PREFIX}/{source}") if source else None
+        averaging["val_loss"] = val_metrics[f"{AVERAGE_PREFIX}/loss"]
+        averaging["val_perplexity"] = (math.exp(average_token_loss) if average_token_loss is not None
+                                       and average_token_loss < 50 else None)  # fmt: skip
     return {
         "final_step": trainer.global_step,
         "train_loss": train_metrics.get("train/loss"),

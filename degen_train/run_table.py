@@ -61,6 +61,7 @@ def end_of_run_table(summary: dict[str, Any], run_dir: Path, overrides: list[str
         ("train loss", _number(summary.get("train_loss"))),
         ("val loss", f"{_number(summary.get('val_loss'))} (= {summary.get('val_loss_is') or 'n/a'})"),
         ("perplexity", f"{_number(summary.get('val_perplexity'))} (exp of {summary.get('val_perplexity_of')})"),
+        *average_row(summary.get("weight_averaging") or {}),
         ("speed", speed),
         (
             "geometry",
@@ -80,6 +81,14 @@ def end_of_run_table(summary: dict[str, Any], run_dir: Path, overrides: list[str
     ]
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"  {name:<{width}}  {value}" for name, value in rows)
+
+
+def average_row(averaging: dict) -> list[tuple[str, str]]:
+    """The weight average's validation beside the trained model's (callbacks.weight_averaging, validate: both)."""
+    if averaging.get("val_loss") is None:
+        return []
+    return [(f"{averaging['kind']} average", f"val loss {_number(averaging['val_loss'])}, perplexity "
+                                             f"{_number(averaging.get('val_perplexity'))} ({averaging['validated']})")]
 
 
 def next_command(run: Path, steps: int, total: int | None, schedule: str | None, kept: list[str]) -> tuple[str, str]:

@@ -171,6 +171,7 @@ class SchedulerConfig(BaseModel):
     decay_steps: int | None = Field(default=None, ge=1)  # wsd: the decay's length (wins over decay_fraction)
     decay_fraction: float = Field(default=0.2, gt=0, le=1)  # wsd: the decay's share of total_steps
     decay_shape: Literal["linear", "cosine", "one_minus_sqrt"] = "linear"
+    warmup_init_div: float | None = Field(default=None, ge=1)  # the warm-up starts at lr / this (wsd: 100, released)
 
     @model_validator(mode="after")
     def decay_fits_the_run(self) -> SchedulerConfig:

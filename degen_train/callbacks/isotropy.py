@@ -11,6 +11,7 @@ from lightning.pytorch.callbacks import Callback
 
 from degen_train.metrics.isotropy import VectorMoments, isoscore, mean_pairwise_cosine, outlier_dimensions
 from degen_train.metrics.isotropy import self_similarity as sequence_self_similarity
+from degen_train.metrics.outlier_sites import block_outputs
 from degen_train.metrics.outliers import layer_outliers
 from degen_train.parallel import gathered
 
@@ -87,17 +88,21 @@ class IsotropyMonitor(Callback):
             was_training = backbone.training
             backbone.eval()
             probe = {k: v.to(module.device) for k, v in self.probe.items()}
-            layers = backbone.encode(probe, all_layers=True).hidden_states
+            with block_outputs(backbone.model) as blocks:
+                layers = backbone.encode(probe, all_layers=True).hidden_states
             backbone.train(was_training)
             mask = probe["attention_mask"].bool()
+            # Outliers of the blocks' own outputs (a decoder's last before its final norm, as Bondarenko et al. read
+            # OPT's layers); isotropy of the hidden states the model hands on (Ethayarajh's per-layer vectors).
+            read = [layers[0], *blocks] if all(b is not None for b in blocks) else list(layers)
             outliers: dict[str, list[float]] = {"kurtosis": [], "inf_norm": [], "massive_activations": []}
-            for index, hidden in enumerate(layers):
+            for index, (hidden, block) in enumerate(zip(layers, read, strict=True)):
                 sequences = [h[m].float() for h, m in zip(hidden, mask, strict=True)]  # on the device: no copies
                 metrics[f"isotropy/layer_{index}/mean_cosine"] = mean_pairwise_cosine(torch.cat(sequences))
                 metrics[f"isotropy/layer_{index}/self_similarity"] = sequence_self_similarity(sequences)[
                     "self_similarity"
                 ]
-                measured = layer_outliers([x[None] for x in sequences])
+                measured = layer_outliers([h[m].float()[None] for h, m in zip(block, mask, strict=True)])
                 for name in outliers:
                     metrics[f"outliers/layer_{index}/{name}"] = float(measured[name])
                     outliers[name].append(float(measured[name]))

@@ -45,7 +45,31 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"last layer: mean cosine {last['mean_cosine']:.4f} (whitened {last['mean_cosine_whitened']:.4f}, "
         f"clipped {last['mean_cosine_clipped']:.4f}), self-similarity {last['self_similarity']:.4f}"
     )
+    for line in outlier_lines(result.get("outliers") or {}):
+        print(line)
     print(f"wrote {Path(result['pictures']['cone']).parent}")
+
+
+def outlier_lines(outliers: dict) -> list[str]:
+    """The outlier numbers, each with the tensor it was read from (metrics/outlier_sites.py)."""
+    if "max_kurtosis" not in outliers:
+        return []
+    lines = [f"outliers on {outliers['input']} ({outliers['protocol']}'s released sites):",
+             f"  max kurtosis {outliers['max_kurtosis']:.1f} at {outliers['max_kurtosis_at']} "
+             f"(mean over sites {outliers['avg_kurtosis']:.1f})",
+             f"  max ∞-norm {outliers['max_inf_norm']:.1f} at {outliers['max_inf_norm_at']}"]  # fmt: skip
+    if outliers["protocol"] == "bert":
+        lines.append(f"  max ∞-norm of the FFN outputs {outliers['max_ffn_out_inf_norm']:.1f}, of the residual sums "
+                     f"(LayerNorm inputs) {outliers['max_LN_inp_inf_norm']:.1f}, of the LayerNorm outputs "
+                     f"{outliers['max_LN_out_inf_norm']:.1f}")  # fmt: skip
+    else:
+        lines.append(f"  max ∞-norm of the FFN outputs {outliers['max_ffn_inf_norm']:.1f}, of the layers' outputs "
+                     f"(before the final norm) {outliers['max_layer_inf_norm']:.1f}")  # fmt: skip
+    if outliers.get("attention_sink_windows"):
+        lines.append(f"  attention sinks: {outliers['attention_sink_rate']:.1f}% of heads (ε = 0.3) on "
+                     f"{outliers['attention_sink_windows']} windows of 64 tokens")  # fmt: skip
+    lines.append(f"  massive activations (Sun et al.) in the blocks' outputs: {outliers['massive_activations']}")
+    return lines
 
 
 if __name__ == "__main__":

@@ -76,31 +76,3 @@ def layer_outliers(states: list[Tensor]) -> dict:
         "massive_activations": sum(c["count"] for c in counts),
         "massive_dims": sorted({d for c in counts for d in c["dims"]}),
     }
-
-
-def outlier_summary(sequences: list[tuple[list[Tensor], list[Tensor] | None]]) -> dict:
-    """One model's outlier numbers from unpadded sequences, each (hidden states per layer: (1, T, d), 0 =
-    embeddings; attention maps per layer: (1, H, T, T) or None). Per layer: ``layer_outliers``; per attention layer:
-    head entropies; overall: max and mean kurtosis and the max ∞-norm over the transformer layers, the sink rate (Gu
-    et al.)."""
-    layers = [layer_outliers([seq[0][layer] for seq in sequences]) for layer in range(len(sequences[0][0]))]
-    blocks = layers[1:] or layers  # the transformer layers' outputs, as Bondarenko et al. report
-    result = {
-        "layers": layers,
-        "max_kurtosis": max(layer["kurtosis"] for layer in blocks),
-        "avg_kurtosis": sum(layer["kurtosis"] for layer in blocks) / len(blocks),
-        "max_inf_norm": max(layer["inf_norm"] for layer in blocks),
-        "massive_activations": sum(layer["massive_activations"] for layer in layers),
-        "massive_dims": sorted({d for layer in layers for d in layer["massive_dims"]}),
-    }
-    if all(seq[1] for seq in sequences):
-        per_layer = len(sequences[0][1])
-        # Every sequence has the same L·H heads, so the share over all of them is the mean of each sequence's share.
-        result["attention_sink_rate"] = sum(attention_sink_rate(seq[1]) for seq in sequences) / len(sequences)
-        for k in range(per_layer):
-            entropy = torch.stack([attention_entropy(seq[1][k]) for seq in sequences]).mean(dim=0)
-            layers[k + 1]["attention_entropy_per_head"] = entropy.tolist()
-        result["min_head_entropy"] = min(
-            min(layer.get("attention_entropy_per_head", [float("inf")])) for layer in layers
-        )
-    return result

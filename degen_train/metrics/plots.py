@@ -94,7 +94,7 @@ def layer_cosine_plot(per_layer: dict[str, list[float]], path: Path, title: str 
 
 
 def outliers_per_layer_plot(layers: list[dict], path: Path, title: str = "") -> Path:
-    """Kurtosis and ∞-norm of the hidden states per layer (log scale: a Gaussian's kurtosis is 3, BERT-base's
+    """Kurtosis and ∞-norm of each block's output (log scale: a Gaussian's kurtosis is 3, BERT-base's
     outlier layers reach thousands), with the layers holding massive activations marked."""
     figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.8))
     x = range(len(layers))
@@ -107,7 +107,7 @@ def outliers_per_layer_plot(layers: list[dict], path: Path, title: str = "") -> 
             axis.legend()
         axis.set_yscale("log")
         axis.set_xticks(list(x))
-        axis.set_xlabel("layer (0 = embeddings)")
+        axis.set_xlabel("transformer block (its output, before any final norm)")
         axis.set_ylabel(label)
     left.axhline(3, color="grey", lw=0.5)
     figure.suptitle(textwrap.fill(title or "outliers per layer", 90), fontsize=9)

@@ -84,6 +84,12 @@ def run_row(run: Path) -> dict[str, Any]:
         row["objective"] = "+".join(objective)
         row["val_objective_loss"] = sum(own)
     row |= {f"train/{k}/loss": v for k, v in (summary.get("train_terms") or {}).items()}
+    averaging = summary.get("weight_averaging") or {}
+    if averaging.get("val_loss") is not None:  # the weight average, validated beside the trained model
+        row["average/val_loss"], row["average/val_perplexity"] = averaging["val_loss"], averaging.get("val_perplexity")
+        beside = [(summary.get("val_metrics") or {}).get(f"val_average/{term}/loss") for term in objective]
+        if objective and None not in beside:
+            row["average/val_objective_loss"] = sum(beside)
     row |= summary.get("isotropy", {})
     analysis = run / "analysis" / "metrics.json"
     if analysis.exists():  # degen-analyze's numbers on the export (degen-report runs it when missing)
@@ -141,7 +147,8 @@ def headline_order(columns: Sequence[str]) -> list[str]:
     probes += sorted(c for c in columns if c.startswith("glue/") and c != "glue/average")
     probes += ["glue/average"] if "glue/average" in columns else []
     analysis = sorted(c for c in columns if c.startswith("analysis/"))
-    first = ["run", "status", *swept, "objective", "val_objective_loss", "val_perplexity", "val_loss", *terms]
+    first = ["run", "status", *swept, "objective", "val_objective_loss", "val_perplexity", "val_loss"]
+    first += ["average/val_objective_loss", "average/val_perplexity", *terms]
     monitored = ["outliers/max_kurtosis", "outliers/max_inf_norm", "outliers/massive_activations"]
     first += ["isotropy/embedding/mean_cosine", "isotropy/embedding/isoscore", *monitored, *analysis, *probes]
     first += ["tokens_per_s", "mfu"]
@@ -154,6 +161,7 @@ def headline_columns(columns: Sequence[str]) -> list[str]:
     the probes (the full table has the rest)."""
     columns = list(columns)
     keep = ("run", "status", "seeds", "objective", "val_objective_loss", "val_perplexity")
+    keep += ("average/val_objective_loss", "average/val_perplexity")
     keep += ("isotropy/embedding/mean_cosine", "isotropy/embedding/isoscore", "wic/accuracy", "glue/average")
     chosen = []
     for column in columns:

@@ -85,3 +85,42 @@ def test_a_wsd_run_logs_the_stable_rate_then_its_decay(tmp_path: Path) -> None:
         "scheduler.decay_shape=linear", "trainer.log_every_n_steps=1", "optimizer.lr=0.001")  # fmt: skip
     rates = logged(tmp_path, "lr-AdamW/pg1")
     assert [rates[s] for s in sorted(rates)] == pytest.approx([1e-3] * 4 + [1e-3, 7.5e-4, 5e-4, 2.5e-4])
+
+
+def released_wsd(n_iterations: int, final_lr_factor: float, n_warmup: int, init_div_factor: float,
+                 fract_decay: float, decay_type: str):  # fmt: skip
+    """wsd_schedule of epfml/schedules-and-scaling (src/optim/utils.py), transcribed for the linear and sqrt decays."""
+    n_anneal_steps = int(fract_decay * n_iterations)
+    n_hold = n_iterations - n_anneal_steps
+
+    def schedule(step: int) -> float:
+        if step < n_warmup:
+            return (step / n_warmup) + (1 - step / n_warmup) / init_div_factor
+        if step < n_hold:
+            return 1.0
+        if step < n_iterations:
+            progress = (step - n_hold) / n_anneal_steps
+            kept = 1 - progress if decay_type == "linear" else 1 - math.sqrt(progress)
+            return final_lr_factor + (1 - final_lr_factor) * kept
+        return final_lr_factor
+
+    return schedule
+
+
+@pytest.mark.parametrize(("shape", "released_shape"), [("linear", "linear"), ("one_minus_sqrt", "sqrt")])
+@pytest.mark.parametrize("total", [100, 97])  # 97: 0.2·97 = 19.4, rounded down to 19 as released
+def test_the_wsd_yaml_defaults_equal_the_released_schedule(shape: str, released_shape: str, total: int) -> None:
+    """conf/scheduler/wsd.yaml's settings against the released wsd_schedule: warm-up from lr/100, int decay."""
+    import torch
+    from omegaconf import OmegaConf
+
+    yaml = OmegaConf.load(Path(__file__).parents[2] / "conf" / "scheduler" / "wsd.yaml")
+    assert yaml.warmup_init_div == 100 and yaml.decay_fraction == 0.2
+    optimizer = torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=1)
+    ours = build_scheduler(optimizer, schedule="wsd", warmup_steps=10, total_steps=total, min_ratio=0.1,
+                           decay_fraction=0.2, decay_shape=shape, warmup_init_div=100)  # fmt: skip
+    reference = released_wsd(total, 0.1, 10, 100, 0.2, released_shape)
+    for step in range(total):
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(reference(step), abs=1e-12), step
+        optimizer.step()
+        ours.step()

@@ -12,7 +12,6 @@ from degen_train.metrics.outliers import (
     attention_entropy,
     attention_sink_rate,
     massive_activations,
-    outlier_summary,
     sequence_inf_norm,
     sequence_kurtosis,
 )
@@ -73,16 +72,124 @@ def test_attention_entropy_is_zero_for_a_one_key_head_and_log_t_for_a_uniform_on
     assert float(attention_entropy(uniform)[0]) == pytest.approx(np.log(4))
 
 
-def test_the_summary_reports_layers_maxima_and_the_sink_rate() -> None:
-    generator = torch.Generator().manual_seed(2)
-    sequences = []
-    for length in (5, 9):  # unpadded sequences of different lengths
-        hidden = [torch.randn(1, length, 8, generator=generator) for _ in range(3)]
-        attention = [torch.randn(1, 2, length, length, generator=generator).softmax(-1) for _ in range(2)]
-        sequences.append((hidden, attention))
-    summary = outlier_summary(sequences)
-    assert len(summary["layers"]) == 3 and "attention_entropy_per_head" in summary["layers"][1]
-    kurtoses = [float(sequence_kurtosis(seq[0][2])[0]) for seq in sequences]
-    assert summary["layers"][2]["kurtosis"] == pytest.approx(sum(kurtoses) / 2)
-    assert summary["max_kurtosis"] == max(layer["kurtosis"] for layer in summary["layers"][1:])
-    assert 0 <= summary["attention_sink_rate"] <= 100
+def released_bert_site_numbers(model, ids: torch.Tensor) -> dict:  # noqa: ANN001
+    """validate_mlm.py's loop, transcribed: forward hooks on every module keep (input, output); per layer j the
+    ∞-norm of output.dense's and output.LayerNorm's outputs and of the LayerNorm's input, and the kurtosis of the
+    two outputs, each averaged over the sequences (AverageMeter)."""
+    act_dict = {}
+
+    def make_hook(name):  # noqa: ANN001, ANN202
+        def hook(mod, inp, out):  # noqa: ANN001, ANN202
+            inp = inp[0] if isinstance(inp, tuple) and len(inp) > 0 else inp
+            act_dict[name] = (inp, out[0] if isinstance(out, tuple) and len(out) > 0 else out)
+
+        return hook
+
+    handles = [m.register_forward_hook(make_hook(n)) for n, m in model.named_modules()]
+    with torch.no_grad():
+        model(input_ids=ids)
+    for handle in handles:
+        handle.remove()
+    inf_norms, kurtoses = {}, {}
+    for j in range(len(model.encoder.layer)):
+        for name in (f"encoder.layer.{j}.output.dense", f"encoder.layer.{j}.output.LayerNorm"):
+            x_inp, x_out = act_dict[name]
+            x = x_out.reshape(x_out.size(0), -1)
+            inf_norms[name] = float(x.norm(dim=1, p=np.inf).mean())
+            kurtoses[name] = float(released_kurtosis(x).mean())
+            if "LayerNorm" in name:
+                inf_norms[name + ".input"] = float(x_inp.reshape(x_inp.size(0), -1).norm(dim=1, p=np.inf).mean())
+    return {"inf_norms": inf_norms, "kurtoses": kurtoses}
+
+
+class FixedTokenizer:
+    """Enough of a BERT tokenizer for released_blocks: each word one id, [CLS]=1, [SEP]=2, [MASK]=3."""
+
+    cls_token_id, sep_token_id, mask_token_id, eos_token_id = 1, 2, 3, None
+    all_special_ids = [0, 1, 2, 3]
+
+    def __call__(self, text: str, **_: object) -> dict:
+        return {"input_ids": [5 + (hash(w) % 50) for w in text.split()]}
+
+
+def test_the_bert_sites_and_numbers_equal_the_released_validation_loop() -> None:
+    """metrics/outlier_sites.py on a tiny BERT with an outlier dimension in its residual stream, against the
+    transcription above on the same blocks: each site's ∞-norm and kurtosis, the maxima, the named tensor."""
+    from transformers import BertConfig, BertModel
+
+    from degen_train.metrics.outlier_sites import released_blocks, released_outliers
+
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                 intermediate_size=64, max_position_embeddings=160, hidden_dropout_prob=0.0,
+                                 attention_probs_dropout_prob=0.0), add_pooling_layer=False).eval()  # fmt: skip
+    with torch.no_grad():
+        model.encoder.layer[1].output.dense.bias[7] = 40.0  # an outlier dimension in the FFN output and residual sum
+    documents = [" ".join(f"w{i * 7 + k}" for k in range(40)) for i in range(30)]
+    ids, what = released_blocks(FixedTokenizer(), documents, "bert", longest=160)
+    assert ids.shape[1] == 128 and "15% of the tokens [MASK]ed" in what
+    ours = released_outliers(model, FixedTokenizer(), documents, batch_size=3)
+    reference = released_bert_site_numbers(model, ids)
+    for key, entry in ours["sites"].items():
+        name = entry["module"] + (".input" if entry["tensor"] == "input" else "")
+        assert entry["inf_norm"] == pytest.approx(reference["inf_norms"][name], rel=1e-5), key
+        if entry["tensor"] == "output":
+            assert entry["kurtosis"] == pytest.approx(reference["kurtoses"][entry["module"]], rel=1e-4), key
+    assert ours["max_LN_inp_inf_norm"] == pytest.approx(max(v for k, v in reference["inf_norms"].items()
+                                                            if k.endswith(".input")), rel=1e-5)  # fmt: skip
+    assert ours["max_kurtosis"] == pytest.approx(max(reference["kurtoses"].values()), rel=1e-4)
+    assert ours["max_inf_norm_at"].startswith("encoder.layer.1.output.")  # where the outlier dimension was put
+    assert ours["max_kurtosis"] > 20  # the outlier dimension: heavy-tailed
+    from degen_train.cli.analyze import outlier_lines
+
+    printed = "\n".join(outlier_lines(ours | {"attention_sink_windows": 0}))
+    assert f"max ∞-norm {ours['max_inf_norm']:.1f} at encoder.layer.1.output." in printed
+    assert "of the residual sums (LayerNorm inputs)" in printed
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_a_decoders_last_layer_is_read_before_the_final_norm(family: str) -> None:
+    """HF's last hidden_states entry is final_norm(last block): the released OPT numbers read the block's own output
+    (model.decoder.layers.{L-1}) and the final norm's output apart."""
+    from transformers import GPT2Config, GPT2Model, LlamaConfig, LlamaModel
+
+    from degen_train.metrics.outlier_sites import released_outliers
+
+    torch.manual_seed(0)
+    if family == "gpt2":
+        model = GPT2Model(GPT2Config(vocab_size=60, n_embd=32, n_layer=2, n_head=2, n_positions=64)).eval()
+        last, final = "h.1", "ln_f"
+    else:
+        model = LlamaModel(LlamaConfig(vocab_size=60, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                       num_attention_heads=2, max_position_embeddings=64)).eval()  # fmt: skip
+        last, final = "layers.1", "norm"
+    documents = [" ".join(f"w{i * 7 + k}" for k in range(40)) for i in range(10)]
+    ours = released_outliers(model, FixedTokenizer(), documents, batch_size=4)
+    ids = torch.tensor(__import__("degen_train.metrics.w8a8_probe", fromlist=["x"]).token_blocks(
+        FixedTokenizer(), documents, 64))  # fmt: skip
+    with torch.no_grad():
+        states = model(input_ids=ids, output_hidden_states=True).hidden_states
+    block_output = ours["sites"][f"{last}:output"]["inf_norm"]
+    assert ours["sites"][f"{final}:output"]["inf_norm"] == pytest.approx(float(sequence_inf_norm(states[-1]).mean()),
+                                                                          rel=1e-5)  # fmt: skip
+    assert block_output != pytest.approx(float(sequence_inf_norm(states[-1]).mean()), rel=1e-3)
+    assert ours["layers"][-1]["inf_norm"] == pytest.approx(block_output)
+    assert {e["role"] for e in ours["sites"].values()} == {"block_output", "ffn_output", "ffn_norm_output",
+                                                            "attention_output", "attention_norm_output",
+                                                            "final_norm_output"}  # fmt: skip
+
+
+def test_sinks_are_counted_on_64_token_windows() -> None:
+    """Gu et al.'s windows: a text of 3-token lines makes no 3-token prompts (where a uniform head reads as a sink,
+    1/3 > 0.3): the windows run across lines, 64 tokens each."""
+    from transformers import GPT2Config, GPT2Model
+
+    from degen_train.metrics.outlier_sites import sinks_on_windows
+
+    torch.manual_seed(0)
+    model = GPT2Model(GPT2Config(vocab_size=60, n_embd=32, n_layer=2, n_head=2, n_positions=128)).eval()
+    lines = [f"a{i} b{i} c{i}" for i in range(100)]  # 3 tokens and a separator each: 6 windows of 64
+    result = sinks_on_windows(model, FixedTokenizer(), lines)
+    assert result["attention_sink_windows"] == 6 and len(result["attention_entropy_per_head"]) == 2
+    assert result["attention_sink_rate"] < 50  # an untrained model's near-uniform heads are no sinks at T = 64
+    assert sinks_on_windows(model, FixedTokenizer(), ["too short"])["attention_sink_windows"] == 0
