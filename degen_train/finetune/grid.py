@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from degen_train.finetune.cell import STOP_ASKED, CellsInterrupted, Processes, Protocol, finetune_cell
-from degen_train.finetune.metrics import glue_average
+from degen_train.finetune.metrics import average_of
 from degen_train.finetune.tasks import Task
 from degen_train.io import atomic_write_json, atomic_write_text
 
@@ -60,17 +60,35 @@ def run_grid(
         log.info("  %s dev score %.2f (%.0f examples/s)", task.layout.name, result["score"],
                  result["examples_per_second"])  # fmt: skip
         results[task.layout.name].append(result)
-    summary = summarize(results, settings)
+    if any(t.layout.name == "wnli" for t in tasks):
+        log.warning("WNLI's dev set is adversarial (its sentences reappear in train with the other label; the "
+                    "majority class scores 56.3): it is scored, and left out of the GLUE average as GLUE does")
+    summary = summarize(finished_cells(out, results), settings)
     if processes.rank == 0:
         atomic_write_json(out / "glue.json", summary)
         atomic_write_text(out / "glue.md", format_summary(summary))
     return summary
 
 
+def finished_cells(out: Path, results: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """Every finished cell in ``out`` (earlier invocations' tasks, rates and seeds too: settings.json makes them one
+    protocol) with this invocation's, one per (task, rate, seed)."""
+    cells: dict[str, dict[tuple[float, int], dict[str, Any]]] = {}
+    for path in sorted(out.glob("*/lr=*/seed=*/result.json")):
+        cell = json.loads(path.read_text())
+        cells.setdefault(cell["task"], {})[(float(cell["lr"]), int(cell["seed"]))] = cell
+    for task, done in results.items():
+        for cell in done:
+            cells.setdefault(task, {})[(float(cell["lr"]), int(cell["seed"]))] = cell
+    return {task: list(by_cell.values()) for task, by_cell in cells.items()}
+
+
 def _check_same_settings(out: Path, settings: dict[str, Any], *, write: bool) -> None:
     record = out / "settings.json"
     if record.exists():
         before = json.loads(record.read_text())
+        # A key added to the protocol since the folder was made counts as its default (padding: dynamic).
+        before["protocol"] = {**asdict(Protocol()), **before.get("protocol", {})}
         if before != settings:
             changed = sorted(k for k in set(before["protocol"]) | set(settings["protocol"])
                              if before["protocol"].get(k) != settings["protocol"].get(k))  # fmt: skip
@@ -108,8 +126,12 @@ def summarize(results: dict[str, list[dict[str, Any]]], settings: dict[str, Any]
             "scores_by_lr": {f"{lr:g}": scores for lr, scores in rates.items()},
             "examples_per_second": statistics.fmean(c["examples_per_second"] for c in cells),
         }
-    average = glue_average({k: v["mean"] for k, v in tasks.items()}) if tasks else None
-    return {"tasks": tasks, "average": average, **settings}
+    averaged = average_of({k: v["mean"] for k, v in tasks.items()})
+    grid = {name: {"learning_rates": sorted({float(c["lr"]) for c in cells}),
+                   "seeds": sorted({int(c["seed"]) for c in cells}), "cells": len(cells)}
+            for name, cells in results.items()}  # fmt: skip
+    return {"tasks": tasks, "average": averaged.pop("average"), "average_label": averaged["label"],
+            "average_info": averaged, "grid": grid, **settings}  # fmt: skip
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -121,7 +143,13 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"| {name} | {task['chosen_lr']:g} | {task['mean']:.1f} ± {task['std']:.1f} | {metrics} | "
                      f"{task['seeds']} |")  # fmt: skip
     if summary["average"] is not None:
-        lines.append(f"| **average** | | **{summary['average']:.1f}** | | |")
+        label = summary.get("average_label", "average")
+        lines.append(f"| **{label}** | | **{summary['average']:.1f}** | | |")
+    lines += ["", "Covers every finished cell in this folder: " + "; ".join(
+        f"{name} {len(g['learning_rates'])} rate(s) × seeds {','.join(map(str, g['seeds']))} ({g['cells']} cells)"
+        for name, g in (summary.get("grid") or {}).items()) + "."] if summary.get("grid") else []  # fmt: skip
+    if "wnli" in summary["tasks"]:
+        lines += ["", "WNLI is scored but left out of the average: its dev set is adversarial (GLUE's convention)."]
     cap = (summary.get("protocol") or {}).get("max_train_examples")
     if cap:  # a capped grid's scores are not the full task's: said under its table
         lines += ["", f"Each task trained on the first {cap} rows of its training split only (--max-train-examples "
@@ -130,21 +158,12 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def protocol_from(settings: dict[str, Any]) -> tuple[Protocol, list[float], list[int]]:
-    """conf/finetune.yaml's protocol with ``settings`` over it; (protocol, learning rates, seeds). Unknown keys are
-    refused, naming the known ones."""
-    from omegaconf import OmegaConf
+    """conf/finetune.yaml's protocol (``protocol: papers`` or ``run_glue``) with ``settings`` over it; (protocol,
+    learning rates, seeds). Unknown keys are refused, naming the known ones."""
+    from degen_train.finetune.settings import resolve
 
-    from degen_train.paths import config_dir
-
-    defaults = OmegaConf.to_container(OmegaConf.load(config_dir() / "finetune.yaml"))
-    unknown = sorted(set(settings) - set(defaults))
-    if unknown:
-        known = ", ".join(defaults)
-        raise ValueError(f"eval.finetune.{unknown[0]} is not a fine-tuning setting; the settings: {known}")
-    merged = {**defaults, **settings}
-    protocol = Protocol(**{k: merged[k] for k in Protocol.__dataclass_fields__})
-    protocol.check()
-    return protocol, [float(x) for x in merged["learning_rates"]], list(range(1, int(merged["seeds"]) + 1))
+    protocol, rates, seeds, _ = resolve(settings)
+    return protocol, rates, seeds
 
 
 def finetune_export(model_dir: Path, tasks: Sequence[Task], settings: dict[str, Any], out: Path) -> dict[str, Any]:

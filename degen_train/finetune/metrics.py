@@ -57,5 +57,31 @@ def task_score(dev_metrics: dict[str, dict[str, float]]) -> float:
 
 
 def glue_average(scores: dict[str, float]) -> float:
-    """The GLUE average: the unweighted mean of the per-task scores of the tasks run."""
+    """The unweighted mean of the per-task scores given (``average_of`` chooses them and says what they are)."""
     return float(np.mean(list(scores.values())))
+
+
+# The GLUE average of the BERT/RoBERTa-era dev tables: the eight tasks without WNLI, whose dev set is adversarial (its
+# sentences reappear in train with the other label: majority-class 56.3 beats most fine-tuned models).
+GLUE_AVERAGED = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte")
+
+
+def average_of(scores: dict[str, float]) -> dict[str, object]:
+    """The average a table may show, and what it is: the GLUE average (all eight tasks), a partial one (some of
+    them: labelled so), WNLI never in it; tasks of your own are averaged among themselves, said so."""
+    glue = {k: v for k, v in scores.items() if k in GLUE_AVERAGED}
+    others = {k: v for k, v in scores.items() if k not in GLUE_TASK_NAMES}
+    left_out = sorted(k for k in scores if k == "wnli")
+    if glue:
+        complete = len(glue) == len(GLUE_AVERAGED)
+        label = ("GLUE average (8 tasks, WNLI left out)" if complete else
+                 f"partial GLUE average ({len(glue)} of 8 tasks: {', '.join(sorted(glue))})")  # fmt: skip
+        return {"average": glue_average(glue), "label": label, "tasks": sorted(glue), "left_out": left_out,
+                "complete": complete}  # fmt: skip
+    if others:
+        return {"average": glue_average(others), "label": f"average of {', '.join(sorted(others))} (not GLUE)",
+                "tasks": sorted(others), "left_out": left_out, "complete": False}  # fmt: skip
+    return {"average": None, "label": "no average (WNLI alone)", "tasks": [], "left_out": left_out, "complete": False}
+
+
+GLUE_TASK_NAMES = (*GLUE_AVERAGED, "wnli")

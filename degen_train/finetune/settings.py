@@ -1,0 +1,51 @@
+"""The fine-tuning settings of a grid: conf/finetune.yaml's defaults, the named protocol over them (``papers`` or
+``run_glue``), then what the user gave; one function for degen-finetune's flags and eval.finetune's keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from degen_train.finetune.cell import Protocol
+from degen_train.paths import config_dir
+
+PROTOCOLS = ("papers", "run_glue")
+
+
+def file_defaults() -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.load(config_dir() / "finetune.yaml"))
+
+
+def seed_list(seeds: Any, where: str) -> list[int]:
+    """``seeds``: a count N (seeds 1..N) or a list of seeds (run_glue's [42])."""
+    if isinstance(seeds, bool):
+        raise ValueError(f"{where}={seeds!r}: give a count (3: seeds 1..3) or a list of seeds ([42])")
+    if isinstance(seeds, int):
+        if seeds < 1:
+            raise ValueError(f"{where}={seeds}: give 1 or more seeds (a count), or a list of seeds ([42])")
+        return list(range(1, seeds + 1))
+    chosen = [int(s) for s in seeds]
+    if not chosen or len(set(chosen)) != len(chosen):
+        raise ValueError(f"{where}={list(seeds)}: give one or more distinct seeds")
+    return chosen
+
+
+def resolve(given: dict[str, Any], *, where: str = "eval.finetune") -> tuple[Protocol, list[float], list[int], str]:
+    """(protocol settings, learning rates, seeds, protocol name) for ``given`` (keys of conf/finetune.yaml; None
+    values are not given). Unknown keys and protocols are refused, naming the known ones."""
+    defaults = file_defaults()
+    given = {k: v for k, v in given.items() if v is not None}
+    # eval.finetune composes the whole file, its run_glue block included: the block as composed is the preset
+    presets = {"run_glue": given.pop("run_glue", None) or defaults.pop("run_glue")}
+    defaults.pop("run_glue", None)
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise ValueError(f"{where}.{unknown[0]} is not a fine-tuning setting; the settings: {', '.join(defaults)}")
+    name = given.get("protocol", defaults["protocol"])
+    if name not in PROTOCOLS:
+        raise ValueError(f"{where}.protocol={name!r} is not one of {', '.join(PROTOCOLS)}")
+    merged = {**defaults, **presets.get(name, {}), **given}
+    protocol = Protocol(**{k: merged[k] for k in Protocol.__dataclass_fields__})
+    protocol.check()
+    return protocol, [float(x) for x in merged["learning_rates"]], seed_list(merged["seeds"], f"{where}.seeds"), name
