@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install train test test-fast test-slow lint bench bench-gpu reproduce clean
+.PHONY: install train test test-fast test-slow lint docs bench bench-gpu reproduce clean
 
 install: $(STAMP)
 
@@ -30,9 +30,13 @@ train: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check degen_train tests bench
 
+# The manual (docs/, mkdocs.yml) in strict mode: a broken link, anchor or a page missing from nav fails.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 # Everything (what CI runs). test-fast leaves out the multi-process end-to-end tests marked slow (DDP
 # equality, kill -9 drills); test-slow runs only those.
-test: $(STAMP) lint
+test: $(STAMP) lint docs
 	$(BIN)/python -m pytest -q --durations=15 tests
 
 test-fast: $(STAMP) lint
@@ -54,4 +58,4 @@ reproduce: $(STAMP)
 	$(BIN)/degen-reproduce $(ARGS)
 
 clean:
-	rm -rf $(VENV) outputs multirun .pytest_cache .ruff_cache
+	rm -rf $(VENV) outputs multirun site .pytest_cache .ruff_cache
