@@ -121,8 +121,9 @@ def test_a_branch_whose_decay_would_start_before_it_is_refused(tmp_path: Path, s
     settings = [*resume_settings(small_corpus), "scheduler=wsd", "scheduler.warmup_steps=1",
                 "callbacks.checkpoint.every_n_train_steps=2", "callbacks.checkpoint.save_top_k=-1"]  # fmt: skip
     run(parent, *settings, "trainer.max_steps=12")
-    with pytest.raises(ValueError, match=r"the WSD decay \(scheduler.decay_fraction=0.2 of total_steps=14: 3 steps\) "
+    # int(0.2 · 13) = 2 decay steps (rounded down as the released WSD code does): steps 11..13, one before the branch.
+    with pytest.raises(ValueError, match=r"the WSD decay \(scheduler.decay_fraction=0.2 of total_steps=13: 2 steps\) "
                                          r"would start at step 11, before the branch step 12.*Set "
-                                         r"scheduler.decay_steps=2"):  # fmt: skip
-        run(tmp_path / "branch", f"branch_from={parent}@12", "trainer.max_steps=14")
-    run(tmp_path / "branch", f"branch_from={parent}@12", "trainer.max_steps=14", "scheduler.decay_steps=2")
+                                         r"scheduler.decay_steps=1"):  # fmt: skip
+        run(tmp_path / "branch", f"branch_from={parent}@12", "trainer.max_steps=13")
+    run(tmp_path / "branch", f"branch_from={parent}@12", "trainer.max_steps=13", "scheduler.decay_steps=1")

@@ -72,7 +72,8 @@ SITES = {
 
 
 def sites_of(model: nn.Module) -> Sites:
-    model_type = getattr(model.config, "model_type", "")
+    # An export with an attention variant declares degen_<arch>: the same blocks and names as the stock architecture.
+    model_type = getattr(model.config, "model_type", "").removeprefix("degen_")
     if model_type not in SITES:
         raise ValueError(f"no outlier sites known for model_type={model_type!r}; known: {', '.join(sorted(SITES))}")
     return SITES[model_type]

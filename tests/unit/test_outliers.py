@@ -193,3 +193,19 @@ def test_sinks_are_counted_on_64_token_windows() -> None:
     assert result["attention_sink_windows"] == 6 and len(result["attention_entropy_per_head"]) == 2
     assert result["attention_sink_rate"] < 50  # an untrained model's near-uniform heads are no sinks at T = 64
     assert sinks_on_windows(model, FixedTokenizer(), ["too short"])["attention_sink_windows"] == 0
+
+
+def test_a_model_with_an_attention_variant_is_read_at_its_architectures_sites() -> None:
+    """An export with gated attention declares model_type degen_bert (its blocks are named as BERT's): the reproduce
+    page's part (n) reads its outliers like any BERT's (CI failure of 2026-11-25: 'no outlier sites known')."""
+    from transformers import BertConfig, BertModel
+
+    from degen_train.metrics.outlier_sites import SITES, sites_of
+
+    model = BertModel(BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=64), add_pooling_layer=False)  # fmt: skip
+    model.config.model_type = "degen_bert"
+    assert sites_of(model) is SITES["bert"]
+    model.config.model_type = "degen_t5"
+    with pytest.raises(ValueError, match=r"no outlier sites known for model_type='t5'; known: bert, gpt2"):
+        sites_of(model)
