@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from degen_train.metrics.flops import measured_matmul_peak
-from degen_train.precision import cpu_description
+from degen_train.devices.matmul_peak import measured_matmul_peak
+from degen_train.devices.precision import cpu_description
 
 REPO = Path(__file__).resolve().parents[1]
 WIKITEXT = REPO.parent / "shared" / "data" / "wikitext-2"

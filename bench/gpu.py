@@ -31,9 +31,9 @@ from typing import Any
 import torch
 
 from bench.common import RESULTS, corpus_overrides
-from degen_train.checkpoints import load_checkpoint_file
 from degen_train.config import load_config
-from degen_train.pretrain import train
+from degen_train.run.pretrain import train
+from degen_train.storage.checkpoints import load_checkpoint_file
 
 ON_CPU = os.environ.get("DEGEN_BENCH_GPU_ON_CPU") == "1"  # a dry run of the code paths, at toy sizes
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -14,7 +14,7 @@ import torch
 from bench.common import save
 from degen_train.config import load_config
 from degen_train.metrics.isotropy import VectorMoments, isoscore, mean_pairwise_cosine, top_k_variance_share
-from degen_train.pretrain import train
+from degen_train.run.pretrain import train
 
 
 def peak_rss_gb() -> float:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bench.common import REPO, RESULTS, save
 from degen_train.config import load_config
-from degen_train.pretrain import train
+from degen_train.run.pretrain import train
 
 # One-run recipes (the sweeps ablation_cosreg, compare_methods and search_cosreg are made of these). simctg is
 # left out: its authors' setting (GPT-2 small, 32 × 256 tokens per micro-batch) was killed by the kernel at 22 GB

@@ -27,7 +27,7 @@ from bench import (  # noqa: E402
     reliability,
     spine,
 )
-from degen_train.precision import cpu_description  # noqa: E402
+from degen_train.devices.precision import cpu_description  # noqa: E402
 
 datasets.disable_progress_bars()
 

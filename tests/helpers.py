@@ -12,10 +12,10 @@ from typing import Any
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from degen_train.checkpoints import load_checkpoint_file
 from degen_train.config import load_config
 from degen_train.models.backbone import Backbone
-from degen_train.pretrain import train
+from degen_train.run.pretrain import train
+from degen_train.storage.checkpoints import load_checkpoint_file
 from tests.conftest import FAST
 
 
@@ -103,7 +103,7 @@ def forward_output(
     """A hand-made ForwardOutput for a term's unit test: a vocabulary of 3 with 2-dim identity embeddings.
     Give ``logits`` and ``targets`` (a head's test: one sequence of len(targets) predicted tokens) or
     ``hidden_states``, ``attention_mask`` and ``input_ids`` (a states test: nothing predicted)."""
-    from degen_train.types import ForwardOutput
+    from degen_train.terms.types import ForwardOutput
 
     if targets is not None:  # one sequence whose every position is predicted
         input_ids = torch.zeros(1, len(targets), dtype=torch.long)

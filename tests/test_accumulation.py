@@ -2,7 +2,7 @@
 
 Without the window counts (each micro-batch divided by its own count, Lightning averaging the k means), the
 bert_mlm_nsp case differs by 2e-5 after 5 updates, past the 1e-5 tolerance: checked by hand on the code before
-degen_train/accumulation.py.
+degen_train/terms/accumulation.py.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from degen_train.accumulation import (
+from degen_train.terms import distributed_mean
+from degen_train.terms.accumulation import (
     AccumulationWindows,
     Window,
     accumulation_warnings,
     averaging_over,
     verify_counts,
 )
-from degen_train.catalog import build_terms
-from degen_train.terms import distributed_mean
+from degen_train.terms.catalog import build_terms
 from tests.conftest import FAST
 from tests.helpers import checkpoint_weights, logged, on_two_processes, run
 

@@ -21,12 +21,12 @@ from torch import nn
 from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertModel, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
 
-from degen_train.checkpoints import load_checkpoint_file
 from degen_train.cli.convert import hf_model_of
 from degen_train.config import load_config
+from degen_train.config.schema import validate_config
 from degen_train.models.attention_variants import HeadGate, install_attention_variant, variant_settings
 from degen_train.models.backbone import build_hf_model
-from degen_train.schema import validate_config
+from degen_train.storage.checkpoints import load_checkpoint_file
 from tests.helpers import checkpoint_weights, run
 from tests.unit.test_architecture_builds import TINY, tiny
 

@@ -10,11 +10,11 @@ import pytest
 import torch
 from hydra.errors import ConfigCompositionException
 
-from degen_train.build import build_strategy, build_trainer
 from degen_train.config import load_config
+from degen_train.core.paths import config_dir
 from degen_train.data.tokenizer import train_wordpiece
 from degen_train.models.backbone import build_hf_model, model_family
-from degen_train.paths import config_dir
+from degen_train.run.build import build_strategy, build_trainer
 
 CONF = config_dir()
 GROUPS = [
@@ -158,7 +158,7 @@ def test_search_recipe_configures_the_optuna_sweeper() -> None:
         cfg = compose(config_name="train", overrides=["recipe=search_cosreg"], return_hydra_config=True)
     assert cfg.hydra.sweeper._target_.endswith("OptunaSweeper")
     assert "regularizer.cosreg.weight" in cfg.hydra.sweeper.params
-    from degen_train.sweep import search_objective
+    from degen_train.run.sweep import search_objective
 
     summary = {"val_loss": 5.0, "isotropy": {"isotropy/embedding/mean_cosine": 0.1}}
     assert search_objective(summary, cfg.search) == pytest.approx(5.0 + 2.0 * 0.1)

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from degen_train.config import load_config
+from degen_train.config.schema import validate_config
 from degen_train.data import examples as examples_module
 from degen_train.data import tokenizer as tokenizer_module
 from degen_train.data.corpus import first_bad_utf8_offset, load_corpus
 from degen_train.data.datamodule import prepare_data
-from degen_train.schema import validate_config
 
 
 def data_cfg(*overrides: str):

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from degen_train.config import load_config
+from degen_train.config.schema import validate_config
 from degen_train.data import cache_lock, resumable
 from degen_train.data import examples as examples_module
 from degen_train.data import tokenizer as tokenizer_module
@@ -24,7 +25,6 @@ from degen_train.data.datamodule import prepare_data, tokenize_node_part
 from degen_train.data.encoding import documents_ids, encoded_batches
 from degen_train.data.examples import build_examples
 from degen_train.data.tokenizer import get_tokenizer
-from degen_train.schema import validate_config
 from tests.conftest import REPO
 from tests.helpers import run
 

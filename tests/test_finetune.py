@@ -292,7 +292,7 @@ def test_eval_glue_settings_are_checked_before_training(tmp_path: Path) -> None:
 
 def test_a_fine_tuned_model_is_kept_and_degen_analyze_reads_it(tmp_path: Path, minilm: Path) -> None:
     """--save-models: geometry after fine-tuning (Rajaee & Pilehvar 2021) with the same instrument as before."""
-    from degen_train.analyze import analyze
+    from degen_train.evaluation.analyze import analyze
 
     train = tiny_task(tmp_path, rows=16)
     arguments = [str(minilm), "--train", str(train), "--dev", str(train), "--text-columns", "premise,hypothesis",

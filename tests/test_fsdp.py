@@ -67,7 +67,7 @@ def test_fsdp2_two_processes_match_one_process_in_losses_and_weights(
     one_process_run(tmp_path / "single", *common, "data.batch_size=8")
     assert_same_run(fsdp_runs / case, tmp_path / "single", keys)
     log = (fsdp_runs / case / "train.log").read_text()
-    if "cosreg" in case:  # shard-wise, not silently whole (parallel.local_shard reads FSDP2's private records)
+    if "cosreg" in case:  # shard-wise, not silently whole (devices.sharding.local_shard reads FSDP2's private records)
         assert "(FSDP2 shards), one all-reduce" in log
     if case == "tacl":  # the frozen teacher sharded too (regularizer.tacl.teacher_sharding=shard, the default)
         assert "FSDP2: tacl's frozen BertModel sharded (3 units and its root)" in log
@@ -147,7 +147,7 @@ def test_fsdp2_with_bf16_mixed_precision_trains(tmp_path: Path) -> None:
     ],
 )
 def test_fsdp2_options_that_cannot_work_here_are_named(options: dict, message: str) -> None:
-    from degen_train.parallel import FSDP2Strategy
+    from degen_train.run.parallel import FSDP2Strategy
 
     if options.get("cpu_offload") and torch.cuda.is_available():
         pytest.skip("CPU offload is valid on a GPU machine")
@@ -162,7 +162,7 @@ def sharded_run(fsdp_runs: Path) -> Path:
 
 
 def test_sharded_checkpoint_is_a_verified_folder_of_every_process_shards(sharded_run: Path) -> None:
-    from degen_train.checkpoints import verified_step
+    from degen_train.storage.checkpoints import verified_step
 
     last = sharded_run / "checkpoints" / "last.ckpt"
     assert last.is_dir() and {"__0_0.distcp", "__1_0.distcp", ".metadata", "meta.pt"} <= {
@@ -175,7 +175,7 @@ def test_sharded_checkpoint_is_a_verified_folder_of_every_process_shards(sharded
 def test_a_sharded_checkpoint_missing_a_shard_is_refused_naming_it(sharded_run: Path, tmp_path: Path) -> None:
     import shutil
 
-    from degen_train.checkpoints import CheckpointError, verified_step
+    from degen_train.storage.checkpoints import CheckpointError, verified_step
 
     partial = tmp_path / "checkpoints" / "last.ckpt"
     shutil.copytree(sharded_run / "checkpoints" / "last.ckpt", partial)

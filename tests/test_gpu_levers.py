@@ -13,10 +13,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from degen_train.checkpoints import BackgroundCheckpointIO, verified_step
 from degen_train.data.datamodule import loader_workers
-from degen_train.device_reads import DeferredRead
+from degen_train.devices.device_reads import DeferredRead
 from degen_train.optim import kernel_choice
+from degen_train.storage.checkpoints import BackgroundCheckpointIO, verified_step
 from degen_train.terms import WeightedSum
 from tests.conftest import REPO
 from tests.helpers import checkpoint_weights, logged, masked_batch, run, tiny_backbone
@@ -43,7 +43,7 @@ def test_the_collators_labelled_positions_give_what_a_boolean_mask_gives() -> No
 def test_a_term_that_replaces_labels_without_their_positions_loses_the_stale_ones() -> None:
     """WeightedSum drops a labelled_index that no longer matches the labels a term put in its place."""
     from degen_train.terms import LossTerm
-    from degen_train.types import TermOutput
+    from degen_train.terms.types import TermOutput
 
     class Relabel(LossTerm):
         def prepare_batch(self, batch: dict) -> dict:
@@ -132,7 +132,7 @@ def test_deterministic_mode_sets_the_cublas_workspace_before_the_first_matmul(
 ) -> None:
     """The precision check multiplies matrices on the run's device before the Trainer (which sets the variable too)
     exists: cuBLAS reads CUBLAS_WORKSPACE_CONFIG when its handle is made, so it must be set before that check."""
-    import degen_train.pretrain as pretrain
+    import degen_train.run.pretrain as pretrain
 
     seen: list[str | None] = []
     original = pretrain.check_precision

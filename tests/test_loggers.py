@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from degen_train.loggers import ResumableCSVLogger, wandb_logger
+from degen_train.run.loggers import ResumableCSVLogger, wandb_logger
 
 
 def test_wandb_without_credentials_runs_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

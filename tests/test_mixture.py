@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from degen_train.config import load_config
+from degen_train.config.schema import validate_config
 from degen_train.data.mixture import MixtureBatchSampler, SourceBatches, mixture_sources
-from degen_train.schema import validate_config
 from tests.helpers import checkpoint_weights, run
 
 TWO_SOURCES = "data.sources=[{weight: 0.7, label: help}, {path: PATH, weight: 0.3}]"

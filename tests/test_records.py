@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from degen_train.catalog import discover_terms
 from degen_train.cli.rerun import rebased
 from degen_train.config import load_config
+from degen_train.core.paths import config_dir
 from degen_train.data import corpus as corpus_module
-from degen_train.paths import config_dir
+from degen_train.terms.catalog import discover_terms
 from tests.helpers import degen_train, logged, run
 
 SHORT = ["trainer.max_steps=4", "data.tokenizer.vocab_size=1000", "trainer.val_check_interval=4"]
@@ -105,8 +105,9 @@ def test_debug_profile_writes_a_trace(tmp_path: Path) -> None:
 
 def test_a_resumed_wandb_run_logs_into_the_same_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WANDB_MODE", "offline")
-    common = ["logger=wandb", "data.tokenizer.vocab_size=1000", "scheduler.total_steps=4", "export_hf=false"]
-    run(tmp_path, *common, "trainer.max_steps=2", "callbacks.checkpoint.every_n_train_steps=2")
+    common = ["logger=wandb", "data.tokenizer.vocab_size=1000", "scheduler.total_steps=4", "export_hf=false",
+              "callbacks.checkpoint.every_n_train_steps=2"]  # the same checkpoint callback on both sides of the resume
+    run(tmp_path, *common, "trainer.max_steps=2")
     run(tmp_path, *common, "trainer.max_steps=4", "ckpt_path=last")
     segments = sorted((tmp_path / "wandb").glob("offline-run-*"))
     ids = {path.stem.removeprefix("run-") for segment in segments for path in segment.glob("run-*.wandb")}

@@ -102,7 +102,7 @@ def test_the_optimizer_part_trains_muon_twins_of_adamw_runs_and_judges_the_outli
     assert "| mle | 1 |" in text and "| muon | 1 |" in text and "| cosreg | 1 |" in text
     assert "max kurtosis: " in text and "| max ‖x‖∞ |" in text  # a verdict line, and the column in the header
     config = (tmp_path / "runs" / "muon_cosreg" / "muon_cosreg" / "seed0" / "config.yaml").read_text()
-    assert "_target_: degen_train.muon.build_muon" in config and "cosreg:\n    weight: 1.0" in config
+    assert "_target_: degen_train.optim.muon.build_muon" in config and "cosreg:\n    weight: 1.0" in config
 
 
 def test_cooldowns_branch_from_one_stable_wsd_run_with_and_without_cosreg(tmp_path: Path) -> None:

@@ -63,7 +63,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_one(
 ) -> None:
     run(tmp_path, *resume_settings(small_corpus), "trainer.max_steps=3")
     good = (tmp_path / "checkpoints" / "last.ckpt").read_bytes()
-    from degen_train.checkpoints import _HashingWriter
+    from degen_train.storage.checkpoints import _HashingWriter
 
     real_write = _HashingWriter.write
     crashed = []

@@ -12,10 +12,10 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM
 
-from degen_train.build import build_trainer
 from degen_train.cli.report import report
 from degen_train.config import load_config
-from degen_train.io import atomic_directory, atomic_write_json, current_umask
+from degen_train.core.io import atomic_directory, atomic_write_json, current_umask
+from degen_train.run.build import build_trainer
 from tests.conftest import FAST
 from tests.helpers import degen_train, run
 

@@ -1,7 +1,7 @@
 """Every recipe's training step on a fake accelerator (a tensor made on the CPU fails as it fails on CUDA), under
 bf16 autocast (no solver in bf16), and the places it waits for the device, each one named with its reason.
 
-CI has no GPU: these are the GPU's device and dtype bugs, found on a CPU (degen_train/step_check.py)."""
+CI has no GPU: these are the GPU's device and dtype bugs, found on a CPU (degen_train/run/step_check.py)."""
 
 from __future__ import annotations
 
@@ -10,24 +10,24 @@ from pathlib import Path
 import pytest
 import torch
 
-from degen_train.build import data_format_for
-from degen_train.catalog import build_terms
 from degen_train.config import load_config
+from degen_train.config.schema import checked_config
 from degen_train.data.datamodule import make_collator, prepare_data
 from degen_train.data.sampling import PositionedExamples
 from degen_train.models.backbone import model_family
-from degen_train.pretrain import build_module
 from degen_train.regularizers.cosreg import CosineRegularizer
 from degen_train.regularizers.istar import isoscore_of_covariance
-from degen_train.schema import checked_config
-from degen_train.step_check import (
+from degen_train.run.build import data_format_for
+from degen_train.run.pretrain import build_module
+from degen_train.run.step_check import (
     DeviceMixError,
     HostRead,
     LowPrecisionLinalgError,
     watch_autocast_step,
     watch_fake_device_step,
 )
-from degen_train.types import TermOutput
+from degen_train.terms.catalog import build_terms
+from degen_train.terms.types import TermOutput
 from tests.helpers import run
 from tests.test_recipes import RECIPES, TINY, overrides
 
@@ -98,14 +98,15 @@ def test_a_metric_made_on_the_cpu_fails_as_on_cuda(tmp_path: Path, monkeypatch: 
 
     monkeypatch.setattr(CosineRegularizer, "forward", as_before)
     module, batch = recipe_step(["recipe=gao_cosreg", "model=gpt2_tiny", "data.tokenizer.vocab_size=1000"], tmp_path)
-    with pytest.raises(DeviceMixError, match=r"stack.* mixes a CPU tensor .* at degen_train/module.py:\d+ in stack_"):
+    where = r"at degen_train/run/step_log.py:\d+ in stack_"
+    with pytest.raises(DeviceMixError, match=r"stack.* mixes a CPU tensor .* " + where):
         watch_fake_device_step(module, batch)
 
 
 def test_a_solver_on_bf16_fails_as_on_cuda() -> None:
     """I-STAR's crash (`svd_cuda_gesvdj not implemented for 'BFloat16'`): its covariance made under bf16 autocast
     and handed to the SVD as it was; the fixed term computes both in float32."""
-    from degen_train.step_check import SolverPrecisionWatch
+    from degen_train.run.step_check import SolverPrecisionWatch
 
     states = torch.randn(64, 8)
     with torch.autocast("cpu", dtype=torch.bfloat16), SolverPrecisionWatch():
@@ -118,7 +119,7 @@ def test_host_reads_are_named_by_line() -> None:
     """A read is listed with our source line; a boolean mask counts as one (its nonzero)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from degen_train.step_check import FAKE_DEVICE, StepWatch
+    from degen_train.run.step_check import FAKE_DEVICE, StepWatch
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     with mode:

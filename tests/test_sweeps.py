@@ -180,7 +180,7 @@ def test_report_reads_an_offline_wandb_run(tmp_path: Path) -> None:
 
 
 def test_swept_keys_are_read_by_hydras_own_parser() -> None:
-    from degen_train.sweep import swept_keys
+    from degen_train.run.sweep import swept_keys
 
     argv = ["-m", "regularizer=[cosreg,tacl]", "seed=1,2", "+x=range(3)", "optimizer.lr=choice(1e-3,2e-3)", "y=z"]
     assert swept_keys(argv=argv) == {"seed", "x", "optimizer.lr"}  # a list value is one value, not a sweep

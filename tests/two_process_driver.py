@@ -18,8 +18,8 @@ import traceback
 from pathlib import Path
 
 from degen_train.config import load_config
-from degen_train.io import RunLogFileHandler
-from degen_train.pretrain import train
+from degen_train.core.io import RunLogFileHandler
+from degen_train.run.pretrain import train
 
 
 def main(spec: Path) -> None:

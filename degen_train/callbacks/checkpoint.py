@@ -9,7 +9,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from degen_train.checkpoints import recorded_step, remove_checkpoint_file
+from degen_train.storage.checkpoints import recorded_step, remove_checkpoint_file
 
 
 class RunCheckpoint(ModelCheckpoint):

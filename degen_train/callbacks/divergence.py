@@ -12,7 +12,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
 from degen_train.callbacks.throughput import logging_step
-from degen_train.device_reads import DeferredRead
+from degen_train.devices.device_reads import DeferredRead
 
 
 class DivergenceError(RuntimeError):

@@ -9,11 +9,11 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from degen_train.devices.sharding import gathered
 from degen_train.metrics.isotropy import VectorMoments, isoscore, mean_pairwise_cosine, outlier_dimensions
 from degen_train.metrics.isotropy import self_similarity as sequence_self_similarity
 from degen_train.metrics.outlier_sites import block_outputs
 from degen_train.metrics.outliers import layer_outliers
-from degen_train.parallel import gathered
 
 
 def embedding_metrics(weights: torch.Tensor) -> dict[str, float]:

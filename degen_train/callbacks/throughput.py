@@ -15,8 +15,8 @@ import torch
 from lightning.pytorch.callbacks import Callback, TQDMProgressBar
 from torch.utils.flop_counter import FlopCounterMode
 
+from degen_train.devices.precision import COMPUTE_DTYPE
 from degen_train.metrics.flops import body_and_head_parameters, model_flops, peak_flops
-from degen_train.precision import COMPUTE_DTYPE
 
 
 class Throughput(Callback):

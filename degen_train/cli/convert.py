@@ -16,8 +16,13 @@ from typing import Any
 
 import torch
 
-from degen_train.checkpoints import CheckpointError, load_checkpoint_file, newest_checkpoint, save_checkpoint_file
 from degen_train.regularizers.spectrum import fold_spectral_state
+from degen_train.storage.checkpoints import (
+    CheckpointError,
+    load_checkpoint_file,
+    newest_checkpoint,
+    save_checkpoint_file,
+)
 
 log = logging.getLogger("degen_train.convert")
 MODEL_PREFIX = "backbone.model."  # where the HF model sits in the LightningModule's state dict
@@ -85,7 +90,7 @@ def convert(source: Path, *, ckpt: Path | None = None, hf: Path | None = None, t
     if hf is not None:
         from transformers import AutoTokenizer
 
-        from degen_train.export import export_pretrained
+        from degen_train.run.export import export_pretrained
 
         run_dir = path.parent.parent
         tokenizer = tokenizer or next((p for p in (run_dir / "tokenizer", run_dir / "hf") if p.is_dir()), None)

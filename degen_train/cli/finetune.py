@@ -19,7 +19,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from degen_train.paths import config_dir  # noqa: E402
+from degen_train.core.paths import config_dir  # noqa: E402
 
 log = logging.getLogger("degen_train.finetune")
 DEFAULT_TASKS = ["rte", "sst2", "stsb"]  # the three tasks the seed papers' small-compute tables share
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(f"degen-finetune: error: --devices {args.devices}: give 1 or more processes")
     if args.devices > 1 and "WORLD_SIZE" not in os.environ:  # not yet under a launcher: start one
         os.execv(sys.executable, torchrun_command(args.devices, sys.argv[1:] if argv is None else argv))
-    from degen_train.quiet import silence_known_noise
+    from degen_train.core.quiet import silence_known_noise
 
     silence_known_noise()
     from degen_train.callbacks.preemption import PREEMPTED_EXIT

@@ -27,8 +27,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from degen_train.paths import config_dir, writable_folder
-from degen_train.provenance import code_version
+from degen_train.core.paths import config_dir, writable_folder
+from degen_train.run.provenance import code_version
 
 log = logging.getLogger("degen_train")
 
@@ -186,9 +186,17 @@ def recorded_inputs(tree: Any, prefix: str = "") -> list[str]:
 @functools.cache
 def house_targets() -> frozenset[str]:
     """Every ``_target_`` that the house's own yaml (conf/ and its recipes) names: what a recorded config may build."""
+    from degen_train import MOVED
+
     targets: set[str] = set()
     for path in config_dir().rglob("*.yaml"):
         targets.update(value for _, value in _targets(OmegaConf.to_container(OmegaConf.load(path)), ""))
+    # A run recorded before the package layout names the same targets under the modules' old names.
+    renamed = {f"degen_train.{new}.": f"degen_train.{old}." for old, new in MOVED.items()}
+    for target in list(targets):
+        for new, old in renamed.items():
+            if target.startswith(new):
+                targets.add(old + target[len(new):])
     return frozenset(targets)
 
 

@@ -1,5 +1,5 @@
 """degen-train: pretraining from a Hydra config (``degen-train recipe=bert_mlm_nsp model=mini``); the run itself is
-degen_train/pretrain.py's ``train``."""
+degen_train/run/pretrain.py's ``train``."""
 
 from __future__ import annotations
 
@@ -11,17 +11,18 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from degen_train.branching import inherited_overrides  # noqa: E402
 from degen_train.callbacks.preemption import PREEMPTED_EXIT, PreparationStopped, RunPreempted  # noqa: E402
-from degen_train.overrides import (  # noqa: E402
+from degen_train.config.inherited import inherited_overrides  # noqa: E402
+from degen_train.config.overrides import (  # noqa: E402
     open_trainer_keys,
     refuse_unknown_term_options,
     refuse_unquoted_equals,
 )
-from degen_train.paths import check_output_folders_in, config_dir  # noqa: E402
-from degen_train.pretrain import train  # noqa: E402
-from degen_train.quiet import silence_known_noise  # noqa: E402
-from degen_train.sweep import FAILED_RUNS, run_in_sweep, search_objective, sweep_summary_line  # noqa: E402
+from degen_train.core.paths import config_dir  # noqa: E402
+from degen_train.core.quiet import silence_known_noise  # noqa: E402
+from degen_train.run.pretrain import train  # noqa: E402
+from degen_train.run.sweep import FAILED_RUNS, run_in_sweep, search_objective, sweep_summary_line  # noqa: E402
+from degen_train.storage.runlock import check_output_folders_in  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="train")

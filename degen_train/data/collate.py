@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from degen_train.rng import seed_states, uniforms_at
+from degen_train.core.rng import seed_states, uniforms_at
 
 
 def labelled_index(labels: Tensor) -> Tensor:

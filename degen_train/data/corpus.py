@@ -16,9 +16,9 @@ from typing import Any
 
 import datasets
 
+from degen_train.core.io import atomic_write_text, cache_key, file_sha256
 from degen_train.data.builtin_corpus import builtin_documents
 from degen_train.data.unreadable import unreadable_corpus_error
-from degen_train.io import atomic_write_text, cache_key, file_sha256
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,9 @@ from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer
 
-from degen_train.accumulation import AccumulationWindows
-from degen_train.collectives import is_distributed
+from degen_train.config.schema import data_section
+from degen_train.core.io import cache_key
+from degen_train.core.rng import VALIDATION_SEED_OFFSET
 from degen_train.data.collate import CausalLMCollator, MaskedLMCollator
 from degen_train.data.corpus import load_corpus, too_few_documents
 from degen_train.data.examples import build_examples
@@ -32,10 +33,9 @@ from degen_train.data.mixture import (
 from degen_train.data.node_parts import missing_parts, parts_folder, tokenize_part
 from degen_train.data.sampling import PositionedExamples, ShardedBatches, StepBatchSampler
 from degen_train.data.tokenizer import get_tokenizer, tokenizer_identity
-from degen_train.io import cache_key
-from degen_train.rng import VALIDATION_SEED_OFFSET
-from degen_train.schema import data_section
-from degen_train.threads import usable_cpus
+from degen_train.devices.collectives import is_distributed
+from degen_train.devices.threads import usable_cpus
+from degen_train.terms.accumulation import AccumulationWindows
 
 log = logging.getLogger(__name__)
 
@@ -296,6 +296,16 @@ class PretrainDataModule(pl.LightningDataModule):
         everyone: list[Any] = [None] * torch.distributed.get_world_size()
         torch.distributed.all_gather_object(everyone, mine)
         check_same_data(everyone)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Count the batch's tokens and predicted tokens while it is on the host (the throughput's counts): read
+        from the device after the step, they would make the host wait for it. The datamodule's hook, not the
+        LightningModule's: Lightning warns when a module overrides it beside a datamodule."""
+        if isinstance(batch, dict) and "attention_mask" in batch and "labels" in batch:
+            index = batch.get("labelled_index")
+            predicted = index.numel() if index is not None else int((batch["labels"] != -100).sum())
+            batch["host_counts"] = (int(batch["attention_mask"].sum()), predicted)
+        return batch
 
     def _loader(self, dataset: PositionedExamples, batch_sampler: Any, starts: list[int] | None = None) -> DataLoader:
         """``starts``: a mixture's first row of each source in ``dataset``; each row's source then travels with the

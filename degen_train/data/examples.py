@@ -25,12 +25,12 @@ from typing import Any
 
 import datasets
 
+from degen_train.core.io import CACHE_ELSEWHERE, atomic_directory, cache_key
 from degen_train.data.cache_lock import building
 from degen_train.data.encoding import documents_ids, documents_segment_ids, encoded_batches
 from degen_train.data.node_parts import complete_parts, parts_folder, tokenized_batches
 from degen_train.data.resumable import build_in_shards
 from degen_train.data.tokenizer import tokenizer_identity
-from degen_train.io import CACHE_ELSEWHERE, atomic_directory, cache_key
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from degen_train.config.schema import data_section
+from degen_train.core.rng import EPOCH_ORDER_SALT, mix_seed
 from degen_train.data.sampling import PositionedExamples
-from degen_train.rng import EPOCH_ORDER_SALT, mix_seed
-from degen_train.schema import data_section
 
 MIXTURE_SALT = 0x6D6978  # "mix": the sources' draws, apart from every other stream of the seed
 SOURCE_KEYS = ("source", "path", "validation_path", "name", "config", "split", "validation_split", "revision",

@@ -21,9 +21,9 @@ from typing import Any
 
 import datasets
 
+from degen_train.core.io import CACHE_ELSEWHERE, atomic_directory, cache_key, file_sha256
 from degen_train.data.cache_lock import building
 from degen_train.data.encoding import documents_ids, documents_segment_ids, encoded_batches
-from degen_train.io import CACHE_ELSEWHERE, atomic_directory, cache_key, file_sha256
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import datasets
 
-from degen_train.io import CACHE_ELSEWHERE, atomic_directory, atomic_write_json
+from degen_train.core.io import CACHE_ELSEWHERE, atomic_directory, atomic_write_json
 
 log = logging.getLogger(__name__)
 

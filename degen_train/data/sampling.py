@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from degen_train.rng import EPOCH_ORDER_SALT, mix_seed
+from degen_train.core.rng import EPOCH_ORDER_SALT, mix_seed
 
 
 class StepBatchSampler:

@@ -15,8 +15,8 @@ from typing import Any
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, BertTokenizerFast, GPT2TokenizerFast, PreTrainedTokenizerFast
 
+from degen_train.core.io import CACHE_ELSEWHERE, atomic_directory, cache_key, resolve_pretrained
 from degen_train.data.cache_lock import building
-from degen_train.io import CACHE_ELSEWHERE, atomic_directory, cache_key, resolve_pretrained
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import datasets
 
-from degen_train.io import JsonLineError, disk_full_error, is_disk_full, json_lines
+from degen_train.core.io import JsonLineError, disk_full_error, is_disk_full, json_lines
 
 
 def unreadable_corpus_error(error: Exception, files: list[Path], kind: str, key: str) -> Exception:

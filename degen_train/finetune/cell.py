@@ -31,9 +31,9 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 import degen_train.models  # noqa: F401 - registers the degen_<arch> types of exports with an attention variant
+from degen_train.core.io import atomic_directory
 from degen_train.finetune.metrics import split_metrics, task_score
 from degen_train.finetune.tasks import Split, Task
-from degen_train.io import atomic_directory
 
 log = logging.getLogger("degen_train.finetune")
 

@@ -16,10 +16,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from degen_train.core.io import atomic_write_json, atomic_write_text
 from degen_train.finetune.cell import STOP_ASKED, CellsInterrupted, Processes, Protocol, finetune_cell
 from degen_train.finetune.metrics import average_of
 from degen_train.finetune.tasks import Task
-from degen_train.io import atomic_write_json, atomic_write_text
 
 log = logging.getLogger("degen_train.finetune")
 

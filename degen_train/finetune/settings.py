@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from degen_train.core.paths import config_dir
 from degen_train.finetune.cell import Protocol
-from degen_train.paths import config_dir
 
 PROTOCOLS = ("papers", "run_glue")
 

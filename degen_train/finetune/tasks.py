@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from degen_train.io import json_lines, utf8_text
+from degen_train.core.io import json_lines, utf8_text
 
 REGRESSION = None  # TaskLayout.labels of a regression task
 

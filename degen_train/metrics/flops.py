@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import functools
-import time
-
 import torch
-from torch import Tensor, nn
+from torch import nn
+
+from degen_train.devices.matmul_peak import measured_matmul_peak
 
 
 def body_and_head_parameters(model: nn.Module, head: nn.Module) -> tuple[int, int]:
@@ -31,33 +30,6 @@ def model_flops(*, body: int, head: int, layers: int, hidden: int, batch: int, l
     return 6.0 * body * batch * length + 12.0 * layers * hidden * length * length * batch + 6.0 * head * predicted
 
 
-@functools.cache
-def measured_matmul_peak(device: str = "cpu", dtype: torch.dtype = torch.float32, size: int = 2048) -> float:
-    """FLOP/s of a square matmul on ``device``: the MFU denominator where no data-sheet peak is known.
-
-    The side starts at 256 and doubles up to ``size`` while one product takes under 50 ms, so an emulated
-    dtype (bf16 on a CPU without native support: ~1 GFLOP/s) is measured in about a second, not minutes.
-    """
-    side = min(256, size)
-    while True:
-        a = torch.randn(side, side, device=device, dtype=dtype)
-        b = torch.randn(side, side, device=device, dtype=dtype)
-        _sync(a @ b)  # warm-up: first-call dispatch and allocation
-        start = time.perf_counter()
-        _sync(a @ b)
-        if side >= size or time.perf_counter() - start > 0.05:
-            break
-        side *= 2
-    best = float("inf")
-    for _ in range(3):  # best of three: this machine's drifts only ever slow a round down
-        start = time.perf_counter()
-        for _ in range(2):
-            out = a @ b
-        _sync(out)
-        best = min(best, (time.perf_counter() - start) / 2)
-    return 2.0 * side**3 / best
-
-
 def peak_flops(device: torch.device, dtype: torch.dtype, configured: float | None) -> tuple[float, str]:
     """The per-device peak and where it came from: the config, a GPU data sheet, or a measured matmul."""
     if configured:
@@ -71,6 +43,3 @@ def peak_flops(device: torch.device, dtype: torch.dtype, configured: float | Non
     return measured_matmul_peak(str(device), dtype), f"measured {str(dtype).removeprefix('torch.')} matmul"
 
 
-def _sync(tensor: Tensor) -> None:
-    if tensor.is_cuda:
-        torch.cuda.synchronize(tensor.device)

@@ -6,6 +6,7 @@ greedily; seq-rep-4 per continuation, then averaged; distinct-n over all continu
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import torch
@@ -41,10 +42,13 @@ def repeated_token_share(prefix: Sequence[int], continuation: Sequence[int], win
 def greedy_continuations(model: nn.Module, prefixes: Tensor, length: int) -> Tensor:
     """(P, length) greedy continuations of (P, L) prefixes (equal lengths, no padding), with the KV cache."""
     model.eval()
+    # transformers >= 5.2x names the KV cache ``cache`` (``past_key_values`` is deprecated); older ones (the GPU
+    # image's 5.17) know only ``past_key_values``.
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     past, step_input, generated = None, prefixes, []
     for _ in range(length):
-        out = model(input_ids=step_input, past_key_values=past, use_cache=True)
-        past = out.past_key_values
+        out = model(input_ids=step_input, use_cache=True, **{name: past})
+        past = out[name]
         step_input = out.logits[:, -1].argmax(-1, keepdim=True)  # (P, 1)
         generated.append(step_input)
     return torch.cat(generated, dim=1)

@@ -138,7 +138,8 @@ def perplexity(
         eos = tokenizer.eos_token_id
         stream: list[int] = []
         for document in documents:
-            stream += tokenizer(document, add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else [])
+            ids = tokenizer(document, add_special_tokens=False, verbose=False)["input_ids"]  # windowed below
+            stream += ids + ([eos] if eos is not None else [])
         if len(stream) < 2:
             raise ValueError(f"{path} has fewer than 2 tokens: nothing to predict")
         stride = stride or window

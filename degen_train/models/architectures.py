@@ -29,7 +29,7 @@ from transformers import (
     RobertaForMaskedLM,
 )
 
-from degen_train.schema import ModelConfig
+from degen_train.config.schema import ModelConfig
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
-from degen_train.schema import AttentionVariantConfig
+from degen_train.config.schema import AttentionVariantConfig
 
 # The module each architecture calls its attention function from (it receives the attention input as hidden_states).
 ATTENTION_MODULES = {

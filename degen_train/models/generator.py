@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import BertModel
 
+from degen_train.core.rng import REPLACEMENT_SALT, counter_uniforms
 from degen_train.models.positions import at_positions, model_inputs, skip_padding_warning
-from degen_train.rng import REPLACEMENT_SALT, counter_uniforms
 
 
 class _ProjectedEmbeddings(nn.Module):

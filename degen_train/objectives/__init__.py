@@ -1,1 +1,1 @@
-"""Pretraining objectives: every module here is imported by degen_train.catalog (a new file registers itself)."""
+"""Pretraining objectives: every module here is imported by degen_train.terms.catalog (a new file registers itself)."""

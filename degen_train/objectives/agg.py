@@ -10,12 +10,12 @@ import torch.nn.functional as F
 from annotated_types import Ge, Interval
 from torch import Tensor
 
-from degen_train.accumulation import active_window
-from degen_train.collectives import sum_over_processes
+from degen_train.devices.collectives import sum_over_processes
 from degen_train.models.positions import at_positions, labelled_positions
 from degen_train.objectives.mlm import TokenPredictionTerm, token_accuracy
 from degen_train.terms import TermContext, distributed_mean, register_term
-from degen_train.types import ForwardOutput, TermOutput
+from degen_train.terms.accumulation import active_window
+from degen_train.terms.types import ForwardOutput, TermOutput
 
 
 class _GatedEmbeddingGradient(torch.autograd.Function):

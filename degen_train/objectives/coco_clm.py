@@ -13,7 +13,7 @@ from degen_train.models.positions import at_positions, labelled_positions
 from degen_train.objectives.corruption import GeneratorCorruption
 from degen_train.objectives.electra import replaced_token_detection
 from degen_train.terms import TermContext, distributed_mean, masked_mean, register_term
-from degen_train.types import ForwardOutput, TermOutput
+from degen_train.terms.types import ForwardOutput, TermOutput
 
 
 def corrective_lm_paper(lm_logits: Tensor, targets: Tensor, copy_logits: Tensor, copied: Tensor) -> Tensor:

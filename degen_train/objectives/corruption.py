@@ -12,7 +12,7 @@ from torch import Tensor
 from degen_train.models.generator import AuxiliaryGenerator, sample_replacements
 from degen_train.models.positions import at_positions, labelled_positions
 from degen_train.terms import LossTerm, TermContext, distributed_mean
-from degen_train.types import ForwardOutput
+from degen_train.terms.types import ForwardOutput
 
 
 class GeneratorCorruption(LossTerm):

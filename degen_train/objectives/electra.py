@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from degen_train.objectives.corruption import GeneratorCorruption
 from degen_train.terms import TermContext, distributed_mean, masked_mean, register_term
-from degen_train.types import ForwardOutput, TermOutput
+from degen_train.terms.types import ForwardOutput, TermOutput
 
 
 def replaced_token_detection(logits: Tensor, replaced: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from degen_train.objectives.chunked_ce import chunked_linear_cross_entropy
 from degen_train.terms import LossTerm, distributed_mean, register_term
-from degen_train.types import ForwardOutput, TermOutput
+from degen_train.terms.types import ForwardOutput, TermOutput
 
 
 def token_cross_entropy_sum(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from degen_train.terms import LossTerm, distributed_mean, register_term
-from degen_train.types import ForwardOutput, TermOutput
+from degen_train.terms.types import ForwardOutput, TermOutput
 
 
 @register_term("nsp")

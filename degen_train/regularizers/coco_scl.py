@@ -9,11 +9,11 @@ import torch.nn.functional as F
 from annotated_types import Gt, Interval
 from torch import Tensor, nn
 
-from degen_train.collectives import gather_with_gradient, is_distributed
-from degen_train.precision import autocast_off
-from degen_train.rng import CROP_SALT, counter_uniforms
+from degen_train.core.rng import CROP_SALT, counter_uniforms
+from degen_train.devices.collectives import gather_with_gradient, is_distributed
+from degen_train.devices.precision import autocast_off
 from degen_train.terms import LossTerm, TermContext, register_term
-from degen_train.types import ForwardOutput, TermOutput
+from degen_train.terms.types import ForwardOutput, TermOutput
 
 
 def sequence_contrastive_loss(

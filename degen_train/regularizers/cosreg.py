@@ -8,11 +8,11 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from degen_train.collectives import is_distributed, sum_over_processes, sum_with_gradient
-from degen_train.parallel import local_shard
-from degen_train.precision import autocast_off
+from degen_train.devices.collectives import is_distributed, sum_over_processes, sum_with_gradient
+from degen_train.devices.precision import autocast_off
+from degen_train.devices.sharding import local_shard
 from degen_train.terms import LossTerm, TermContext, register_term
-from degen_train.types import ForwardOutput, TermOutput
+from degen_train.terms.types import ForwardOutput, TermOutput
 
 log = logging.getLogger("degen_train")
 

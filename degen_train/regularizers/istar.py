@@ -10,10 +10,10 @@ import torch
 from annotated_types import Ge, Interval
 from torch import Tensor
 
-from degen_train.collectives import is_distributed, sum_over_processes, sum_with_gradient
-from degen_train.precision import autocast_off
+from degen_train.devices.collectives import is_distributed, sum_over_processes, sum_with_gradient
+from degen_train.devices.precision import autocast_off
 from degen_train.terms import LossTerm, TermContext, register_term
-from degen_train.types import ForwardOutput, TermOutput
+from degen_train.terms.types import ForwardOutput, TermOutput
 
 
 def isoscore_of_covariance(covariance: Tensor) -> Tensor:

@@ -10,7 +10,7 @@ from annotated_types import Interval
 from torch import Tensor
 
 from degen_train.terms import LossTerm, TermContext, distributed_mean, register_term
-from degen_train.types import ForwardOutput, TermOutput
+from degen_train.terms.types import ForwardOutput, TermOutput
 
 
 def simctg_loss_sum(

@@ -11,7 +11,7 @@ from annotated_types import Ge
 from torch import Tensor, nn
 
 from degen_train.terms import LossTerm, TermContext, register_term
-from degen_train.types import ForwardOutput, TermOutput
+from degen_train.terms.types import ForwardOutput, TermOutput
 
 FACTORS = "spectral_factors"  # the submodule's name in the HF model (and in checkpoints)
 

@@ -12,11 +12,11 @@ from annotated_types import Gt
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoModel
 
-from degen_train.io import resolve_pretrained
+from degen_train.core.io import resolve_pretrained
+from degen_train.devices.precision import autocast_off
 from degen_train.models.loading import load_pretrained
-from degen_train.precision import autocast_off
 from degen_train.terms import LossTerm, TermContext, distributed_mean, register_term
-from degen_train.types import ForwardOutput, TermOutput
+from degen_train.terms.types import ForwardOutput, TermOutput
 
 log = logging.getLogger(__name__)
 

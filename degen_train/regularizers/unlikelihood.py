@@ -10,7 +10,7 @@ from torch import Tensor
 
 from degen_train.models.positions import at_positions, labelled_positions
 from degen_train.terms import LossTerm, TermContext, distributed_mean, register_term
-from degen_train.types import ForwardOutput, TermOutput
+from degen_train.terms.types import ForwardOutput, TermOutput
 
 
 def context_candidates(ids: Tensor, context: Tensor, labels: Tensor, *, include_current: bool = True) -> Tensor:

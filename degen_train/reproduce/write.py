@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from degen_train.io import atomic_directory
+from degen_train.core.io import atomic_directory
 from degen_train.reproduce.methods import METHOD_PARTS
 from degen_train.reproduce.page import (
     chosen_rates,

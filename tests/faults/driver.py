@@ -25,7 +25,7 @@ def die() -> None:
 def inject(fault: str) -> None:
     name, _, value = fault.partition("=")
     if name == "kill_at_step":
-        from degen_train.module import PretrainModule
+        from degen_train.run.module import PretrainModule
 
         step = int(value)
         original_step = PretrainModule.training_step
@@ -38,7 +38,7 @@ def inject(fault: str) -> None:
 
         PretrainModule.training_step = training_step
     elif name == "kill_after_file":
-        import degen_train.checkpoints as checkpoints
+        import degen_train.storage.checkpoints as checkpoints
 
         original_save = checkpoints.save_checkpoint_file
 
@@ -49,7 +49,7 @@ def inject(fault: str) -> None:
 
         checkpoints.save_checkpoint_file = save_checkpoint_file
     elif name == "kill_mid_write":
-        from degen_train.checkpoints import _HashingWriter
+        from degen_train.storage.checkpoints import _HashingWriter
 
         original_write = _HashingWriter.write
 
@@ -64,7 +64,7 @@ def inject(fault: str) -> None:
 
         _HashingWriter.write = write
     elif name == "kill_in_final_validation":
-        from degen_train.module import PretrainModule
+        from degen_train.run.module import PretrainModule
 
         original_validation = PretrainModule.validation_step
 
@@ -75,8 +75,8 @@ def inject(fault: str) -> None:
 
         PretrainModule.validation_step = validation_step
     elif name == "kill_in_export":
-        import degen_train.export as export
-        from degen_train.io import atomic_directory
+        import degen_train.run.export as export
+        from degen_train.core.io import atomic_directory
 
         @contextmanager
         def dying_directory(target, **kwargs):  # noqa: ANN001, ANN202

@@ -147,9 +147,12 @@ def test_every_problem_is_reported_at_once(tmp_path: Path, drill: list[str]) -> 
         run(tmp_path, *drill, "data.batch_size=0", "optimizer.lr=-1")
 
 
-def test_a_warmup_longer_than_the_run_is_warned_naming_both(tmp_path: Path, drill: list[str]) -> None:
-    with pytest.warns(UserWarning, match=r"scheduler\.warmup_steps=100 >= scheduler\.total_steps=2"):
+def test_a_warmup_longer_than_the_run_is_warned_naming_both(
+    tmp_path: Path, drill: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING", logger="degen_train"):
         run(tmp_path, *drill, "trainer.max_steps=2", "scheduler.warmup_steps=100")
+    assert "scheduler.warmup_steps=100 >= scheduler.total_steps=2: the learning rate never reaches" in caplog.text
 
 
 def test_a_read_only_run_folder_is_named_by_the_command(tmp_path: Path) -> None:
@@ -178,7 +181,7 @@ def test_a_missing_local_path_is_named_at_once_not_tried_on_the_hub(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before: `teacher=runs/nonexistent` was taken for a hub name: ~15 s of retries, then "couldn't connect"."""
-    from degen_train.io import resolve_pretrained
+    from degen_train.core.io import resolve_pretrained
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from degen_train.checkpoints import CheckpointError, load_checkpoint_file, verified_step
-from degen_train.runlock import RunDirBusy, run_dir_lock
+from degen_train.storage.checkpoints import CheckpointError, load_checkpoint_file, verified_step
+from degen_train.storage.runlock import RunDirBusy, run_dir_lock
 from tests.conftest import REPO
 from tests.helpers import degen_train, run
 
@@ -97,7 +97,7 @@ def test_a_second_run_into_a_busy_folder_is_refused_naming_the_holder(tmp_path: 
 
 HOLD_LOCK = """
 import sys, time
-from degen_train.runlock import run_dir_lock
+from degen_train.storage.runlock import run_dir_lock
 with run_dir_lock(sys.argv[1]):
     print("held", flush=True)
     time.sleep(120)
@@ -139,7 +139,7 @@ def test_a_sweep_whose_runs_failed_exits_non_zero_with_the_count(tmp_path: Path)
 def test_a_cache_entry_finished_by_another_process_meanwhile_is_kept(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     """The check-then-rename race (two builds at once, or a stale NFS view): the other process's entry appears
     after the existence check; before, the rename failed with 'Directory not empty' and left a staging folder."""
-    import degen_train.io as io_module
+    import degen_train.core.io as io_module
 
     target = tmp_path / "cache" / "entry"
     real_replace = os.replace
@@ -174,7 +174,7 @@ def test_disk_full_while_preparing_data_names_the_cache_folder_and_a_rerun_recov
 def test_disk_full_during_the_export_names_the_folder_and_keeps_the_old_export(tmp_path: Path) -> None:
     from transformers import BertConfig, BertForMaskedLM
 
-    from degen_train.export import export_pretrained
+    from degen_train.run.export import export_pretrained
 
     model = BertForMaskedLM(BertConfig(vocab_size=8000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                                        intermediate_size=128))  # fmt: skip

@@ -63,7 +63,7 @@ def test_an_edited_sidecar_cannot_win_over_a_verified_newer_checkpoint(
     (step 4), silently. Its own header says 2: it is passed over, and the reason logged."""
     import shutil
 
-    from degen_train.checkpoints import newest_checkpoint, sidecar_of
+    from degen_train.storage.checkpoints import newest_checkpoint, sidecar_of
 
     folder = tmp_path / "run"
     shutil.copytree(parent, folder)

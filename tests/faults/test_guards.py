@@ -10,7 +10,7 @@ import torch
 
 from degen_train.callbacks.divergence import DivergenceError
 from degen_train.objectives.mlm import MaskedLMTerm
-from degen_train.types import TermOutput
+from degen_train.terms.types import TermOutput
 from tests.helpers import checkpoint_weights, logged, run
 
 EVERY_STEP = ["callbacks.checkpoint.every_n_train_steps=1", "callbacks.checkpoint.save_top_k=-1"]
@@ -96,7 +96,7 @@ def test_loss_spike_is_skipped_when_the_guard_is_on(
 def test_non_finite_weights_are_never_exported(tmp_path: Path) -> None:
     from transformers import BertConfig, BertForMaskedLM
 
-    from degen_train.export import export_pretrained
+    from degen_train.run.export import export_pretrained
 
     model = BertForMaskedLM(BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2))
     with torch.no_grad():

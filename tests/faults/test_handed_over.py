@@ -67,7 +67,7 @@ def test_a_run_never_writes_into_another_runs_folder(tmp_path: Path, source_run:
 def test_analysis_reads_only_files_inside_a_handed_over_folder(tmp_path: Path, source_run: Path) -> None:
     """Before: degen-analyze read whatever file RUN/config.yaml named as its corpus (/etc/passwd, say) and created
     the cache folder the config named."""
-    from degen_train.analyze import analyze
+    from degen_train.evaluation.analyze import analyze
 
     handed = tmp_path / "handed"
     shutil.copytree(source_run / "hf", handed / "hf")
@@ -98,7 +98,7 @@ def test_the_report_analyses_this_users_runs_and_fails_on_a_run_it_could_not(tmp
         report_main([str(runs), "--out", str(tmp_path / "report")])
     assert exited.value.code == 1
     # The same folder, listed as this user's run: analysed, exit 0.
-    from degen_train.own_runs import remember
+    from degen_train.storage.own_runs import remember
 
     remember(runs / "own", json.loads((runs / "own" / "summary.json").read_text())["provenance"]["run_id"])
     report_main([str(runs), "--out", str(tmp_path / "report")])
@@ -107,8 +107,8 @@ def test_the_report_analyses_this_users_runs_and_fails_on_a_run_it_could_not(tmp
 
 def test_a_model_folder_without_its_tokenizer_is_refused(tmp_path: Path, source_run: Path) -> None:
     """Before: degen-eval and degen-analyze scored with an empty 5-token tokenizer (every word [UNK]), exit 0."""
-    from degen_train.analyze import analyze
     from degen_train.cli.evaluate import main as evaluate_main
+    from degen_train.evaluation.analyze import analyze
 
     bare = tmp_path / "bare"
     bare.mkdir()
@@ -131,7 +131,7 @@ def test_the_printed_resume_command_runs_verbatim(tmp_path: Path, drill: list[st
     import subprocess
     import sys
 
-    from degen_train.run_table import end_of_run_table
+    from degen_train.run.table import end_of_run_table
 
     folder = tmp_path / "sweep" / "optimizer.lr=0.001,seed=2 ü"
     summary = run(folder, *drill, "trainer.max_steps=2", "scheduler.total_steps=4", "export_hf=false")
@@ -196,7 +196,7 @@ def test_a_finished_run_says_so_and_how_to_train_it_longer(tmp_path: Path, drill
     import subprocess
     import sys
 
-    from degen_train.run_table import end_of_run_table
+    from degen_train.run.table import end_of_run_table
 
     folder = tmp_path / "finished"
     summary = run(folder, *drill, "trainer.max_steps=4", "export_hf=false", "scheduler.warmup_steps=1")

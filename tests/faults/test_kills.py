@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM
 
-from degen_train.checkpoints import verified_step
+from degen_train.storage.checkpoints import verified_step
 from tests.faults.conftest import STEPS, killed_run
 from tests.helpers import checkpoint_weights, run
 
@@ -22,7 +22,9 @@ def assert_same_weights(run_dir: Path, reference: Path) -> None:
     a = checkpoint_weights(reference / "checkpoints" / "last.ckpt")
     b = checkpoint_weights(run_dir / "checkpoints" / "last.ckpt")
     assert a.keys() == b.keys()
-    assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
+    differ = {k: float((a[k].double() - b[k].double()).abs().max()) for k in a if not torch.equal(a[k], b[k])}
+    assert not differ, f"resumed weights differ from the uninterrupted run in {len(differ)} of {len(a)} tensors " + (
+        ", ".join(f"{k} (max |Δ| {d:.3g})" for k, d in sorted(differ.items())[:5]))  # fmt: skip
 
 
 def metrics_rows(run_dir: Path) -> list[dict[str, str]]:

@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from degen_train.checkpoints import CheckpointError, verified_step
+from degen_train.storage.checkpoints import CheckpointError, verified_step
 from tests.conftest import FAST, REPO
 from tests.helpers import checkpoint_weights, degen_train, run
 

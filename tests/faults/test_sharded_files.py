@@ -1,6 +1,6 @@
 """A sharded checkpoint folder handed over by someone else runs no code: its index and its non-tensor entries.
 
-Both drills ran their payload on the code before degen_train/sharded_io.py (torch's reader unpickles
+Both drills ran their payload on the code before degen_train/storage/sharded_io.py (torch's reader unpickles
 ``.metadata`` freely, and its planners load non-tensor entries with weights_only=False).
 """
 
@@ -14,9 +14,9 @@ import pytest
 import torch
 from torch.distributed.checkpoint import FileSystemWriter, save
 
-from degen_train.checkpoints import CheckpointError, load_checkpoint_file
 from degen_train.cli.convert import main as convert
-from degen_train.sharded_io import gather_sharded
+from degen_train.storage.checkpoints import CheckpointError, load_checkpoint_file
+from degen_train.storage.sharded_io import gather_sharded
 from tests.helpers import run
 
 

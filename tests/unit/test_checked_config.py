@@ -10,9 +10,7 @@ import pytest
 from omegaconf import OmegaConf, open_dict
 
 from degen_train.config import load_config
-from degen_train.data.mixture import mixture_sources
-from degen_train.models.backbone import build_hf_model
-from degen_train.schema import (
+from degen_train.config.schema import (
     DataConfig,
     EvalConfig,
     ModelConfig,
@@ -23,6 +21,8 @@ from degen_train.schema import (
     checked_config,
     validate_config,
 )
+from degen_train.data.mixture import mixture_sources
+from degen_train.models.backbone import build_hf_model
 
 PACKAGE = Path(__file__).resolve().parents[2] / "degen_train"
 

@@ -7,12 +7,12 @@ import copy
 import pytest
 import torch
 
-from degen_train.catalog import build_terms
 from degen_train.config import load_config
 from degen_train.data.tokenizer import train_wordpiece
 from degen_train.models.backbone import Backbone, build_hf_model
 from degen_train.models.compile import check_compile_available, compile_blocks
 from degen_train.terms import WeightedSum
+from degen_train.terms.catalog import build_terms
 
 
 def test_blocks_compile_in_place_equal_to_eager_without_recompiling_per_batch() -> None:
@@ -59,7 +59,7 @@ def test_parallelize_compiles_before_sharding_and_once(monkeypatch: pytest.Monke
     final validation's configure_model) applies nothing again."""
     from torch import nn
 
-    from degen_train import parallel
+    from degen_train.run import parallel
 
     calls: list[str] = []
     monkeypatch.setattr(parallel, "compile_blocks", lambda model: calls.append("compile") or ["block"])

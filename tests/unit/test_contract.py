@@ -12,16 +12,16 @@ import pytest
 import torch
 from transformers import BertConfig, BertForPreTraining
 
-from degen_train.catalog import build_terms, discover_terms
 from degen_train.models.backbone import Backbone
 from degen_train.terms import TERM_REGISTRY, LossTerm, TermContext, WeightedSum
-from degen_train.types import EXTRAS, OPTIONAL_FIELDS
+from degen_train.terms.catalog import build_terms, discover_terms
+from degen_train.terms.types import EXTRAS, OPTIONAL_FIELDS
 from tests.helpers import masked_batch, tiny_backbone
 
 PLUGIN = '''
 import torch
 from degen_train.terms import LossTerm
-from degen_train.types import TermOutput
+from degen_train.terms.types import TermOutput
 
 
 class SquaredNorm(LossTerm):
@@ -161,7 +161,7 @@ def test_the_lightning_internals_we_use_are_still_there(tmp_path: Path) -> None:
     csv_logger = CSVLogger(save_dir=str(tmp_path / "plain"))
     assert hasattr(csv_logger, "_fs") and hasattr(csv_logger, "_experiment")
 
-    from degen_train.loggers import ResumableCSVLogger
+    from degen_train.run.loggers import ResumableCSVLogger
 
     trainer = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
     # pretrain.py stamps the final validation with the step count through this counter.

@@ -8,7 +8,7 @@ import torch
 from degen_train.metrics.isotropy import isoscore
 from degen_train.regularizers.istar import IsoScoreStarTerm, global_covariance, isoscore_of_covariance
 from degen_train.terms import TermContext
-from degen_train.types import ForwardOutput
+from degen_train.terms.types import ForwardOutput
 from tests.helpers import forward_output
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from degen_train.core.rng import mix_seed
 from degen_train.data.collate import CausalLMCollator, MaskedLMCollator
-from degen_train.rng import mix_seed
 
 PAD, UNK, CLS, SEP, MASK = range(5)
 

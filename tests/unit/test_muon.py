@@ -11,8 +11,8 @@ from torch import nn
 from transformers import BertConfig, BertForPreTraining, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 from transformers.pytorch_utils import Conv1D
 
-from degen_train.muon import Float32Muon, build_muon, hidden_matrices
 from degen_train.optim import parameter_groups
+from degen_train.optim.muon import Float32Muon, build_muon, hidden_matrices
 
 SMALL = {"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 32}
 ADAMW = {"lr": 1e-3, "weight_decay": 0.01, "betas": (0.9, 0.999), "eps": 1e-8}
@@ -78,7 +78,7 @@ def test_the_composite_steps_as_torch_muon_and_adamw_stepped_apart() -> None:
 
 def test_a_gpt2_conv1d_weight_steps_as_the_same_layer_written_as_linear() -> None:
     """Conv1D keeps (in, out), nn.Linear (out, in): the same update, transposed, under torch's 'original' rate
-    adjustment √max(1, rows/cols), which reads the stored shape (degen_train.muon._lr_scale)."""
+    adjustment √max(1, rows/cols), which reads the stored shape (degen_train.optim.muon._lr_scale)."""
     torch.manual_seed(0)
     conv = Conv1D(nf=32, nx=8)  # weight (8, 32): a widening layer, as GPT-2's c_fc
     linear = nn.Linear(8, 32)
@@ -144,11 +144,11 @@ def test_a_model_without_repeated_blocks_is_refused_naming_the_rule() -> None:
 
 
 def test_the_float32_newton_schulz_is_torchs_iteration_without_its_bfloat16_rounding() -> None:
-    """degen_train.muon.newton_schulz against torch.optim._muon._zeropower_via_newtonschulz (bfloat16): equal
+    """degen_train.optim.muon.newton_schulz against torch.optim._muon._zeropower_via_newtonschulz (bfloat16): equal
     within bfloat16's resolution; in float32 equal to float64 within float32's; tall inputs come back transposed."""
     from torch.optim._muon import _zeropower_via_newtonschulz
 
-    from degen_train.muon import newton_schulz
+    from degen_train.optim.muon import newton_schulz
 
     torch.manual_seed(0)
     grad = torch.randn(24, 40)
@@ -183,7 +183,7 @@ def test_muon_ns_dtype_float32_updates_as_torchs_muon_up_to_bfloat16() -> None:
 
 def test_a_muon_run_logs_which_parameters_each_optimizer_takes() -> None:
     """Issue 38.5: a Muon run said nothing of its split; now one line, by name pattern (blocks folded to N)."""
-    from degen_train.muon import muon_split
+    from degen_train.optim.muon import muon_split
 
     bert = BertForPreTraining(BertConfig(vocab_size=50, max_position_embeddings=16, **SMALL))
     said = muon_split([bert], {id(p) for _, p in hidden_matrices([bert])})

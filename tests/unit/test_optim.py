@@ -72,7 +72,7 @@ def test_wsd_decay_from_a_fraction_and_one_that_does_not_fit_is_refused() -> Non
 
 def test_a_wsd_decay_longer_than_the_run_is_refused_by_the_config_check() -> None:
     from degen_train.config import load_config
-    from degen_train.schema import validate_config
+    from degen_train.config.schema import validate_config
 
     with pytest.raises(ValueError, match=r"scheduler.decay_steps=100000 must be in 1\.\.290 steps"):
         validate_config(load_config(["scheduler=wsd", "scheduler.decay_steps=100000"]))

@@ -9,8 +9,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from degen_train import precision
-from degen_train.precision import check_precision, compute_dtype, precision_verdict
+from degen_train.devices import precision
+from degen_train.devices.precision import check_precision, compute_dtype, precision_verdict
 from tests.helpers import run
 
 # The measurement: an AMD EPYC without avx512_bf16/AMX, 1024×1024 matmul.

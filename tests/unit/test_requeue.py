@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from degen_train.build import slurm_without_auto_requeue
 from degen_train.callbacks.preemption import Preemption, requeue_slurm_job, slurm_job_to_requeue
+from degen_train.run.build import slurm_without_auto_requeue
 
 SLURM = {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "train", "SLURM_JOB_ID": "77", "SLURM_PROCID": "0"}
 

@@ -1,4 +1,4 @@
-"""What a resume may change (degen_train/resume.py): refused what changes the weights, warned what not."""
+"""What a resume may change (degen_train/run/resume.py): refused what changes the weights, warned what not."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from degen_train.resume import resume_changes
+from degen_train.run.resume import resume_changes
 from tests.helpers import run
 
 BEFORE = {

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
+from degen_train.core.rng import mix_seed
 from degen_train.data.sampling import ShardedBatches, StepBatchSampler
-from degen_train.rng import mix_seed
 
 
 def take(sampler: StepBatchSampler, count: int) -> list:

@@ -120,7 +120,7 @@ def released_tacl(
 
 def test_pad_in_denominator_counts_pads_to_block_size_as_released(tmp_path: Path) -> None:
     """The number of pad negatives is block_size - length, whatever the batch's own padding."""
-    from degen_train.types import ForwardOutput
+    from degen_train.terms.types import ForwardOutput
 
     tacl = term(tmp_path, teacher_dropout=False)
     tacl.block_size = 24

@@ -1,4 +1,4 @@
-"""Every loss term's options are checked against its constructor's annotations (degen_train/term_options.py)."""
+"""Every loss term's options are checked against its constructor's annotations (degen_train/terms/options.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import typing
 
 import pytest
 
-from degen_train.catalog import build_terms, discover_terms
-from degen_train.term_options import _without_none, option_hints
 from degen_train.terms import LossTerm
+from degen_train.terms.catalog import build_terms, discover_terms
+from degen_train.terms.options import _without_none, option_hints
 
 
 def _initializers(term: type[LossTerm]) -> list[tuple[type, object]]:

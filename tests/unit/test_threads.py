@@ -9,8 +9,8 @@ import torch
 from omegaconf import OmegaConf
 
 from degen_train.config import load_config
-from degen_train.schema import validate_config
-from degen_train.threads import (
+from degen_train.config.schema import validate_config
+from degen_train.devices.threads import (
     UsableCpus,
     cgroup_quota_cpus,
     local_process_count,
@@ -78,6 +78,6 @@ def test_a_bad_thread_count_is_named(value: str) -> None:
 
 
 def _usable() -> int:
-    from degen_train.threads import usable_cpus
+    from degen_train.devices.threads import usable_cpus
 
     return usable_cpus().count

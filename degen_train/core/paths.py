@@ -1,0 +1,74 @@
+"""Where the config folder is: inside the wheel, or at the top of a source checkout."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # degen_train/, where the wheel keeps conf/
+
+
+def config_dir() -> Path:
+    for candidate in (PACKAGE_DIR / "conf", PACKAGE_DIR.parent / "conf"):
+        if (candidate / "train.yaml").exists():
+            return candidate
+    raise FileNotFoundError(f"no conf/train.yaml found in {PACKAGE_DIR} or its parent")
+
+
+def check_output_folder(path: str | Path, key: str) -> None:
+    """Refuse an output folder that cannot be one: ``path`` or a parent is an existing file (one line, naming it)."""
+    path = Path(path).expanduser()
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            if not candidate.is_dir():
+                what = "is" if candidate == path else f"lies inside {candidate}, which is"
+                raise NotADirectoryError(
+                    f"{key}={path}: it {what} a file, not a folder; "
+                    f"give {key} a folder path (created if missing)"
+                )
+            return
+
+
+# The files a run appends to in its folder (a link or another user's file there would be written through).
+APPENDED = ("train.log", "logs/metrics.csv")
+
+
+WANDB_FOLDER = "wandb"
+
+
+def refuse_links_in(run_dir: Path) -> None:
+    """A run folder must hold its own files only: refuse a symbolic link anywhere in it (a resumed run would write
+    or append through it, outside the folder) and an appended file that another user owns, naming each."""
+    run_dir = Path(run_dir).expanduser()
+    if not run_dir.is_dir():
+        return
+    # wandb/ is wandb's own: it makes its latest-run and log links itself (one into its cache) and replaces them on
+    # each start rather than writing through them
+    links = [p for p in [run_dir, *run_dir.rglob("*")] if p.is_symlink() and WANDB_FOLDER not in p.relative_to(
+        run_dir).parts[:1]]  # fmt: skip
+    if links:
+        shown = ", ".join(f"{p} -> {os.readlink(p)}" for p in links[:5])
+        raise ValueError(
+            f"{run_dir} holds symbolic links ({shown}{', ...' if len(links) > 5 else ''}): a run writes and appends "
+            f"to its own files only, never through a link. Replace each link by a copy of its file, or remove it"
+        )
+    for name in APPENDED:
+        path = run_dir / name
+        if path.exists() and path.stat().st_uid != os.geteuid():
+            raise ValueError(f"{path} belongs to another user (uid {path.stat().st_uid}): a run appends only to files "
+                             f"it owns; copy the folder to make it yours")  # fmt: skip
+
+
+def writable_folder(folder: str | Path, option: str) -> Path:
+    """``folder``, created when missing; a folder that cannot be written (a read-only run folder handed over, a
+    mount) is refused in one line naming it and the option that chooses another, before any work."""
+    folder = Path(folder).expanduser()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".degen-write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        raise ValueError(f"{folder} cannot be written ({error.strerror or error}): give {option} a folder you can "
+                         f"write") from None  # fmt: skip
+    return folder

@@ -1,0 +1,1 @@
+"""degen-analyze and degen-eval: the instruments run on a model folder."""

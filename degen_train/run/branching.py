@@ -1,0 +1,117 @@
+"""``branch_from=RUN@STEP``: a new run that starts from RUN's checkpoint at STEP (weights, optimizer state, data
+position, random state) with its own schedule — one stable warm-up–stable–decay run, many cooldowns.
+
+A branch is a resume into another folder that may change the schedule (``scheduler.*``, and the run's length) and,
+as any resume, the weights of the parent's terms (a term trained at weight 0 in the parent can be switched on for the
+cooldown). It reads the parent's tokenizer and never writes into the parent. Killed, a branch resumes from its own
+checkpoints with the same command.
+
+A branch is its parent plus what you change: its config is composed from the parent's own command-line overrides
+(RUN/overrides.json) followed by the branch's, so ``branch_from=RUN@1200 trainer.max_steps=1400`` keeps the parent's
+recipe, regularizer and WSD schedule; the run then lists each setting it changes against the parent.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, open_dict
+
+from degen_train.config.inherited import NOT_INHERITED, inherited_overrides  # noqa: F401 - branching's API
+from degen_train.storage.checkpoints import checkpoint_header
+
+log = logging.getLogger("degen_train")
+STEP_FILE = re.compile(r"^step=(\d+)\.ckpt$")
+# What a branch may change beyond what any resume may (resume.MAY_CHANGE).
+BRANCH_MAY_CHANGE = ("scheduler.", "branch_from", "data.tokenizer.path")
+
+
+# Keys every branch changes by being a branch (its folder, its parent's tokenizer, total_steps = max_steps):
+# left out of the list of what the branch changes.
+BRANCH_BOOKKEEPING = ("branch_from", "data.tokenizer.path", "callbacks.checkpoint.dirpath", "scheduler.total_steps")
+
+
+def branch_changes(changes: list[str]) -> list[str]:
+    """The 'key: before -> after' lines a user chose, without the keys every branch changes (its own folder)."""
+    def key(line: str) -> str:
+        return line.split(":", 1)[0]
+
+    return [line for line in changes if key(line) not in BRANCH_BOOKKEEPING
+            and not (key(line).startswith("logger.") and key(line).endswith(("save_dir", ".dir")))]  # fmt: skip
+
+
+def parse_branch(value: str) -> tuple[Path, int]:
+    """RUN@STEP -> (RUN, STEP)."""
+    run, sep, step = str(value).rpartition("@")
+    if not sep or not run or not step.isdigit():
+        raise ValueError(f"branch_from={value!r}: expected RUN@STEP, a run folder and a step it has a checkpoint of")
+    return Path(run).expanduser().resolve(), int(step)
+
+
+def checkpoint_steps(run: Path) -> dict[int, Path]:
+    """{step: checkpoint} of RUN: its step=N files and last.ckpt (at the step it holds)."""
+    folder = run / "checkpoints"
+    steps = {int(m.group(1)): p for p in sorted(folder.glob("step=*.ckpt")) if (m := STEP_FILE.match(p.name))}
+    last = folder / "last.ckpt"
+    if last.exists():
+        steps.setdefault(int(checkpoint_header(last).get("global_step", -1)), last)
+    return steps
+
+
+def refuse_a_decay_before_the_branch(cfg: DictConfig, step: int) -> None:
+    """A WSD branch's decay starts at the branch step or later. With scheduler.decay_steps unset, the decay is a
+    fraction of the whole run (0.2 × 1400 = 280 steps from step 1120): a branch at step 1200 would take its first
+    update at 0.465× the rate, without a word. Refused, naming the key that says where the decay starts."""
+    scheduler = cfg.scheduler
+    if scheduler.get("schedule") != "wsd":
+        return
+    from degen_train.optim import factor_of, wsd_decay_steps
+
+    total, warmup = int(scheduler.total_steps), int(scheduler.warmup_steps)
+    decay = wsd_decay_steps(total, warmup, scheduler.get("decay_steps"), float(scheduler.get("decay_fraction", 0.2)))
+    start = total - decay
+    if start >= step:
+        return
+    rate = factor_of(scheduler, step)
+    given = ("scheduler.decay_steps=" + str(scheduler.decay_steps)) if scheduler.get("decay_steps") is not None else (
+        f"scheduler.decay_fraction={scheduler.get('decay_fraction', 0.2)} of total_steps={total}")  # fmt: skip
+    raise ValueError(
+        f"branch_from={cfg.branch_from}: the WSD decay ({given}: {decay} steps) would start at step {start}, before "
+        f"the branch step {step}, so the branch's first update would run at {rate:.3g}× the rate. Set "
+        f"scheduler.decay_steps={total - step} to decay over the whole branch (steps {step}..{total}), or fewer for "
+        f"a stable stretch first"
+    )
+
+
+def start_branch(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
+    """Point ``cfg`` at the parent's checkpoint and tokenizer (or at the branch's own checkpoints when it is being
+    resumed); returns what summary.json records, or None when ``branch_from`` is not set."""
+    if not cfg.branch_from:
+        return None
+    parent, step = parse_branch(cfg.branch_from)
+    if cfg.ckpt_path not in (None, "", "null", "auto", "last"):  # last/auto: the branch's own, if any
+        raise ValueError(f"branch_from={cfg.branch_from} and ckpt_path={cfg.ckpt_path}: give one of them")
+    if not (parent / "checkpoints").is_dir():
+        raise FileNotFoundError(f"branch_from={cfg.branch_from}: {parent} is not a run folder (no checkpoints/)")
+    if parent == run_dir.resolve():
+        raise ValueError(
+            f"branch_from={cfg.branch_from} into the parent's own folder: give the branch another hydra.run.dir"
+        )
+    steps = checkpoint_steps(parent)
+    if step not in steps:
+        listed = ", ".join(map(str, sorted(steps))) or "none"
+        raise FileNotFoundError(
+            f"branch_from={cfg.branch_from}: {parent} has no checkpoint at step {step}; steps with one: {listed} "
+            f"(a parent keeps them with callbacks.checkpoint.every_n_train_steps and save_top_k=-1)"
+        )
+    refuse_a_decay_before_the_branch(cfg, step)
+    own = sorted((run_dir / "checkpoints").glob("*.ckpt")) if (run_dir / "checkpoints").is_dir() else []
+    with open_dict(cfg):
+        cfg.ckpt_path = "auto" if own else str(steps[step])
+        if not cfg.data.tokenizer.path:
+            cfg.data.tokenizer.path = str(parent / "tokenizer")
+    log.info("branch_from: %s", "resuming the branch from its own checkpoints" if own else f"{parent} at step {step}")
+    return {"run": str(parent), "step": step, "checkpoint": str(steps[step])}

@@ -1,0 +1,126 @@
+"""Validate a config and build the pieces of a run, failing early with messages that name the value."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+import hydra
+import lightning.pytorch as pl
+import torch
+from hydra.errors import InstantiationException
+from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
+from omegaconf import DictConfig, OmegaConf
+
+from degen_train.callbacks.plain_progress import PlainProgress
+from degen_train.storage.checkpoints import AtomicCheckpointIO, BackgroundCheckpointIO
+from degen_train.terms import LossTerm, TermContext
+
+log = logging.getLogger("degen_train")
+
+def data_format_for(terms: dict[str, LossTerm], family: str, model_name: str) -> str:
+    """Check every term fits the model family and return the example layout the terms need."""
+    for key, term in terms.items():
+        if term.family is not None and term.family != family:
+            decoders, encoders = "model=gpt2_tiny, llama_tiny, qwen2_tiny, ...", "model=tiny, roberta_tiny, ..."
+            hint = decoders if term.family == "decoder" else encoders
+            raise ValueError(
+                f"loss term {key!r} needs the {term.family} family but model={model_name} is {family}: use {hint}"
+            )
+    formats = {term.data_format for term in terms.values() if term.data_format}
+    if "mlm_nsp" in formats:
+        return "mlm_nsp"
+    if formats:
+        return formats.pop()
+    return "mlm" if family == "encoder" else "causal"
+
+
+def setup_terms(terms: dict[str, LossTerm], context: TermContext) -> None:
+    for term in terms.values():
+        term.setup(context)
+
+
+def instantiate(cfg: Any, **kwargs: Any) -> Any:
+    """hydra.utils.instantiate, but our own input errors surface as themselves, not wrapped."""
+    try:
+        return hydra.utils.instantiate(cfg, **kwargs)
+    except InstantiationException as error:
+        if isinstance(error.__cause__, ValueError | OSError):
+            raise error.__cause__ from None
+        raise
+
+
+def build_strategy(cfg: DictConfig) -> Any:
+    if cfg.get("_target_"):
+        return instantiate(cfg)
+    return cfg.name
+
+
+def build_trainer(cfg: DictConfig, *, interactive: bool | None = None) -> pl.Trainer:
+    """The Trainer with our callbacks, loggers and checkpoint IO.
+
+    ``interactive``: is the output a terminal (default: ask stderr)? If not, the progress bar becomes plain
+    log lines every ``trainer.log_every_n_steps`` steps (a bar in a file is carriage returns and escapes).
+    """
+    callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]
+    bar_wanted = cfg.trainer.get("enable_progress_bar", True) and any(isinstance(c, ProgressBar) for c in callbacks)
+    interactive = sys.stderr.isatty() if interactive is None else interactive
+    overrides: dict[str, Any] = {}
+    if not cfg.trainer.get("enable_progress_bar", True) or not interactive:
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+        overrides["enable_progress_bar"] = False
+    if bar_wanted and not interactive:
+        callbacks.append(PlainProgress(every_n_steps=cfg.trainer.log_every_n_steps))
+    loggers = [instantiate(c) for c in (cfg.logger or {}).values() if c is not None]
+    if not loggers:  # logger=none: nothing for a learning-rate monitor to write to
+        callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
+    return instantiate(
+        cfg.trainer,
+        callbacks=callbacks,
+        logger=loggers or False,
+        strategy=build_strategy(cfg.strategy),
+        plugins=[checkpoint_io(cfg), *slurm_without_auto_requeue()],  # staged, verified, weights-only checkpoints
+        **overrides,
+    )
+
+
+def on_gpu(cfg: DictConfig) -> bool:
+    """Whether this run trains on CUDA devices (trainer.accelerator gpu/cuda, or auto with one present)."""
+    accelerator = str(cfg.trainer.get("accelerator", "auto"))
+    return accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+
+
+def deterministic_environment(cfg: DictConfig) -> None:
+    """trainer.deterministic=true: cuBLAS's fixed workspace (CUBLAS_WORKSPACE_CONFIG=:4096:8, torch's documented
+    value), set before the first CUDA matmul. Lightning sets the same when the Trainer is made, but the precision
+    check has run a matmul on the device by then, and cuBLAS reads the variable once, when its handle is made."""
+    if cfg.trainer.get("deterministic") in (True, "warn") and "CUBLAS_WORKSPACE_CONFIG" not in os.environ:
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+        log.info("trainer.deterministic: CUBLAS_WORKSPACE_CONFIG=:4096:8 (cuBLAS's reproducible workspace)")
+
+
+def checkpoint_io(cfg: DictConfig) -> Any:
+    """Staged, verified, weights-only checkpoint files, written on a writer thread when callbacks.checkpoint.background
+    says so (auto: on a GPU)."""
+    setting = (cfg.callbacks or {}).get("checkpoint", {}) or {}
+    background = setting.get("background", "auto")
+    if background is True or (background == "auto" and on_gpu(cfg)):
+        return BackgroundCheckpointIO()
+    return AtomicCheckpointIO()
+
+
+def slurm_without_auto_requeue() -> list[Any]:
+    """Under SLURM, Lightning's environment with its auto-requeue off: the Preemption callback owns SIGUSR1.
+
+    Lightning's own requeue writes ``RUN/hpc_ckpt_N.ckpt`` beside the run's verified checkpoints, resumes from it only
+    when no ckpt_path is given, and restores it in any later ``validate()`` (the export then held stale weights).
+    """
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
+
+
+def resolved_config(cfg: DictConfig) -> dict[str, Any]:
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]

@@ -1,0 +1,463 @@
+"""One pretraining run from a composed config: ``train(cfg)`` checks, prepares, trains, exports, probes and
+summarises (the degen-train command, the sweeps, make reproduce and the benchmarks all call it)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import hydra  # noqa: E402
+import torch  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+from degen_train.callbacks.best_sts import BestBySTS  # noqa: E402
+from degen_train.callbacks.isotropy import IsotropyMonitor  # noqa: E402
+from degen_train.callbacks.preemption import stopping_before_training  # noqa: E402
+from degen_train.callbacks.throughput import Throughput  # noqa: E402
+from degen_train.callbacks.weight_averaging import (  # noqa: E402
+    AVERAGE_PREFIX,
+    WeightAverage,
+    check_weight_averaging_fits,
+)
+from degen_train.config.schema import checked_config  # noqa: E402
+from degen_train.core.io import atomic_directory, atomic_write_json, atomic_write_text  # noqa: E402
+from degen_train.core.paths import check_output_folder, refuse_links_in  # noqa: E402
+from degen_train.core.quiet import silence_known_noise  # noqa: E402
+from degen_train.data.datamodule import (  # noqa: E402
+    PretrainDataModule,
+    describe_prepared,
+    loader_workers,
+    make_collator,
+    prepare_data,
+    tokenize_node_part,
+)
+from degen_train.data.mixture import mixture_seen, mixture_sources  # noqa: E402
+from degen_train.devices.precision import check_precision  # noqa: E402
+from degen_train.devices.threads import local_process_count, use_threads  # noqa: E402
+from degen_train.evaluation.evaluate import evaluate  # noqa: E402
+from degen_train.finetune.grid import finetune_export, protocol_from  # noqa: E402
+from degen_train.finetune.tasks import load_glue_task  # noqa: E402
+from degen_train.metrics.perplexity import read_documents  # noqa: E402
+from degen_train.metrics.probes import read_sts, read_wic  # noqa: E402
+from degen_train.models.backbone import Backbone, build_hf_model, model_family, shape_signature  # noqa: E402
+from degen_train.models.compile import check_compile_available  # noqa: E402
+from degen_train.optim import steps_past_the_schedule  # noqa: E402
+from degen_train.run.branching import BRANCH_MAY_CHANGE, branch_changes, start_branch  # noqa: E402
+from degen_train.run.build import (  # noqa: E402
+    build_trainer,
+    data_format_for,
+    deterministic_environment,
+    on_gpu,
+    resolved_config,
+    setup_terms,
+)  # noqa: E402
+from degen_train.run.export import export_pretrained  # noqa: E402
+from degen_train.run.hub import check_push, push_export  # noqa: E402
+from degen_train.run.loggers import ClosingLogger, ResumingLogger  # noqa: E402
+from degen_train.run.module import PretrainModule  # noqa: E402
+from degen_train.run.parallel import full_state_dict  # noqa: E402
+from degen_train.run.provenance import run_provenance  # noqa: E402
+from degen_train.run.resume import (  # noqa: E402
+    RESUME_CHOICES,
+    check_checkpoint_matches,
+    check_resume,
+    check_signature,
+    check_tokenizer,
+    finished_summary,
+    resolve_checkpoint,
+)
+from degen_train.run.sweep import swept_overrides  # noqa: E402
+from degen_train.run.table import end_of_run_table, human, parameter_counts  # noqa: E402
+from degen_train.storage.checkpoints import refuse_lightning_hpc_checkpoints  # noqa: E402
+from degen_train.storage.own_runs import remember as remember_own_run  # noqa: E402
+from degen_train.storage.runlock import is_launching_process, refuse_writes_into_other_runs, run_dir_lock  # noqa: E402
+from degen_train.terms import TermContext, WeightedSum  # noqa: E402
+from degen_train.terms.accumulation import accumulation_warnings  # noqa: E402
+from degen_train.terms.catalog import build_terms  # noqa: E402
+
+log = logging.getLogger("degen_train")
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Run one pretraining job; returns the summary written to RUN/summary.json."""
+    run_dir = Path(cfg.run_dir)
+    silence_known_noise()  # also when train() is called from Python (tests, notebooks, benchmarks)
+    # 1. Everything that can be checked from the config alone, before data or weights; nothing is written.
+    cfg = checked_config(cfg)  # from here on, every listed key is present with its checked value (schema.py)
+    deterministic_environment(cfg)  # before any CUDA work
+    use_threads(cfg.threads, local_process_count(cfg.trainer))
+    terms, weights = build_terms({"objective": cfg.objective, "regularizer": cfg.regularizer})
+    family = model_family(cfg.model)
+    if cfg.model.compile:
+        check_compile_available("cuda" if cfg.trainer.get("accelerator") in ("gpu", "cuda") else "cpu")
+    data_format = data_format_for(terms, family, _choice("model"))
+    if cfg.prepare_only:
+        with stopping_before_training(str(cfg.data.cache_dir)):
+            return prepare_only(cfg, family=family, data_format=data_format)
+    for warning in accumulation_warnings(terms, weights, int(cfg.trainer.accumulate_grad_batches)):
+        log.warning(warning)
+    for path in cfg.eval.sts:  # probe files are read now so that a typo fails before training, not after
+        read_sts(path)
+    for wic in (cfg.eval.wic, cfg.eval.wic_fit):
+        if wic:
+            read_wic(wic)
+    if cfg.eval.w8a8:  # too short for any tokenizer (a token covers at least a character): refused before data
+        check_w8a8_text(cfg, None, family)
+    glue_tasks = glue_tasks_of(cfg)  # read and checked now: a bad GLUE file fails before training
+    check_push(cfg.push_to_hub)
+    past = steps_past_the_schedule(cfg.scheduler, int(cfg.trainer.max_steps))
+    if past:  # e.g. a finished run resumed with a larger trainer.max_steps: it would train at rate 0
+        raise ValueError(past)
+    check_precision(cfg)  # a precision this hardware emulates is refused here, not after hours of slow steps
+    check_weight_averaging_fits(cfg.callbacks, cfg.get("strategy"))
+    if cfg.data.sources:
+        mixture_sources(cfg.data)  # weights, labels and keys checked before any corpus is read
+        if cfg.data.overfit_batches:
+            raise ValueError("data.overfit_batches overfits the batches of one corpus: not with data.sources")
+    check_output_folder(run_dir, "run_dir")
+    refuse_links_in(run_dir)  # a resumed folder is written and appended to: only its own regular files
+    refuse_writes_into_other_runs(cfg, run_dir)
+    refuse_lightning_hpc_checkpoints(run_dir)
+    branch = start_branch(cfg, run_dir)  # branch_from=RUN@STEP: the parent's checkpoint and tokenizer
+    finished = finished_summary(run_dir, cfg) if cfg.ckpt_path in RESUME_CHOICES else None
+    if finished is not None:
+        log.info("%s finished at step %d before: nothing to do (summary.json is kept)", run_dir, finished["final_step"])
+        return finished
+    checkpoint = resolve_checkpoint(cfg.ckpt_path, run_dir)
+    saved: dict = {}
+    if checkpoint is not None:
+        header = check_checkpoint_matches(checkpoint, cfg, list(terms))
+        saved = {**header["degen_train"], "global_step": header.get("global_step", 0)}
+        recorded = (saved.get("provenance") or {}).get("config")
+        free = BRANCH_MAY_CHANGE if branch else ()
+        changes = check_resume(recorded, resolved_config(cfg), checkpoint, also_free=free)
+        if branch is not None and checkpoint == Path(branch["checkpoint"]):  # a new branch: its parent plus these
+            what = f"branch of {branch['run']}@{branch['step']}: the parent's settings"
+            changes = branch_changes(changes)
+            log.info("%s, with %s", what, f"{len(changes)} change(s):\n  " + "\n  ".join(changes) if changes else
+                     "unchanged")  # fmt: skip
+        else:
+            for change in changes:
+                log.warning("resume changes %s (recorded in config_history/)", change)
+    with run_dir_lock(run_dir) if is_launching_process() else nullcontext():
+        return _train_locked(
+            cfg, run_dir, terms, weights, family, data_format, checkpoint, saved, glue_tasks, branch=branch
+        )
+
+
+def prepare_only(cfg: DictConfig, *, family: str, data_format: str) -> dict[str, Any]:
+    """Tokenizer and examples into data.cache_dir, then stop: a job prepares once (one node, or several waiting on
+    the build lock), and every later run of the same data settings, each rank of each node, only memory-maps.
+    With data.tokenize_part=K: this node's share of the documents only (node_parts.py)."""
+    if cfg.data.tokenize_part is not None:
+        return {"tokenized_part": _prepare_node_part(cfg, family=family, data_format=data_format)}
+    data = prepare_data(cfg.data, family=family, data_format=data_format, seed=int(cfg.seed))
+    prepared = describe_prepared(data)
+    shape = f"{family}, {data_format}, block {int(cfg.data.block_size)}"
+    lines = [f"prepared ({shape}); tokenizer: {prepared['tokenizer']}"]
+    for split in ("train", "validation"):
+        table = prepared[split]
+        lines.append(
+            f"  {split}: {table['examples']} examples, {table['tokens']} tokens, {table['bytes'] / 2**20:.1f} MiB in "
+            f"{table['folder']}"
+        )
+    lines.append("runs with the same data settings, seed (for NSP pairs) and data.cache_dir read this cache")
+    print("\n".join(lines))
+    return {"prepared": prepared}
+
+
+def _prepare_node_part(cfg: DictConfig, *, family: str, data_format: str) -> dict[str, Any]:
+    done = tokenize_node_part(cfg.data, family=family, data_format=data_format)
+    shape = f"{family}, {data_format}"
+    lines = [f"tokenized part {done['part']} of {done['parts']} ({shape}); tokenizer {done['tokenizer']}"]
+    for split in ("train", "validation"):
+        missing = done[split]["missing_parts"]
+        waiting = f"parts still to come: {missing}" if missing else "all parts are in the cache"
+        lines.append(f"  {split}: {done[split]['documents']} documents in {done[split]['part']} ({waiting})")
+    lines.append("once every part is there, a run (or prepare_only=true without data.tokenize_part) packs the examples "
+                 "from them")  # fmt: skip
+    print("\n".join(lines))
+    return done
+
+
+@dataclass
+class Built:
+    """What phase 2 builds for the others: the data, the model with its terms, the trainer, the run's record."""
+
+    data: Any
+    module: PretrainModule
+    datamodule: PretrainDataModule
+    trainer: Any
+    record: dict[str, Any]
+
+
+def _train_locked(
+    cfg: DictConfig,
+    run_dir: Path,
+    terms: dict,
+    weights: dict,
+    family: str,
+    data_format: str,
+    checkpoint: Path | None,
+    saved: dict,
+    glue_tasks: list,
+    *,
+    branch: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Phases 2 and 3 of a run, under the run folder's lock: build, record, fit, summarise, export, finish."""
+    with stopping_before_training(str(cfg.data.cache_dir)):  # a signal while the data is prepared: exit 75, say so
+        built = _build(cfg, run_dir, terms, weights, family, data_format, checkpoint, saved)
+    if built.trainer.is_global_zero:
+        _write_run_record(cfg, run_dir, built.data.tokenizer, saved, built.record)
+    train_metrics, val_metrics = _fit_and_validate(cfg, built, checkpoint)
+    summary = _summary(cfg, built.trainer, train_metrics, val_metrics, terms=terms, weights=weights)
+    _add_run_facts(cfg, summary, built, branch)
+    gathered_weights = full_state_dict(built.module.backbone.model) if cfg.export_hf else None  # FSDP2: all ranks
+    if built.trainer.is_global_zero:
+        if cfg.export_hf:
+            _export_and_probe(cfg, run_dir, family, built, summary, glue_tasks, gathered_weights)
+        _finish(run_dir, built.trainer, summary)
+    return summary
+
+
+def _build(
+    cfg: DictConfig, run_dir: Path, terms: dict, weights: dict, family: str, data_format: str,
+    checkpoint: Path | None, saved: dict,
+) -> Built:  # fmt: skip
+    """2. Data (cached), the model and its terms, the trainer. A resumed run keeps the tokenizer it trained with."""
+    own = run_dir / "tokenizer"
+    reuse = checkpoint is not None and not cfg.data.tokenizer.path and (own / "tokenizer.json").is_file()
+    data = prepare_data(
+        cfg.data, family=family, data_format=data_format, seed=int(cfg.seed), run_tokenizer=own if reuse else None
+    )
+    if cfg.eval.w8a8:  # its length needs the tokenizer: checked now, not after training
+        check_w8a8_text(cfg, data.tokenizer, family)
+    module = build_module(cfg, data, terms, weights, family=family, with_nsp_head=data_format == "mlm_nsp")
+    if checkpoint is not None:  # only the built model knows its vocabulary size
+        check_signature(checkpoint, saved.get("signature"), module.checkpoint_identity["signature"])
+        check_tokenizer(checkpoint, saved, data.tokenizer)
+    collator = make_collator(
+        data.tokenizer, data_format=data_format, masking=cfg.masking, vocab_size=len(data.tokenizer)
+    )
+    gpu = on_gpu(cfg)
+    datamodule = PretrainDataModule(
+        data,
+        collator,
+        batch_size=int(cfg.data.batch_size),
+        num_workers=loader_workers(cfg.data.num_workers, on_gpu=gpu, local_processes=local_process_count(cfg.trainer)),
+        seed=int(cfg.seed),
+        pin_memory=gpu,
+        overfit_batches=cfg.data.overfit_batches,
+        window_counter=module.loss.window_counts,
+    )
+    trainer = build_trainer(cfg)
+    record = run_provenance(
+        resolved_config(cfg), corpus=data.corpus, tokenizer=data.tokenizer, world_size=trainer.world_size
+    )
+    module.provenance = record
+    module.source_labels = [t.label for t in data.sources]
+    for logger in trainer.loggers:  # the resolved config and the swept values, e.g. as wandb run config
+        logger.log_hyperparams({"config": resolved_config(cfg), "swept": swept_overrides()})
+    return Built(data, module, datamodule, trainer, record)
+
+
+def _write_run_record(cfg: DictConfig, run_dir: Path, tokenizer: Any, saved: dict, record: dict) -> None:
+    """The run folder's tokenizer (degen-convert --hf reads it), resolved config and this segment's config."""
+    with atomic_directory(run_dir / "tokenizer", replace=True) as staging:
+        tokenizer.save_pretrained(str(staging))
+    remember_own_run(run_dir, record["run_id"])  # degen-report trusts this run's own config (own_runs.py)
+    atomic_write_json(run_dir / "config.json", resolved_config(cfg))
+    atomic_write_json(run_dir / "overrides.json", swept_overrides())
+    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))  # the latest segment's
+    history = run_dir / "config_history" / f"from_step_{int(saved.get('global_step', 0)):08d}.yaml"
+    history.parent.mkdir(exist_ok=True)
+    atomic_write_text(history, OmegaConf.to_yaml(cfg, resolve=True))  # every segment's, never overwritten
+
+
+def _fit_and_validate(cfg: DictConfig, built: Built, checkpoint: Path | None) -> tuple[dict, dict]:
+    """3. Train, then validate once more; (the last train metrics, the final validation's)."""
+    trainer, module = built.trainer, built.module
+    trainer.fit(module, datamodule=built.datamodule, ckpt_path=str(checkpoint) if checkpoint else None)
+    train_metrics = {**module.last_train_metrics, **trainer.callback_metrics}
+    train_metrics = {k: float(v) for k, v in train_metrics.items()}
+    val_metrics = {}
+    if cfg.final_validation:
+        for logger in trainer.loggers:  # a run killed after its final validation logged it once already
+            if isinstance(logger, ResumingLogger):
+                logger.drop_validation_rows_from(trainer.global_step)
+        # Lightning stamps validation rows with this counter; a checkpoint taken at the last step holds it one
+        # short, so a run resumed there would log its final validation a step early (tests/faults/test_kills.py).
+        trainer.fit_loop.epoch_loop._batches_that_stepped = trainer.global_step
+        val_metrics = trainer.validate(module, datamodule=built.datamodule, verbose=False)[0]
+    return train_metrics, val_metrics
+
+
+def _add_run_facts(cfg: DictConfig, summary: dict, built: Built, branch: dict[str, Any] | None) -> None:
+    """What the summary adds beyond the metrics: sizes, a mixture's shares, the branch and the provenance."""
+    trainer = built.trainer
+    summary["parameters"] = parameter_counts(built.module.backbone.model)
+    if built.data.sources:  # the proportions the run's batches held, beside the weights asked for
+        summary["data_mixture"] = mixture_seen(built.data.sources, int(cfg.data.batch_size) * trainer.world_size,
+                                               int(cfg.seed), trainer.global_step * trainer.accumulate_grad_batches)
+    if branch is not None:  # provenance: the parent run and the step it was branched at
+        summary["branched_from"] = branch
+    summary["provenance"] = {k: v for k, v in built.record.items() if k != "config"}  # the config: summary["config"]
+
+
+def _export_and_probe(
+    cfg: DictConfig, run_dir: Path, family: str, built: Built, summary: dict, glue_tasks: list,
+    gathered_weights: dict | None,
+) -> None:  # fmt: skip
+    """Rank 0: RUN/hf, its upload when asked, the probes (STS, WiC, W8A8) and GLUE after fine-tuning."""
+    hf = run_dir / "hf"
+    export_pretrained(built.module.backbone.model, built.data.tokenizer, hf, record=built.record,
+                      state_dict=gathered_weights)  # fmt: skip
+    if cfg.push_to_hub.repo_id:
+        summary["push_to_hub"] = push_export(hf, cfg.push_to_hub)
+    probes = family == "encoder" and (cfg.eval.sts or cfg.eval.wic)
+    if probes or cfg.eval.w8a8:
+        summary["eval"] = evaluate(
+            hf,
+            sts=list(cfg.eval.sts) if probes else [],
+            wic=cfg.eval.wic if probes else None,
+            wic_fit=cfg.eval.wic_fit if probes else None,
+            out=run_dir / "eval",
+            layer=cfg.eval.layer,
+            pooling=cfg.eval.pooling,
+            w8a8=cfg.eval.w8a8,
+        )
+    if glue_tasks:  # fine-tuned copies of the export, scored on GLUE dev (RUN/glue/, resumable)
+        settings = OmegaConf.to_container(cfg.eval.finetune, resolve=True)
+        summary["glue"] = finetune_export(hf, glue_tasks, settings, run_dir / "glue")
+
+
+def _finish(run_dir: Path, trainer: Any, summary: dict) -> None:
+    """Rank 0: summary.json, the loggers closed with it (wandb: an offline run is closed and syncable), the table."""
+    atomic_write_json(run_dir / "summary.json", summary)
+    for logger in trainer.loggers:
+        if isinstance(logger, ClosingLogger):
+            logger.close_run(summary)
+    log.info("run finished:\n%s", end_of_run_table(summary, run_dir, swept_overrides()))
+
+
+def check_w8a8_text(cfg: DictConfig, tokenizer: Any, family: str) -> None:
+    """eval.w8a8's text holds enough blocks for the probe the export will get (degen-eval --w8a8's settings)."""
+    import dataclasses
+
+    from degen_train.metrics.quantization import SETTINGS
+    from degen_train.metrics.w8a8_probe import enough_blocks, enough_tokens
+
+    documents = read_documents(cfg.eval.w8a8, what="eval.w8a8 text file")
+    settings = SETTINGS["decoder" if family == "decoder" else "encoder"]
+    settings = dataclasses.replace(settings, block=min(settings.block, int(cfg.model.max_position)))
+    try:
+        if tokenizer is None:  # at most one token per character, plus one per document: an upper bound
+            enough_tokens(sum(map(len, documents)) + len(documents), settings=settings)
+        else:
+            enough_blocks(tokenizer, documents, decoder=family == "decoder", settings=settings)
+    except ValueError as error:
+        raise ValueError(f"eval.w8a8={cfg.eval.w8a8}: {error}") from None
+
+
+def glue_tasks_of(cfg: DictConfig) -> list:
+    """eval.glue's tasks read from eval.glue_dir (each file checked), and eval.finetune's keys checked; [] if none."""
+    if not cfg.eval.glue:  # needs export_hf and eval.glue_dir: checked in schema.py
+        return []
+    protocol_from(OmegaConf.to_container(cfg.eval.finetune, resolve=True))
+    return [load_glue_task(name, cfg.eval.glue_dir) for name in cfg.eval.glue]
+
+
+def build_module(
+    cfg: DictConfig, data: Any, terms: dict, weights: dict, *, family: str, with_nsp_head: bool
+) -> PretrainModule:
+    """The HF model (seeded), its terms set up against it, and the LightningModule around both."""
+    torch.manual_seed(int(cfg.seed))
+    hf_model = build_hf_model(
+        cfg.model, tokenizer=data.tokenizer, with_nsp_head=with_nsp_head, sequence_length=cfg.data.block_size
+    )
+    backbone = Backbone(hf_model)
+    setup_terms(
+        terms,
+        TermContext(
+            hidden_size=hf_model.config.hidden_size,
+            vocab_size=hf_model.get_input_embeddings().num_embeddings,
+            batch_size=int(cfg.data.batch_size),
+            backbone=backbone,
+            block_size=int(cfg.data.block_size),
+        ),
+    )
+    counts = parameter_counts(hf_model)
+    log.info(
+        "model: %s, %s parameters (%s embedding, %s non-embedding)",
+        type(hf_model).__name__,
+        *(human(counts[k]) for k in ("total", "embeddings", "non_embedding")),
+    )
+    identity = {
+        "model": OmegaConf.to_container(cfg.model, resolve=True),
+        "terms": list(terms),
+        "signature": shape_signature(hf_model),
+        # What degen-convert needs to rebuild the HF model from the weights alone (plain values, no code).
+        "hf_class": type(hf_model).__name__,
+        "hf_config": hf_model.config.to_diff_dict() | {"model_type": hf_model.config.model_type},
+    }
+    return PretrainModule(
+        backbone,
+        WeightedSum(terms, weights),
+        optimizer_factory=hydra.utils.instantiate(cfg.optimizer),
+        scheduler_factory=hydra.utils.instantiate(cfg.scheduler),
+        seed=int(cfg.seed),
+        checkpoint_identity=identity,
+        compile_model=cfg.model.compile,  # applied with FSDP2 in configure_model (parallel.parallelize)
+    )
+
+
+def _summary(
+    cfg: DictConfig, trainer: Any, train_metrics: dict, val_metrics: dict, *, terms: dict, weights: dict
+) -> dict:
+    """What the run measured, each number named for what it is."""
+    throughput = next((c for c in trainer.callbacks if isinstance(c, Throughput)), None)
+    isotropy = next((c.latest for c in trainer.callbacks if isinstance(c, IsotropyMonitor)), {})
+    selection = next((c.summary() for c in trainer.callbacks if isinstance(c, BestBySTS)), None)
+    averaging = next((c.summary() for c in trainer.callbacks if isinstance(c, WeightAverage)), None)
+    source = next((f"{k}/{t.perplexity_metric}" for k, t in terms.items() if t.perplexity_metric), None)
+    token_loss = val_metrics.get(f"val/{source}") if source else None
+    if averaging and f"{AVERAGE_PREFIX}/loss" in val_metrics:  # validated beside the trained model
+        average_token_loss = val_metrics.get(f"{AVERAGE_PREFIX}/{source}") if source else None
+        averaging["val_loss"] = val_metrics[f"{AVERAGE_PREFIX}/loss"]
+        averaging["val_perplexity"] = (math.exp(average_token_loss) if average_token_loss is not None
+                                       and average_token_loss < 50 else None)  # fmt: skip
+    return {
+        "final_step": trainer.global_step,
+        "train_loss": train_metrics.get("train/loss"),
+        "val_loss": val_metrics.get("val/loss"),
+        "val_loss_is": " + ".join(f"{weights[k]:g}·{k}" for k in terms if weights[k]),
+        # exp of one term's token loss (named here), never of val_loss, which adds the regularizers.
+        "val_perplexity": math.exp(token_loss) if token_loss is not None and token_loss < 50 else None,
+        "val_perplexity_of": source,
+        "val_terms": {k: val_metrics.get(f"val/{k}/loss") for k in terms},
+        "train_terms": {k: train_metrics.get(f"train/{k}/loss") for k in terms},  # the last step's, unweighted
+        "paper_metrics": {
+            f"{k}/{m}": val_metrics.get(f"val/{k}/{m}") for k, t in terms.items() for m in t.paper_metrics
+        },
+        "val_metrics": {k: float(v) for k, v in val_metrics.items()},
+        **(throughput.summary(trainer.world_size) if throughput else {"tokens_per_s": None}),
+        "isotropy": isotropy,
+        **({"best_by_sts": selection} if selection else {}),
+        **({"weight_averaging": averaging} if averaging else {}),
+        "config": resolved_config(cfg),
+    }
+
+
+def _choice(group: str) -> str:
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return str(HydraConfig.get().runtime.choices.get(group, group))
+    return group

@@ -1,0 +1,253 @@
+"""Resuming a run, and whether it has finished, in one room.
+
+- Which checkpoint a run starts from (``ckpt_path=last|auto|PATH``), and whether it fits this run: the model
+  keys, the loss terms, the built model's shape and the tokenizer.
+- What a resume may change. A resume continues one run, so whatever shapes the weights it trains must stay. The
+  config is compared key by key with the one the checkpoint recorded. Refused: what breaks the exact-resume
+  contract (the seed, the data and its order, the model, the masking, the loss terms' settings, the optimizer and
+  its schedule — the learning rate among them, which a resume would otherwise silently keep from the checkpoint
+  — and the global batch). Warned about and recorded: what a run may legitimately change on the way (how long it
+  trains, how it logs, validates, checkpoints and evaluates, the precision, the process layout when the global
+  batch stays, a term's weight as a weight schedule). Anything not listed is refused, so a new key starts safe.
+- Whether a finished run is reused as it is (a rerun, a sweep's job): only when nothing that shapes its result
+  changed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from degen_train.config.result_keys import NO_EFFECT_ON_RESULT, has_no_effect_on_result  # noqa: F401 - resume's API
+from degen_train.models.architectures import DEFAULT_ARCH
+from degen_train.storage.checkpoints import CheckpointError, checkpoint_header, newest_checkpoint
+
+log = logging.getLogger("degen_train")
+
+CHECKPOINT_MODEL_KEYS = (
+    "family",
+    "arch",
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "intermediate_size",
+    "max_position",
+    "tie_embeddings",
+    "init_from",
+)
+
+
+RESUME_CHOICES = ("last", "auto")
+
+
+def resolve_checkpoint(ckpt_path: str | None, run_dir: Path) -> Path | None:
+    """The checkpoint a run starts from.
+
+    ``last``: the newest checkpoint of RUN that verifies (or, lacking a sidecar, loads), an error if none;
+    ``auto``: the same, or a fresh start when RUN has none (for requeued cluster jobs); a path: that file;
+    null: a fresh run, refused if RUN already holds checkpoints (they would be overwritten).
+    """
+    folder = run_dir / "checkpoints"
+    if ckpt_path in (None, "", "null"):
+        existing = sorted(p.name for p in folder.glob("*.ckpt")) if folder.is_dir() else []
+        if existing:
+            raise FileExistsError(
+                f"{run_dir} already holds checkpoints ({', '.join(existing)}): a fresh run would overwrite them. "
+                f"Resume it with ckpt_path=last (or auto), or give this run another hydra.run.dir"
+            )
+        return None
+    if ckpt_path in RESUME_CHOICES:
+        path, notes = newest_checkpoint(folder)
+        for note in notes:
+            log.warning("passed over %s", note)
+        if path is None:
+            if ckpt_path == "auto":
+                log.info("ckpt_path=auto: no checkpoint in %s, starting a fresh run", folder)
+                return None
+            found = sorted(p.name for p in folder.glob("*.ckpt")) if folder.is_dir() else []
+            raise FileNotFoundError(
+                f"ckpt_path=last but {folder} holds no checkpoint that loads (files there: "
+                f"{', '.join(found) or 'none'}); check that hydra.run.dir names the run to continue, or use "
+                f"ckpt_path=auto to start afresh when there is none"
+            )
+        log.info("ckpt_path=%s: resuming from %s", ckpt_path, path)
+        return path
+    path = Path(ckpt_path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"ckpt_path={ckpt_path} does not exist (or use ckpt_path=last / auto)")
+    return path
+
+
+def check_checkpoint_matches(path: Path, cfg: DictConfig, term_names: list[str]) -> dict[str, Any]:
+    """Refuse a checkpoint written by another model shape or another set of loss terms; returns it (weights only)."""
+    loaded = checkpoint_header(path)
+    saved = loaded.get("degen_train")
+    if saved is None:
+        raise CheckpointError(f"{path} is not a degen_train checkpoint (no 'degen_train' entry)")
+    for key in CHECKPOINT_MODEL_KEYS:
+        before, now = saved["model"].get(key), cfg.model.get(key)
+        if key == "arch" and before is None:  # written before model.arch existed: the family's architecture
+            before = DEFAULT_ARCH.get(saved["model"].get("family"))
+        if before != now:
+            raise ValueError(
+                f"checkpoint {path} was written with model.{key}={before}, this run has model.{key}={now}: "
+                f"use the run's model settings, or start a new run from its export (model.init_from=RUN/hf)"
+            )
+    if sorted(saved["terms"]) != sorted(term_names):
+        raise ValueError(
+            f"checkpoint {path} was trained with loss terms {sorted(saved['terms'])}, this run has "
+            f"{sorted(term_names)}: resume with the same terms, or start a new run from model.init_from=RUN/hf"
+        )
+    return loaded
+
+
+def check_signature(path: Path, saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
+    """Refuse a checkpoint whose model shape (vocabulary size, widths, class) differs from the model just built.
+
+    The config keys are checked before any data is read; this catches what only the built model shows,
+    e.g. a tokenizer retrained with another vocabulary size.
+    """
+    if saved is None:
+        raise CheckpointError(f"{path} has no model signature: it was not written by degen_train")
+    differing = [f"{k}: checkpoint {saved.get(k)!r}, this run {v!r}" for k, v in current.items() if saved.get(k) != v]
+    if differing:
+        raise ValueError(
+            f"checkpoint {path} does not fit this run's model ({'; '.join(differing)}): resume with the run's own "
+            f"data and tokenizer settings, or start a new run from its export (model.init_from=RUN/hf)"
+        )
+
+
+def check_tokenizer(path: Path, saved: dict[str, Any], tokenizer: Any) -> None:
+    """Refuse to resume with another tokenizer than the checkpoint was trained with (its recorded hash)."""
+    from degen_train.data.tokenizer import tokenizer_identity
+
+    recorded = (saved.get("provenance") or {}).get("tokenizer_sha")
+    now = tokenizer_identity(tokenizer)
+    if recorded and recorded != now:
+        raise ValueError(
+            f"checkpoint {path} was trained with tokenizer {recorded}, this run has {now} (the same vocabulary size, "
+            f"other tokens): resume with the run's own tokenizer (RUN/tokenizer/, or data.tokenizer.path=RUN/tokenizer)"
+        )
+
+
+# Keys (or key prefixes ending in ".") a resume may change; the rest must equal the checkpoint's record.
+MAY_CHANGE = (
+    "run_dir",
+    "ckpt_path",
+    "trainer.",
+    "strategy.",
+    "callbacks.",
+    "logger.",
+    "eval.",
+    "search.",
+    "push_to_hub.",
+    "export_hf",
+    "final_validation",
+    "allow_slow_precision",
+    "threads",
+    "data.num_workers",
+    "data.cache_dir",
+    "scheduler.total_steps",
+)
+
+
+# Keys every resume changes (it names the checkpoint; a copied run lives elsewhere): not worth a warning.
+UNREMARKABLE = ("ckpt_path", "run_dir", "trainer.default_root_dir")
+
+
+# Trainer keys that are part of the data's order and the optimisation, never changed by a resume.
+MUST_STAY = ("trainer.accumulate_grad_batches", "trainer.gradient_clip_val", "trainer.gradient_clip_algorithm")
+
+
+TERM_WEIGHT = ("objective.", "regularizer.")  # objective.NAME.weight / regularizer.NAME.weight: a weight schedule
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict):
+        flat: dict[str, Any] = {}
+        for key, value in tree.items():
+            flat.update(flatten(value, f"{prefix}{key}."))
+        return flat or {prefix.rstrip("."): {}}
+    return {prefix.rstrip("."): tree}
+
+
+def global_batch(config: dict[str, Any]) -> int | None:
+    """data.batch_size × devices × nodes × accumulation, when every factor is a number."""
+    trainer = config.get("trainer") or {}
+    factors = [(config.get("data") or {}).get("batch_size"), trainer.get("devices", 1), trainer.get("num_nodes", 1),
+               trainer.get("accumulate_grad_batches", 1)]  # fmt: skip
+    if not all(isinstance(f, int) for f in factors):
+        return None
+    product = 1
+    for factor in factors:
+        product *= factor
+    return product
+
+
+def resume_changes(
+    before: dict[str, Any], after: dict[str, Any], *, also_free: tuple[str, ...] = ()
+) -> tuple[list[str], list[str]]:
+    """(refused, allowed): one 'key: before -> after' line per changed key; ``also_free``: more keys or prefixes
+    that may change (a branch's schedule)."""
+    old, new = flatten(before), flatten(after)
+    refused, allowed = [], []
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) == new.get(key) or key in UNREMARKABLE:
+            continue
+        line = f"{key}: {old.get(key)!r} -> {new.get(key)!r}"
+        weight = key.startswith(TERM_WEIGHT) and key.endswith(".weight")
+        free = any(key == k or (k.endswith(".") and key.startswith(k)) for k in (*MAY_CHANGE, *also_free))
+        if key == "data.batch_size":  # another process layout with the same global batch is a supported resume
+            free = global_batch(before) is not None and global_batch(before) == global_batch(after)
+        (allowed if (free or weight) and key not in MUST_STAY else refused).append(line)
+    if None not in (global_batch(before), global_batch(after)) and global_batch(before) != global_batch(after):
+        refused.append(
+            f"the global batch (data.batch_size × trainer.devices × trainer.num_nodes × accumulation): "
+            f"{global_batch(before)} -> {global_batch(after)}"
+        )
+    return refused, allowed
+
+
+def check_resume(
+    recorded: dict[str, Any] | None, current: dict[str, Any], checkpoint: Any, *, also_free: tuple[str, ...] = ()
+) -> list[str]:
+    """Raise naming every refused change; return the allowed ones (to warn about and record)."""
+    if not recorded:  # a checkpoint from before configs were recorded in it
+        return []
+    refused, allowed = resume_changes(recorded, current, also_free=also_free)
+    if refused:
+        raise ValueError(
+            f"resuming from {checkpoint} with settings that change what the run trains:\n  "
+            + "\n  ".join(refused)
+            + "\nA resume continues one run: resume with the checkpoint's settings, or start a new run from its "
+            "export (model.init_from=RUN/hf) into another folder"
+        )
+    return allowed
+
+
+def finished_summary(run_dir: Path, cfg: DictConfig) -> dict | None:
+    """RUN's summary when it finished with this config's steps and settings; None when it did not finish (or ran
+    fewer steps: it resumes). A finished run whose recorded config differs in a key that changes the result is
+    refused, naming each key and both values. Keys only one side has (added by a later version) are not compared."""
+    path = run_dir / "summary.json"
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text())
+    if summary.get("final_step") != int(cfg.trainer.max_steps):
+        return None
+    before = flatten(summary.get("config") or {})
+    after = flatten(OmegaConf.to_container(cfg, resolve=True))
+    changed = [f"{key}: {before[key]!r} -> {after[key]!r}" for key in sorted(set(before) & set(after))
+               if before[key] != after[key] and not has_no_effect_on_result(key)]  # fmt: skip
+    if changed:
+        raise ValueError(
+            f"{run_dir} finished before with other settings ({'; '.join(changed)}); its results would be reported "
+            f"for this config. Sweep into a new folder (hydra.sweep.dir=...) or run into another hydra.run.dir"
+        )
+    return summary
+
+

@@ -1,0 +1,136 @@
+"""Runs inside a Hydra multirun: skip what finished, resume what did not, record failures and go on."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from degen_train.callbacks.preemption import PREEMPTED_EXIT, PreparationStopped, RunPreempted
+from degen_train.core.io import atomic_write_json, cache_key
+from degen_train.run.resume import finished_summary
+
+log = logging.getLogger("degen_train.run.sweep")
+FAILED = "failed.json"
+# What became of each job of this process's sweep, for the line the sweep ends with; a failure makes the command exit
+# non-zero.
+SWEEP_OUTCOMES: dict[str, list[str]] = {"trained": [], "skipped": [], "failed": []}
+FAILED_RUNS = SWEEP_OUTCOMES["failed"]
+
+
+def swept_keys(root: Any = None, argv: list[str] | None = None) -> set[str]:
+    """Keys that take several values in this sweep, as Hydra's own override parser reads the command line
+    (``seed=1,2``, ``x=range(3)``: swept; ``regularizer=[cosreg,tacl]``: one list value), plus the sweeper's params."""
+    import sys
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    args = [a for a in (sys.argv[1:] if argv is None else argv) if "=" in a and not a.startswith("-")]
+    keys = set()
+    parser = OverridesParser.create()
+    for arg in args:
+        try:
+            (override,) = parser.parse_overrides([arg])
+        except HydraException:  # Hydra itself reports a malformed override; it is not ours to judge here
+            continue
+        if override.is_sweep_override():
+            keys.add(override.get_key_element().lstrip("+~"))
+    params = OmegaConf.select(root, "hydra.sweeper.params") if root is not None else None
+    if params:
+        keys |= {str(k).lstrip("+~") for k in params}
+    return keys
+
+
+def run_name(overrides: Any, *, _root_: Any = None) -> str:
+    """A sweep job's folder name: its swept key=value pairs only (stable across reruns, short)."""
+    swept = swept_keys(_root_)
+    parts = sorted(str(o) for o in overrides if str(o).split("=", 1)[0].lstrip("+~") in swept)
+    name = ",".join(parts).replace("/", "_") or "run"
+    if len(name) > 150:
+        name = name[:130] + "-" + cache_key(name)[:8]
+    return name
+
+
+OmegaConf.register_new_resolver("dt.run_name", run_name, replace=True)
+
+
+def swept_overrides() -> list[str]:
+    """The command-line/sweeper overrides that define this run (Hydra's task overrides)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    return [str(o) for o in HydraConfig.get().overrides.task]
+
+
+def run_in_sweep(cfg: DictConfig, train: Callable[[DictConfig], dict[str, Any]]) -> float | None:
+    """One job of a sweep. A failure is written to RUN/failed.json and does not stop the other jobs."""
+    run_dir = Path(cfg.run_dir)
+    done = finished_summary(run_dir, cfg)
+    if done is not None:
+        log.info("%s finished before: skipped", run_dir)
+        SWEEP_OUTCOMES["skipped"].append(str(run_dir))
+        return search_objective(done, cfg.search)
+    if cfg.ckpt_path is None:  # a run stopped before the end resumes from its newest good checkpoint
+        with open_dict(cfg):
+            cfg.ckpt_path = "auto"
+    (run_dir / FAILED).unlink(missing_ok=True)
+    try:
+        summary = train(cfg)
+    except (RunPreempted, PreparationStopped) as preempted:  # not a failure: the sweep stops, resumable as it was
+        print(
+            f"degen-train: the sweep was interrupted in {run_dir} ({preempted}); the runs after it did not start. "
+            f"Run the same command again to resume it and go on (exit code {PREEMPTED_EXIT})"
+        )
+        raise SystemExit(PREEMPTED_EXIT) from None
+    except Exception as error:  # noqa: BLE001 - one bad run must not end the sweep
+        log.error("run %s failed: %s", run_dir, error)
+        FAILED_RUNS.append(str(run_dir))
+        atomic_write_json(
+            run_dir / FAILED,
+            {
+                "error": f"{type(error).__name__}: {error}",
+                "traceback": traceback.format_exc(),
+                "overrides": swept_overrides(),
+            },
+        )
+        return None
+    SWEEP_OUTCOMES["trained"].append(str(run_dir))
+    return search_objective(summary, cfg.search)
+
+
+def sweep_summary_line() -> str | None:
+    """'sweep of 4 runs in DIR: 3 trained, 1 finished before (skipped), 0 failed; compare them: degen-report DIR', or
+    None when no sweep ran in this process."""
+    runs = [run for outcome in SWEEP_OUTCOMES.values() for run in outcome]
+    if not runs:
+        return None
+    folder = Path(os.path.commonpath(runs)) if len(runs) > 1 else Path(runs[0]).parent
+    counts = ", ".join(
+        f"{len(SWEEP_OUTCOMES[k])} {label}"
+        for k, label in (("trained", "trained"), ("skipped", "finished before (skipped)"), ("failed", "failed"))
+    )
+    failed = " (see RUN/failed.json: " + ", ".join(SWEEP_OUTCOMES["failed"]) + ")" if FAILED_RUNS else ""
+    return f"sweep of {len(runs)} runs in {folder}: {counts}{failed}; compare them: degen-report {folder}"
+
+
+def search_objective(summary: dict[str, Any], search: Any) -> float:
+    """What a search minimises: ``search.metric`` + cosine_weight · mean cosine, or +inf above cosine_bound."""
+    value = summary.get(search.metric)
+    if value is None:
+        value = summary.get("val_metrics", {}).get(search.metric)
+    if value is None:
+        return math.inf
+    cosine = summary.get("isotropy", {}).get("isotropy/embedding/mean_cosine")
+    if cosine is not None:
+        if search.cosine_bound is not None and cosine > search.cosine_bound:
+            return math.inf
+        value += search.cosine_weight * cosine
+    return float(value)

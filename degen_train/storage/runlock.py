@@ -1,0 +1,134 @@
+"""One writer per run folder: an advisory lock that dies with its holder."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from degen_train.core.paths import check_output_folder, refuse_links_in
+
+LOCK_NAME = ".lock"
+
+
+class RunDirBusy(RuntimeError):
+    """Another live process is writing to this run folder."""
+
+
+@contextmanager
+def run_dir_lock(run_dir: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on RUN/.lock while the block runs.
+
+    The kernel drops the lock when its process ends however it ends (kill -9 included), so a crashed run
+    never leaves a folder locked; the file stays and records the last holder's pid and host.
+    """
+    run_dir = Path(run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise PermissionError(
+            f"cannot write to the run folder {run_dir} ({error.strerror}): choose a writable hydra.run.dir"
+        ) from None
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirBusy(_busy_message(run_dir, descriptor)) from None
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, json.dumps(holder).encode(), 0)
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the lock
+
+
+def _busy_message(run_dir: Path, descriptor: int) -> str:
+    try:
+        holder = json.loads(os.pread(descriptor, 4096, 0) or b"{}")
+    except ValueError:
+        holder = {}
+    who = f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')} (since {holder.get('since', '?')})"
+    return (
+        f"the run folder {run_dir} is in use by {who}: one run writes to a folder at a time. Wait for it to "
+        f"finish, or give this run another hydra.run.dir"
+    )
+
+
+def is_run_folder(folder: Path) -> bool:
+    return (folder / "config.yaml").is_file() and (folder / "checkpoints").is_dir()
+
+
+def refuse_run_inside_a_run(folder: Path, what: str) -> None:
+    """A run's folder holds one run: a new run inside another's (a branch into PARENT/sub or PARENT/checkpoints)
+    would mix its files with the parent's. Refused naming both."""
+    folder = Path(folder).expanduser().resolve()
+    for parent in folder.parents:
+        if is_run_folder(parent):
+            raise ValueError(
+                f"{what} {folder} lies inside the run folder {parent}: a run's folder holds that run alone. Give "
+                f"hydra.run.dir a folder beside it (e.g. {parent}-branch)"
+            )
+
+
+def refuse_writes_into_other_runs(cfg: Any, run_dir: Path) -> None:
+    """A run writes its checkpoints and logs into its own folder, never into another run's (a folder with
+    config.yaml and checkpoints/): such a path, from a copied or handed-over config, is refused naming the key."""
+    own = run_dir.resolve()
+    refuse_run_inside_a_run(own, "the run folder")
+    checkpoint = cfg.callbacks.checkpoint if cfg.callbacks else None
+    places = {"callbacks.checkpoint.dirpath": checkpoint.get("dirpath") if checkpoint else None}
+    places["trainer.default_root_dir"] = cfg.trainer.get("default_root_dir")
+    for name, logger in (cfg.get("logger") or {}).items():
+        places[f"logger.{name}.save_dir"] = (logger or {}).get("save_dir")
+    for key, value in places.items():
+        if not value:
+            continue
+        path = Path(str(value)).expanduser().resolve()
+        if path == own or own in path.parents:
+            continue
+        for folder in (path, *path.parents):
+            if is_run_folder(folder):
+                raise ValueError(
+                    f"{key}={value} lies in another run's folder ({folder}); this run writes into {run_dir}. Set "
+                    f"{key} inside it, or remove the override"
+                )
+
+
+def is_launching_process() -> bool:
+    """True in the process that owns the run folder: global rank 0, as the launcher's environment says.
+
+    Read before the trainer exists (Lightning sets the same value from RANK / LOCAL_RANK / SLURM_PROCID).
+    """
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    return getattr(rank_zero_only, "rank", 0) == 0
+
+
+def check_output_folders_in(arguments: list[str]) -> None:
+    """check_output_folder for ``hydra.run.dir=`` / ``hydra.sweep.dir=`` on a command line (Hydra would fail later
+    with a bare traceback); values that interpolate (``${now:...}``) are left to Hydra. The run folder is also
+    checked for links and for lying inside another run's folder (a branch's parent): before Hydra opens its
+    train.log, so a refused command appends nothing to the parent's log."""
+    values = {}
+    for argument in arguments:
+        key, _, value = argument.partition("=")
+        values[key.lstrip("+")] = value.strip("'\"")
+        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and value and "${" not in value:
+            check_output_folder(value.strip("'\""), key.lstrip("+"))
+    run_dir = values.get("hydra.run.dir")
+    if not run_dir or "${" in run_dir:
+        return
+    refuse_links_in(Path(run_dir))
+    if values.get("branch_from"):  # the parent itself as the branch's folder (its train.log would be appended to)
+        parent = Path(values["branch_from"].rpartition("@")[0]).expanduser().resolve()
+        if is_run_folder(parent) and Path(run_dir).expanduser().resolve() == parent:
+            raise ValueError(f"branch_from={values['branch_from']} into the parent's own folder: give the branch "
+                             f"another hydra.run.dir (e.g. {parent}-branch)")  # fmt: skip
+    refuse_run_inside_a_run(Path(run_dir), "hydra.run.dir")

@@ -1,0 +1,98 @@
+"""Find every loss term and build the configured ones.
+
+Terms are found, never listed by hand: every module of ``degen_train.objectives`` and
+``degen_train.regularizers`` is imported (a new file there registers itself with ``@register_term``),
+then every entry point of the group ``degen_train.terms`` (how a separate package adds terms):
+
+    [project.entry-points."degen_train.terms"]
+    my_term = "my_package.my_term"            # a module that uses @register_term, or
+    my_term = "my_package.my_term:MyTerm"     # a LossTerm class, registered under the entry's name
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata
+import inspect
+import pkgutil
+from collections.abc import Mapping
+from typing import Any
+
+from degen_train.terms import TERM_REGISTRY, LossTerm, register_term
+from degen_train.terms.options import TermOptionError
+
+TERM_PACKAGES = ("degen_train.objectives", "degen_train.regularizers")
+ENTRY_POINT_GROUP = "degen_train.terms"
+
+
+def discover_terms() -> dict[str, type[LossTerm]]:
+    """Import every term module of this package and of installed plugins; returns the registry."""
+    for package_name in TERM_PACKAGES:
+        package = importlib.import_module(package_name)
+        for module in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"{package_name}.{module.name}")
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            loaded = entry.load()
+        except Exception as error:  # a broken plugin must say which one it is
+            raise ImportError(f"loss-term plugin {entry.name} = {entry.value!r} failed to import: {error}") from error
+        if isinstance(loaded, type) and issubclass(loaded, LossTerm) and loaded not in TERM_REGISTRY.values():
+            register_term(entry.name)(loaded)
+    return TERM_REGISTRY
+
+
+def term_options(term: type[LossTerm]) -> list[str] | None:
+    """The options a term's yaml may set: its constructor's keywords, plus ``weight`` and ``term``; None when the
+    constructor takes ``**kwargs`` (anything goes)."""
+    parameters = inspect.signature(term.__init__).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    own = [p.name for p in parameters if p.name != "self" and p.kind is not inspect.Parameter.VAR_POSITIONAL]
+    return ["weight", "term", *own]
+
+
+def unknown_option_message(section: str, key: str, registered: str, option: str, options: list[str]) -> str:
+    """What to say of ``section.key.option`` when the term has no such option: the close ones, then all of them."""
+    close = difflib.get_close_matches(option, options, n=3, cutoff=0.5)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    listed = ", ".join(options)
+    return f"{section}.{key}.{option} is not an option of loss term {registered}; {hint}its options: {listed}"
+
+
+def build_terms(sections: Mapping[str, Mapping[str, Any] | None]) -> tuple[dict[str, LossTerm], dict[str, float]]:
+    """Build terms from config sections, e.g. {"objective": {"mlm": {"weight": 1}}, "regularizer": {}}.
+
+    A key names a registered term, or any name with ``term: REGISTERED_NAME`` inside (to use one
+    term twice with different settings). Every other key is a keyword argument of the term.
+    """
+    registry = discover_terms()
+    terms: dict[str, LossTerm] = {}
+    weights: dict[str, float] = {}
+    for section, entries in sections.items():
+        for key, options in (entries or {}).items():
+            options = dict(options or {})
+            registered = options.pop("term", key)
+            if registered not in registry:
+                raise ValueError(
+                    f"unknown loss term {registered!r} in {section}; registered terms: {', '.join(sorted(registry))}"
+                )
+            weight = float(options.pop("weight", 1.0))
+            if weight < 0:
+                raise ValueError(f"{section}.{key}.weight must be >= 0, got {weight}")
+            if key in terms:
+                raise ValueError(f"loss term {key!r} appears in more than one config section")
+            allowed = term_options(registry[registered])
+            for option in options:
+                if allowed is not None and option not in allowed:
+                    raise ValueError(unknown_option_message(section, key, registered, option, allowed))
+            try:
+                terms[key] = registry[registered](**options)
+            except TermOptionError as error:  # said under the key the config has, not the term's default one
+                raise error.at(f"{section}.{key}") from None
+            except TypeError as error:
+                raise ValueError(f"bad options for loss term {section}.{key}: {error}") from error
+            weights[key] = weight
+    if not terms:
+        raise ValueError("no loss terms configured: choose an objective, e.g. objective=mlm")
+    return terms, weights
