@@ -37,6 +37,7 @@ from degen_train.metrics.outliers import (
     sequence_inf_norm,
     sequence_kurtosis,
 )
+from degen_train.models.attention_variants import EXPORTED_TYPE_PREFIX
 
 SINK_WINDOW = 64  # Gu et al.'s prompts: 64 tokens
 BLOCKS = {"bert": 128, "opt": 512}  # validate_mlm.py --max_seq_length 128; validate_clm.py --block_size 512
@@ -73,7 +74,7 @@ SITES = {
 
 def sites_of(model: nn.Module) -> Sites:
     # An export with an attention variant declares degen_<arch>: the same blocks and names as the stock architecture.
-    model_type = getattr(model.config, "model_type", "").removeprefix("degen_")
+    model_type = getattr(model.config, "model_type", "").removeprefix(EXPORTED_TYPE_PREFIX)
     if model_type not in SITES:
         raise ValueError(f"no outlier sites known for model_type={model_type!r}; known: {', '.join(sorted(SITES))}")
     return SITES[model_type]

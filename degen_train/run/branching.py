@@ -20,7 +20,6 @@ from typing import Any
 
 from omegaconf import DictConfig, open_dict
 
-from degen_train.config.inherited import NOT_INHERITED, inherited_overrides  # noqa: F401 - branching's API
 from degen_train.storage.checkpoints import checkpoint_header
 
 log = logging.getLogger("degen_train")

@@ -20,7 +20,7 @@ from degen_train.optim import keep_kernel, rate_of_this_schedule
 from degen_train.optim.clipping import clip_gradients
 from degen_train.run.loggers import ResumingLogger
 from degen_train.run.parallel import parallelize
-from degen_train.run.step_log import StepLog, stack_logged  # noqa: F401 - stack_logged: the module's API before
+from degen_train.run.step_log import StepLog
 from degen_train.terms import WeightedSum
 from degen_train.terms.accumulation import WindowTracker, averaging_over
 

@@ -19,7 +19,7 @@ import torch
 from lightning.pytorch.strategies import ModelParallelStrategy, Strategy
 from torch import nn
 
-from degen_train.devices.sharding import SHARDED_ROOTS, gathered, local_shard  # noqa: F401 - parallel's API
+from degen_train.devices.sharding import SHARDED_ROOTS
 from degen_train.models.compile import compile_blocks
 from degen_train.storage.checkpoints import by_name, by_position
 

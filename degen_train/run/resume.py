@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from degen_train.config.result_keys import NO_EFFECT_ON_RESULT, has_no_effect_on_result  # noqa: F401 - resume's API
+from degen_train.config.result_keys import has_no_effect_on_result
 from degen_train.models.architectures import DEFAULT_ARCH
 from degen_train.storage.checkpoints import CheckpointError, checkpoint_header, newest_checkpoint
 
