@@ -128,7 +128,7 @@ def cosine_histogram(
         axis.hist(values, bins=60, range=(low - pad, high + pad), alpha=0.55, density=True, label=name)
     axis.set_xlabel(f"{xlabel} (data range {low:.3f} to {high:.3f})")
     axis.set_ylabel("density")
-    axis.legend()
+    axis.legend(loc="upper left")  # a fixed corner: "best" searches every bar of every histogram
     _title(axis, title or "cosine of random pairs")
     return save_figure(figure, path)
 
@@ -139,7 +139,8 @@ def dimension_means_plot(means: list[float], outliers: list[int], path: Path, ti
     axis.bar(np.arange(len(values)), values, width=1.0, color="steelblue")
     if outliers:
         axis.bar(outliers, values[outliers], width=1.5, color="crimson", label="outlier dims (Luo et al. 2021)")
-        axis.legend()
+        # A fixed corner: matplotlib's "best" searches every one of the d bars (over a second, and a warning).
+        axis.legend(loc="upper right")
     axis.set_xlabel("dimension")
     axis.set_ylabel("mean value (last layer)")
     _title(axis, title or "mean value per dimension")
