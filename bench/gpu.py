@@ -12,8 +12,10 @@ Parts (``python bench/run.py gpu [PART ...]``, each well under ten minutes on an
                comparisons in the default mode
   fsdp         model=small on one device against strategy=fsdp on the same card
 
-Results: bench/results/gpu.json and bench/results/gpu.md (the table the README shows between its gpu-table
-markers, rewritten by this command). Without a CUDA device it says so in one line and exits 2.
+Results: bench/results/gpu.json and bench/results/gpu.md (the table docs/gpu.md shows between its gpu-table
+markers, rewritten by this command), written after each part: a sitting cut short keeps the parts it finished. A
+part that fails is recorded with its error and the next one runs. Without a CUDA device it says so in one line and
+exits 2.
 DEGEN_BENCH_GPU_ON_CPU=1 runs every part on the CPU at toy sizes (tests/test_bench_gpu.py): the code, not numbers.
 """
 
@@ -21,9 +23,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,7 +40,7 @@ from degen_train.run.pretrain import train
 from degen_train.storage.checkpoints import load_checkpoint_file
 
 ON_CPU = os.environ.get("DEGEN_BENCH_GPU_ON_CPU") == "1"  # a dry run of the code paths, at toy sizes
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "gpu.md"  # the manual's GPU page holds the table
 TABLE_START, TABLE_END = "<!-- gpu-table:start -->", "<!-- gpu-table:end -->"
 H100_BF16_PEAK = 989e12  # dense bf16 FLOP/s of an H100 SXM: the hand loop's MFU denominator, as the runs' own
 
@@ -111,9 +115,10 @@ def _synchronize(device: torch.device) -> None:
 # --- degen-train runs ---------------------------------------------------------------------------------------------
 
 
-def ours(run_dir: Path, *overrides: str) -> dict[str, Any]:
+def ours(run_dir: Path, *overrides: str, keep: bool = False) -> dict[str, Any]:
     """One degen-train run in this process (data cached first, so its preparation is not timed): the summary's
-    steady tokens/s and MFU, the wall time of the whole run, and the tokens it trained."""
+    steady tokens/s and MFU, the wall time of the whole run, and the tokens it trained. The run folder is deleted
+    afterwards unless ``keep``: BERT-base checkpoints with their optimizer state filled the GPU machine's disk."""
     common = [*corpus_overrides(), "trainer=cpu" if ON_CPU else "trainer=gpu", "export_hf=false",
               "trainer.enable_progress_bar=false", "logger=csv"]  # fmt: skip
     train(load_config([*common, *overrides, "prepare_only=true"], run_dir=run_dir / "prepare"))
@@ -122,17 +127,22 @@ def ours(run_dir: Path, *overrides: str) -> dict[str, Any]:
     summary = train(cfg)
     wall = time.perf_counter() - start
     tokens = summary["final_step"] * int(cfg.data.batch_size) * int(cfg.data.block_size)
+    if not keep:
+        shutil.rmtree(run_dir, ignore_errors=True)
     return {"tokens_per_s": summary["tokens_per_s"], "mfu": summary["mfu"], "wall_s": wall,
             "end_to_end_tokens_per_s": tokens / wall, "total_flops_over_model_flops":
             summary["total_flops_over_model_flops"]}  # fmt: skip
 
 
 def steady(model: str, batch: int, length: int, steps: int) -> list[str]:
-    """Overrides of a steady-rate run: no periodic checkpoint, monitor or validation inside the timed steps."""
+    """Overrides of a steady-rate run: no periodic checkpoint, monitor or validation inside the timed steps. Their
+    period is one past the last step: at the last step itself they would run inside its timed interval (the
+    isotropy probe did, 0.6 s eager and 2.9 s compiled on an H200, halving the compiled rate the bench reported)."""
+    beyond = steps + 1  # the end-of-training probe and checkpoint still run, after the timing
     return [f"model={model}", f"data.batch_size={batch}", f"data.block_size={length}", f"model.max_position={length}",
             f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}", "trainer.limit_val_batches=1",
-            "final_validation=false", f"callbacks.checkpoint.every_n_train_steps={steps}",
-            f"callbacks.isotropy.every_n_steps={steps}", "scheduler.warmup_steps=1"]  # fmt: skip
+            "final_validation=false", f"callbacks.checkpoint.every_n_train_steps={beyond}",
+            f"callbacks.isotropy.every_n_steps={beyond}", "scheduler.warmup_steps=1"]  # fmt: skip
 
 
 def throughput(scratch: Path) -> dict[str, Any]:
@@ -214,15 +224,17 @@ def exactness(scratch: Path) -> dict[str, Any]:
     for mode in ("default", "deterministic"):
         base = ["recipe=bert_mlm", *steady(model, batch, length, 40), "callbacks.checkpoint.every_n_train_steps=20",
                 f"trainer.deterministic={'true' if mode == 'deterministic' else 'false'}"]  # fmt: skip
-        first = ours(scratch / f"{mode}_a", *base)
-        ours(scratch / f"{mode}_b", *base)
-        ours(scratch / f"{mode}_resumed", *base, "trainer.max_steps=20", "scheduler.total_steps=40")
-        ours(scratch / f"{mode}_resumed", *base, "ckpt_path=last")
+        first = ours(scratch / f"{mode}_a", *base, keep=True)
+        ours(scratch / f"{mode}_b", *base, keep=True)
+        ours(scratch / f"{mode}_resumed", *base, "trainer.max_steps=20", "scheduler.total_steps=40", keep=True)
+        ours(scratch / f"{mode}_resumed", *base, "ckpt_path=last", keep=True)
         out[mode] = {
             "tokens_per_s": first["tokens_per_s"],
             "repeat_max_abs_diff": _weight_difference(scratch / f"{mode}_a", scratch / f"{mode}_b"),
             "resume_max_abs_diff": _weight_difference(scratch / f"{mode}_a", scratch / f"{mode}_resumed"),
         }
+        for run in ("a", "b", "resumed"):
+            shutil.rmtree(scratch / f"{mode}_{run}", ignore_errors=True)
     out["deterministic_cost"] = out["default"]["tokens_per_s"] / out["deterministic"]["tokens_per_s"]
     return out
 
@@ -261,6 +273,10 @@ def table(results: dict[str, Any]) -> str:
     """The README's GPU table from whatever parts the results hold."""
     lines = [f"Measured by `{results['command']}` on {results['card']} (torch {results['torch']}), "
              f"{results['date']}. Ratios are within this one sitting.", ""]  # fmt: skip
+    for part in PARTS:
+        if "error" in results.get(part, {}):
+            lines += [f"{part}: failed ({results[part]['error'].splitlines()[0][:300]})", ""]
+    results = {k: v for k, v in results.items() if not (isinstance(v, dict) and "error" in v)}
     if "throughput" in results:
         lines += ["| workload | hand loop eager | hand loop compiled | degen-train | degen-train, model.compile | "
                   "ours ÷ compiled hand loop |", "|---|---|---|---|---|---|"]  # fmt: skip
@@ -284,8 +300,8 @@ def table(results: dict[str, Any]) -> str:
         lines.append("")
     if "end_to_end" in results:
         row = results["end_to_end"]
-        lines.append(f"End to end (checkpoints, monitors, final validation): {row['end_to_end_over_steady']:.2f}× "
-                     f"the steady rate.")  # fmt: skip
+        lines += [f"End to end (checkpoints, monitors, final validation): {row['end_to_end_over_steady']:.2f}× "
+                  f"the steady rate.", ""]  # fmt: skip
     if "exactness" in results:
         row = results["exactness"]
         lines.append(f"Default mode: repeats differ by {row['default']['repeat_max_abs_diff']:.1e}, a resume by "
@@ -293,6 +309,7 @@ def table(results: dict[str, Any]) -> str:
                      f"{row['deterministic']['repeat_max_abs_diff']:.1e} and "
                      f"{row['deterministic']['resume_max_abs_diff']:.1e}, at {1 / row['deterministic_cost']:.2f}× "
                      f"the default's tokens/s.")  # fmt: skip
+        lines.append("")
     if "fsdp" in results:
         row = results["fsdp"]
         one = row["single_device"]["tokens_per_s"]
@@ -301,8 +318,8 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_readme_table(text: str, readme: Path = README) -> bool:
-    """Replace what lies between the README's gpu-table markers; False when the README has none."""
+def write_readme_table(text: str, readme: Path = PAGE) -> bool:
+    """Replace what lies between the page's gpu-table markers; False when the page has none."""
     content = readme.read_text()
     if TABLE_START not in content or TABLE_END not in content:
         return False
@@ -330,18 +347,26 @@ def main(argv: list[str]) -> int:
         "command": "python bench/run.py gpu " + " ".join(wanted),
         "date": time.strftime("%Y-%m-%d"),
     }
+    folder.mkdir(parents=True, exist_ok=True)
+    failed = []
     with tempfile.TemporaryDirectory(prefix="bench_gpu_") as scratch:
         for part in wanted:
             print(f"bench-gpu: {part} ...", flush=True)
-            results[part] = PARTS[part](Path(scratch) / part)
-    folder.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2) + "\n")
+            start = time.perf_counter()
+            try:
+                results[part] = PARTS[part](Path(scratch) / part)
+            except Exception as error:  # one part's failure is a result too; the sitting goes on to the next
+                failed.append(part)
+                results[part] = {"error": f"{type(error).__name__}: {error}"[:2000]}
+                traceback.print_exc()
+            results.setdefault("part_seconds", {})[part] = round(time.perf_counter() - start, 1)
+            path.write_text(json.dumps(results, indent=2) + "\n")  # after each part: a cut sitting keeps these
+            path.with_suffix(".md").write_text(table(results))
     text = table(results)
-    path.with_suffix(".md").write_text(text)
     print(text)
     if not ON_CPU and write_readme_table(text):
-        print(f"README.md's GPU table rewritten from {path}")
-    return 0
+        print(f"{PAGE.name}'s GPU table rewritten from {path}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

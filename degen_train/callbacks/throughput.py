@@ -40,6 +40,7 @@ class Throughput(Callback):
         self._measured = False
         self._counted_step = -1
         self._last: float | None = None
+        self._excluded = 0.0  # seconds other callbacks spent measuring in this process (exclude)
 
     def setup(self, trainer: pl.Trainer, module: pl.LightningModule, stage: str) -> None:
         model = module.backbone.model
@@ -81,12 +82,13 @@ class Throughput(Callback):
             self._counter = None
         world = trainer.world_size
         self.model_flops_per_token = flops / max(batch["input_ids"].numel(), 1)
-        mark = (now, tokens * world, predicted * world, flops * world)
+        clock = now - self._excluded  # training time: wall time less the measuring other callbacks did (exclude)
+        mark = (clock, tokens * world, predicted * world, flops * world)
         if self._last is not None:  # the first batch after a (re)start pays start-up costs: not counted
             for key, value in zip(("tokens", "predicted", "model_flops"), mark[1:], strict=True):
                 self.totals[key] += value
-            self.totals["seconds"] += now - self._last
-        self._last = now
+            self.totals["seconds"] += clock - self._last
+        self._last = clock
         self.marks = (self.marks + [mark])[-(self.window + 1) :]
         if len(self.marks) > 1 and logging_step(trainer):  # self.log costs ~0.3 ms a value: only when it is written
             span = max(self.marks[-1][0] - self.marks[0][0], 1e-9)
@@ -103,6 +105,11 @@ class Throughput(Callback):
 
     def on_validation_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         self._last = None  # validation time is not training time
+
+    def exclude(self, seconds: float) -> None:
+        """Leave ``seconds`` of measuring done between two steps (the isotropy probe) out of the rates, as
+        validation is left out: whichever side of this callback's mark the callback order puts it."""
+        self._excluded += seconds
 
     def state_dict(self) -> dict[str, Any]:  # a resumed run's means cover all of its segments
         return {**self.totals, "overhead": self.overhead, "measured": self._measured}

@@ -70,3 +70,32 @@ def test_parallelize_compiles_before_sharding_and_once(monkeypatch: pytest.Monke
         parallel.parallelize(root, model, [("tacl", teacher)], compile_model=True, fsdp_options={}, mesh=None,
                              device=torch.device("cpu"))  # fmt: skip
     assert calls == ["compile", "shard frozen", "shard root"]
+
+
+def test_the_isotropy_probe_runs_compiled_blocks_eagerly_without_compiling_again() -> None:
+    """The monitor's probe (eval mode, a hook per block) on compiled blocks: the states equal an eager twin's and no
+    graph is compiled for it. Traced, its hooks recompiled each block (the recompile limit hit on an H200)."""
+    from torch._dynamo.utils import counters
+
+    from degen_train.callbacks.isotropy import probe_states
+
+    cfg = load_config(["model=tiny"])
+    tokenizer = train_wordpiece(iter(["the cat sat on the mat and the dog sat on the log"] * 20), cfg.data.tokenizer)
+    torch.manual_seed(0)
+    eager = Backbone(build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False))
+    compiled = copy.deepcopy(eager)
+    compile_blocks(compiled.model)
+    ids = torch.randint(5, len(tokenizer), (2, 16), generator=torch.Generator().manual_seed(0))
+    probe = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    torch._dynamo.reset()
+    counters.clear()
+    compiled.train()
+    compiled.encode(probe)  # the training graphs
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs > 0
+    layers, blocks = probe_states(compiled, probe)
+    assert compiled.training  # the training mode comes back
+    assert counters["stats"]["unique_graphs"] == graphs and not counters["recompiles"], dict(counters["recompiles"])
+    eager_layers, eager_blocks = probe_states(eager, probe)
+    for ours, theirs in zip([*layers, *blocks], [*eager_layers, *eager_blocks], strict=True):
+        torch.testing.assert_close(ours, theirs)

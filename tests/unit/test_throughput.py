@@ -1,0 +1,57 @@
+"""Throughput's clock: the time between steps is training time, except what is measured there (the isotropy
+probe) and validation. On an H200 the probe inside the timed steps took BERT-base's reported rate from ~360k
+tokens/s to 133k under model.compile (docs/gpu.md)."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from degen_train.callbacks import throughput as throughput_module
+from degen_train.callbacks.isotropy import IsotropyMonitor
+from degen_train.callbacks.throughput import Throughput
+
+BATCH = {"input_ids": torch.zeros(2, 8, dtype=torch.long), "host_counts": (16, 3)}
+
+
+def _steps(callback: Throughput, clock: list[float], times: list[float], probe_after: dict[int, float]) -> None:
+    trainer = SimpleNamespace(world_size=1, _logger_connector=SimpleNamespace(should_update_logs=False))
+    for index, now in enumerate(times):
+        clock[0] = now
+        callback.on_train_batch_end(trainer, SimpleNamespace(), None, BATCH, index)
+        if index in probe_after:
+            callback.exclude(probe_after[index])
+
+
+def _callback(monkeypatch: pytest.MonkeyPatch) -> tuple[Throughput, list[float]]:
+    clock = [0.0]
+    monkeypatch.setattr(throughput_module.time, "perf_counter", lambda: clock[0])
+    callback = Throughput(window=2)
+    callback._shape, callback._measured, callback.peak = (100, 10, 2, 8), True, 1e9
+    return callback, clock
+
+
+def test_a_probe_between_steps_is_left_out_of_the_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    callback, clock = _callback(monkeypatch)
+    # steps end at 10, 11, 12 (+ a 5 s probe after the second) and 18: three 1 s steps after the first
+    _steps(callback, clock, [10.0, 11.0, 17.0, 18.0], probe_after={1: 5.0})
+    assert callback.totals["seconds"] == pytest.approx(3.0)
+    assert callback.mean_tokens_per_s == pytest.approx(3 * 16 / 3.0)
+    assert callback.marks[-1][0] - callback.marks[0][0] == pytest.approx(2.0)  # the window's span too
+
+
+def test_without_a_probe_every_second_between_steps_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    callback, clock = _callback(monkeypatch)
+    _steps(callback, clock, [10.0, 11.0, 17.0, 18.0], probe_after={})
+    assert callback.totals["seconds"] == pytest.approx(8.0)
+
+
+def test_the_isotropy_monitor_hands_its_measuring_time_to_throughput(monkeypatch: pytest.MonkeyPatch) -> None:
+    monitor, callback = IsotropyMonitor(every_n_steps=1), Throughput()
+    monkeypatch.setattr(monitor, "_measure", lambda trainer, module: time.sleep(0.05) or {"x": 1.0})
+    trainer = SimpleNamespace(callbacks=[monitor, callback])
+    assert monitor.measure(trainer, torch.nn.Linear(1, 1)) == {"x": 1.0}
+    assert 0.05 <= callback._excluded < 5.0
