@@ -30,6 +30,35 @@ def model_flops(*, body: int, head: int, layers: int, hidden: int, batch: int, l
     return 6.0 * body * batch * length + 12.0 * layers * hidden * length * length * batch + 6.0 * head * predicted
 
 
+# Dense tensor-core FLOP/s per GPU, from NVIDIA's H100 and H200 data sheets (their "with sparsity" figures halved),
+# most specific name first. Lightning's table does not know "NVIDIA H200" (the SXM card's name: an H200 sitting fell
+# back to a measured matmul, 519 TFLOP/s, and reported MFU 1.9x too high) and lists the sparse figures of the H200s
+# and the H100 NVL; MFU is quoted against dense peaks (PaLM, appendix B).
+HOPPER_DENSE_PEAKS: dict[str, dict[str, float]] = {
+    "h200 nvl": {"16-bit": 835.5e12, "tf32": 417.5e12, "fp32": 60e12},
+    "h200": {"16-bit": 989.5e12, "tf32": 494.7e12, "fp32": 67e12},
+    "h100 nvl": {"16-bit": 835.5e12, "tf32": 417.5e12, "fp32": 60e12},
+    "h100 pcie": {"16-bit": 756e12, "tf32": 378e12, "fp32": 51.2e12},
+    "h100": {"16-bit": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12},  # SXM: "NVIDIA H100 80GB HBM3"
+}
+
+
+def hopper_dense_peak(device_name: str, dtype: torch.dtype) -> float | None:
+    """The dense peak of a Hopper card by its CUDA name, for bf16/fp16 and float32 (TF32 unless the float32 matmul
+    precision is "highest"); None for other cards and dtypes."""
+    chip = device_name.lower()
+    if dtype in (torch.bfloat16, torch.float16):
+        kind = "16-bit"
+    elif dtype == torch.float32:
+        kind = "fp32" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+    else:
+        return None
+    for name, peaks in HOPPER_DENSE_PEAKS.items():
+        if all(part in chip for part in name.split()):
+            return peaks[kind]
+    return None
+
+
 def peak_flops(device: torch.device, dtype: torch.dtype, configured: float | None) -> tuple[float, str]:
     """The per-device peak and where it came from: the config, a GPU data sheet, or a measured matmul."""
     if configured:
@@ -37,9 +66,11 @@ def peak_flops(device: torch.device, dtype: torch.dtype, configured: float | Non
     if device.type == "cuda":
         from lightning.fabric.utilities.throughput import get_available_flops
 
+        name = torch.cuda.get_device_name(device)
+        hopper = hopper_dense_peak(name, dtype)
+        if hopper:
+            return hopper, f"data sheet ({name}, dense)"
         known = get_available_flops(device, dtype)
         if known:
             return float(known), "data sheet"
     return measured_matmul_peak(str(device), dtype), f"measured {str(dtype).removeprefix('torch.')} matmul"
-
-

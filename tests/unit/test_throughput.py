@@ -55,3 +55,26 @@ def test_the_isotropy_monitor_hands_its_measuring_time_to_throughput(monkeypatch
     trainer = SimpleNamespace(callbacks=[monitor, callback])
     assert monitor.measure(trainer, torch.nn.Linear(1, 1)) == {"x": 1.0}
     assert 0.05 <= callback._excluded < 5.0
+
+
+@pytest.mark.parametrize(
+    ("card", "dtype", "peak"),
+    [
+        ("NVIDIA H200", torch.bfloat16, 989.5e12),  # H200 data sheet: 1,979 TFLOP/s with sparsity
+        ("NVIDIA H200 NVL", torch.bfloat16, 835.5e12),
+        ("NVIDIA H100 80GB HBM3", torch.bfloat16, 989.4e12),  # H100 SXM
+        ("NVIDIA H100 PCIe", torch.float16, 756e12),
+        ("NVIDIA H100 NVL", torch.float32, 417.5e12),  # TF32: float32 matmul precision "high" in the test
+    ],
+)
+def test_hopper_cards_get_their_dense_data_sheet_peak(
+    monkeypatch: pytest.MonkeyPatch, card: str, dtype: torch.dtype, peak: float
+) -> None:
+    """The first GPU sitting's card, "NVIDIA H200", is not in Lightning's table: its MFU was measured against a
+    matmul (519 TFLOP/s) and read 1.9x too high."""
+    from degen_train.metrics.flops import peak_flops
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: card)
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
+    value, source = peak_flops(torch.device("cuda"), dtype, None)
+    assert value == peak and source == f"data sheet ({card}, dense)"
