@@ -110,7 +110,8 @@ METHOD_PARTS: dict[str, MethodPart] = {
     "muon": MethodPart(
         "(l) Muon instead of AdamW, decoder: does the optimizer alone change the cone?",
         "Part (a)'s MLE decoder trained with optimizer=muon (torch's Muon on the blocks' matrices at the "
-        "KellerJordan/Muon README's settings, AdamW on embeddings, output layer, norms and biases) against AdamW.",
+        "KellerJordan/Muon README's settings, AdamW on embeddings, output layer, norms and biases) against AdamW. "
+        "Max kurtosis and max ‖x‖∞ are read where Bondarenko et al.'s released evaluation reads them (part (n)).",
         ("gao", "mle"),
         ("optimizer=muon",),
         {"max kurtosis": "lower", "embedding mean cos": "same", "IsoScore": "same", "val perplexity": "not higher"},
@@ -144,8 +145,9 @@ METHOD_PARTS: dict[str, MethodPart] = {
         "(l) Warm-up–stable–decay cooldowns branched from one stable run, with and without CosReg",
         "One MLE decoder trained with scheduler=wsd through its stable phase (the first three quarters of part (a)'s "
         "steps), then two cooldowns branched from its last stable checkpoint (branch_from=RUN@STEP, a 1 − √p decay "
-        "over the last quarter): MLE alone, and MLE + CosReg (γ = 1) switched on for the cooldown only. Measured at "
-        "each branch's end; the stable run at its own.",
+        "over the last quarter, starting at the branch step): MLE alone, and MLE + CosReg (γ = 1) switched on for the "
+        "cooldown only. The schedule is the released wsd_schedule's (epfml/schedules-and-scaling): the warm-up starts "
+        "at lr/100 and the decay's length is rounded down. Measured at each branch's end; the stable run at its own.",
         ("cosreg_cooldown", "cooldown"),
         ("regularizer.cosreg.weight=1.0",),
         {"embedding mean cos": "lower", "IsoScore": "higher", "val perplexity": "not higher"},
@@ -157,11 +159,16 @@ METHOD_PARTS: dict[str, MethodPart] = {
     "clipped_softmax": MethodPart(
         "(n) Bondarenko et al. 2023: clipped softmax removes the outliers",
         "An MLM encoder (recipe bert_mlm, eager attention) with clipped softmax (γ = −α/T with the released BERT "
-        "script's α: γ = −0.025 at T = 128; ζ = 1) against plain softmax on the same path. W8A8: weights and "
-        "activations fake-quantized to 8 bits as the released probe does (degen-eval --w8a8), pseudo-perplexity on "
-        "WikiText-2's validation text before and after (the gap: quantized minus float; below 0 is noise). "
-        "Attention sink %: the share of (sequence, layer, head) whose mean attention to the first token exceeds 0.3 "
-        "(Gu et al. 2024).",
+        "script's α: γ = −0.025 at T = 128; ζ = 1) against plain softmax on the same path. Each number is the "
+        "released evaluation's quantity (Qualcomm-AI-research/outlier-free-transformers, validate_mlm.py and "
+        "validate_clm.py), on WikiText-2's validation text cut into its blocks (encoders: 128 tokens, 15% [MASK]ed; "
+        "decoders: 512). Max kurtosis: encoders, of the FFN outputs and the residual LayerNorms' outputs; decoders, "
+        "of each layer's output, fc2, out_proj, both norms and the final norm (the last layer before the final norm). "
+        "Max ‖x‖∞: the same tensors, with the encoders' residual sums (the LayerNorms' inputs, where the outliers "
+        "live). W8A8 gap: the perplexity quantized minus float (degen-eval --w8a8, placement=released: the MLM head "
+        "and the logits stay in float, the residual sums are quantized; decoders take the released OPT settings); "
+        "below 0 is noise. Attention sink %: the share of (window, layer, head) whose first-token attention exceeds "
+        "ε = 0.3 on windows of exactly 64 tokens (Gu et al. 2024, sail-sg/Attention-Sink).",
         ("attention", "softmax"),
         ("model.attention_variant.name=clipped_softmax",),
         {"max kurtosis": "lower", "max ‖x‖∞": "lower", "W8A8 gap": "lower", "val perplexity": "not higher"},
