@@ -270,7 +270,7 @@ PARTS: dict[str, Callable[[Path], dict[str, Any]]] = {
 
 
 def table(results: dict[str, Any]) -> str:
-    """The README's GPU table from whatever parts the results hold."""
+    """The GPU table of docs/gpu.md from whatever parts the results hold (a failed part as its error)."""
     lines = [f"Measured by `{results['command']}` on {results['card']} (torch {results['torch']}), "
              f"{results['date']}. Ratios are within this one sitting.", ""]  # fmt: skip
     for part in PARTS:
@@ -318,14 +318,14 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_readme_table(text: str, readme: Path = PAGE) -> bool:
+def write_page_table(text: str, page: Path = PAGE) -> bool:
     """Replace what lies between the page's gpu-table markers; False when the page has none."""
-    content = readme.read_text()
+    content = page.read_text()
     if TABLE_START not in content or TABLE_END not in content:
         return False
     head, rest = content.split(TABLE_START, 1)
     _, tail = rest.split(TABLE_END, 1)
-    readme.write_text(f"{head}{TABLE_START}\n{text}{TABLE_END}{tail}")
+    page.write_text(f"{head}{TABLE_START}\n{text}{TABLE_END}{tail}")
     return True
 
 
@@ -364,7 +364,7 @@ def main(argv: list[str]) -> int:
             path.with_suffix(".md").write_text(table(results))
     text = table(results)
     print(text)
-    if not ON_CPU and write_readme_table(text):
+    if not ON_CPU and write_page_table(text):
         print(f"{PAGE.name}'s GPU table rewritten from {path}")
     return 1 if failed else 0
 

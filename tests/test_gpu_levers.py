@@ -159,20 +159,21 @@ def test_bench_gpu_without_a_gpu_says_so_and_fails() -> None:
     ]
 
 
-def test_bench_gpu_table_and_readme_markers(tmp_path: Path) -> None:
-    from bench.gpu import TABLE_END, TABLE_START, table, write_readme_table
+def test_bench_gpu_table_and_page_markers(tmp_path: Path) -> None:
+    from bench.gpu import TABLE_END, TABLE_START, table, write_page_table
 
     row = {"tokens_per_s": 2e5, "mfu": 0.1, "total_flops_over_model_flops": 1.0, "time_vs_plain": 1.02,
            "end_to_end_tokens_per_s": 1.9e5, "end_to_end_over_steady": 0.95}  # fmt: skip
     results = {"card": "NVIDIA H100 80GB HBM3", "torch": "2.11", "command": "python bench/run.py gpu", "date": "x",
                "throughput": {"bert": {k: row for k in ("hand_eager", "hand_compiled", "ours_eager", "ours_compiled")}},
-               "end_to_end": row}  # fmt: skip
+               "end_to_end": row, "terms": {"error": "OSError: [Errno 28] no space left\nmore"}}  # fmt: skip
     text = table(results)
     assert "NVIDIA H100 80GB HBM3" in text and "| bert | 200k | 200k | 200k | 200k | 1.00× |" in text
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{TABLE_START}\nold\n{TABLE_END}\nrest\n")
-    assert write_readme_table(text, readme)
-    assert readme.read_text() == f"intro\n{TABLE_START}\n{text}{TABLE_END}\nrest\n"
+    assert "terms: failed (OSError: [Errno 28] no space left)" in text and "| term |" not in text  # a failed part
+    page = tmp_path / "gpu.md"
+    page.write_text(f"intro\n{TABLE_START}\nold\n{TABLE_END}\nrest\n")
+    assert write_page_table(text, page)
+    assert page.read_text() == f"intro\n{TABLE_START}\n{text}{TABLE_END}\nrest\n"
 
 
 def test_bench_gpu_runs_its_code_on_the_cpu(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
-"""Throughput's clock: the time between steps is training time, except what is measured there (the isotropy
-probe) and validation. On an H200 the probe inside the timed steps took BERT-base's reported rate from ~360k
-tokens/s to 133k under model.compile (docs/gpu.md)."""
+"""Throughput's clock and peak: the time between steps is training time, except what is measured there (the
+isotropy probe) and validation; MFU is against a card's dense data-sheet peak. On an H200 the probe inside the
+timed steps took BERT-base's reported rate from ~360k tokens/s to 133k under model.compile (docs/gpu.md)."""
 
 from __future__ import annotations
 
