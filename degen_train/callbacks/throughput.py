@@ -7,6 +7,7 @@ predicted tokens; useful and total FLOPs) and a mean that survives resumes.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -24,7 +25,9 @@ class Throughput(Callback):
 
     Useful FLOPs are counted from the model's shape (metrics.flops.model_flops). All FLOPs (teacher,
     generator, extra views included) are counted once, by torch's FlopCounterMode over the first step of
-    each process, as a ratio to that step's useful FLOPs; later steps scale by the same ratio.
+    each process, as a ratio to that step's useful FLOPs; later steps scale by the same ratio. That step runs
+    eagerly: a compiled block first called under a dispatch mode is skipped by torch.compile for good (model.compile
+    compiled nothing on an H200 until this was found).
     """
 
     def __init__(self, window: int = 20, peak_flops: float | None = None) -> None:
@@ -32,11 +35,12 @@ class Throughput(Callback):
         self.configured_peak = peak_flops
         self.peak, self.peak_source = 0.0, ""
         self.marks: list[tuple[float, int, int, float]] = []  # (time, tokens, predicted, model FLOPs), global
-        self.totals = {"tokens": 0, "predicted": 0, "model_flops": 0.0, "seconds": 0.0}
+        self.totals = {"tokens": 0, "predicted": 0, "model_flops": 0.0, "seconds": 0.0, "batches": 0}
         self.overhead = 1.0  # all FLOPs / useful FLOPs, measured on the first step
         self.model_flops_per_token = 0.0
         self._shape: tuple[int, int, int, int] | None = None  # (P_body, P_head, layers, hidden)
         self._counter: FlopCounterMode | None = None
+        self._counting = contextlib.ExitStack()  # the eager stance and the counter, over the counted step
         self._measured = False
         self._counted_step = -1
         self._last: float | None = None
@@ -64,8 +68,10 @@ class Throughput(Callback):
         self, trainer: pl.Trainer, module: pl.LightningModule, batch: dict, batch_idx: int
     ) -> None:
         if not self._measured and self._counter is None:
-            self._counter = FlopCounterMode(display=False)
-            self._counter.__enter__()
+            # Eagerly: under model.compile, a block whose first call meets the counter's dispatch mode is marked
+            # "skip" by dynamo and never compiled (so compile gained nothing); after this step it compiles.
+            self._counting.enter_context(torch.compiler.set_stance("force_eager"))
+            self._counter = self._counting.enter_context(FlopCounterMode(display=False))
             self._counted_step = trainer.global_step
 
     def on_train_batch_end(
@@ -74,7 +80,7 @@ class Throughput(Callback):
         now = time.perf_counter()
         tokens, predicted, flops = self.batch_model_flops(batch)
         if self._counter is not None:  # forward and backward of the first micro-batch are counted
-            self._counter.__exit__(None, None, None)
+            self._counting.close()
             # A step that began with a term's sampling passes (I-STAR's C0) is no step's usual work: count another.
             if getattr(module, "states_sampled_at", None) != self._counted_step:
                 self.overhead = self._counter.get_total_flops() / max(flops, 1.0)
@@ -88,6 +94,7 @@ class Throughput(Callback):
             for key, value in zip(("tokens", "predicted", "model_flops"), mark[1:], strict=True):
                 self.totals[key] += value
             self.totals["seconds"] += clock - self._last
+            self.totals["batches"] += 1
         self._last = clock
         self.marks = (self.marks + [mark])[-(self.window + 1) :]
         if len(self.marks) > 1 and logging_step(trainer):  # self.log costs ~0.3 ms a value: only when it is written
@@ -102,6 +109,10 @@ class Throughput(Callback):
             }
             for key, value in rates.items():
                 module.log(key, value, prog_bar=key in ("train/tokens_per_s", "train/mfu"), on_step=True, batch_size=1)
+
+    def on_exception(self, trainer: pl.Trainer, module: pl.LightningModule, exception: BaseException) -> None:
+        self._counting.close()  # a step that failed while counted leaves neither the counter nor the stance on
+        self._counter = None
 
     def on_validation_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         self._last = None  # validation time is not training time
@@ -131,6 +142,8 @@ class Throughput(Callback):
         return {
             "tokens_per_s": self.mean_tokens_per_s,
             "predicted_tokens_per_s": self.totals["predicted"] / seconds if seconds else 0.0,
+            # per micro-batch: what a term costs, whatever its batches' padding (SimCSE's sentences are short)
+            "seconds_per_batch": seconds / self.totals["batches"] if self.totals["batches"] else None,
             "model_flops_per_token": self.model_flops_per_token,
             "mfu": model_mfu,
             "mfu_total": model_mfu * self.overhead if model_mfu is not None else None,

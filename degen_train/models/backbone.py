@@ -180,6 +180,8 @@ class Backbone(nn.Module):
 
     def encode(self, batch: dict[str, Tensor], *, all_layers: bool = False) -> Any:
         kwargs = model_inputs(batch, token_types=self.token_types)
+        if self.family == "decoder":  # HF decoders build a KV cache in training too (config.use_cache): work for
+            kwargs["use_cache"] = False  # nothing, and under model.compile each block's cache state recompiled it
         return self.model.base_model(**kwargs, output_hidden_states=all_layers, return_dict=True)
 
     def forward(self, batch: dict[str, Any], *, requires: frozenset[str] = frozenset()) -> ForwardOutput:

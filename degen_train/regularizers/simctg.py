@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from annotated_types import Interval
 from torch import Tensor
 
+from degen_train.devices.precision import autocast_off
 from degen_train.terms import LossTerm, TermContext, distributed_mean, register_term
 from degen_train.terms.types import ForwardOutput, TermOutput
 
@@ -19,12 +20,15 @@ def simctg_loss_sum(
     """(Σ_b Σ_{(i,j) in pairs} max(0, ρ − s_ii + s_ij), number of pairs), s = cosines of one sequence's states: the
     numerator and denominator of L_CL (Su et al. 2022, eq. 2). hidden: (B, T, H); pairs: (B, T, T) bool without
     the diagonal; rows: (B, T) bool, the anchors i whose penalties count in the numerator (default: all)."""
-    unit = F.normalize(hidden.float(), dim=-1)  # (B, T, H)
-    scores = unit @ unit.transpose(1, 2)  # (B, T, T) s_ij
-    gold = scores.diagonal(dim1=1, dim2=2).unsqueeze(-1)  # (B, T, 1) s_ii (1 up to rounding)
-    counted = pairs if rows is None else pairs & rows[:, :, None]
-    penalties = F.relu(margin - gold + scores) * counted
-    return penalties.sum(), pairs.sum().to(penalties.dtype)
+    # float32 whatever the autocast dtype: under bf16 autocast the product ran in bf16 and the pair count was
+    # rounded to 8 significant bits (16·1024·1023 pairs read as 2^24, which the accumulation check refused on a GPU)
+    with autocast_off(hidden):
+        unit = F.normalize(hidden.float(), dim=-1)  # (B, T, H)
+        scores = unit @ unit.transpose(1, 2)  # (B, T, T) s_ij
+        gold = scores.diagonal(dim1=1, dim2=2).unsqueeze(-1)  # (B, T, 1) s_ii (1 up to rounding)
+        counted = pairs if rows is None else pairs & rows[:, :, None]
+        penalties = F.relu(margin - gold + scores) * counted
+        return penalties.sum(), pairs.sum().float()
 
 
 def off_diagonal_pairs(valid: Tensor) -> Tensor:

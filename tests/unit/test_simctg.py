@@ -92,3 +92,18 @@ def test_bad_options_name_the_choices() -> None:
         TokenContrastiveDecoderTerm(mask_from="pads")
     with pytest.raises(ValueError, match=r"regularizer.simctg.margin must be in \[0, 2\], got 3"):
         TokenContrastiveDecoderTerm(margin=3)
+
+
+def test_float32_and_an_exact_pair_count_under_bf16_autocast() -> None:
+    """Under bf16 autocast the cosines and the pair count stay float32. 1·19·18 = 342 pairs is not a bf16 number
+    (it rounds to 344): the count the accumulation check compares with count() must be exact. On an H200 the
+    GPT-2 16×1024 bench read 16·1024·1023 pairs as 2^24 and the check stopped the run."""
+    torch.manual_seed(0)
+    hidden = torch.randn(1, 19, 16)
+    pairs = off_diagonal_pairs(torch.ones(1, 19, dtype=torch.bool))
+    plain_total, plain_count = simctg_loss_sum(hidden, pairs, margin=0.5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        total, count = simctg_loss_sum(hidden, pairs, margin=0.5)
+    assert count.dtype == torch.float32 and count.item() == 342 == plain_count.item()
+    assert total.dtype == torch.float32
+    torch.testing.assert_close(total, plain_total)

@@ -41,12 +41,14 @@ def test_a_probe_between_steps_is_left_out_of_the_rate(monkeypatch: pytest.Monke
     assert callback.totals["seconds"] == pytest.approx(3.0)
     assert callback.mean_tokens_per_s == pytest.approx(3 * 16 / 3.0)
     assert callback.marks[-1][0] - callback.marks[0][0] == pytest.approx(2.0)  # the window's span too
+    assert callback.summary(1)["seconds_per_batch"] == pytest.approx(1.0)  # 3 timed batches in 3 s
 
 
 def test_without_a_probe_every_second_between_steps_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     callback, clock = _callback(monkeypatch)
     _steps(callback, clock, [10.0, 11.0, 17.0, 18.0], probe_after={})
     assert callback.totals["seconds"] == pytest.approx(8.0)
+    assert callback.summary(1)["seconds_per_batch"] == pytest.approx(8.0 / 3)
 
 
 def test_the_isotropy_monitor_hands_its_measuring_time_to_throughput(monkeypatch: pytest.MonkeyPatch) -> None:
