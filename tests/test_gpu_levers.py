@@ -166,10 +166,12 @@ def test_bench_gpu_table_and_page_markers(tmp_path: Path) -> None:
            "end_to_end_tokens_per_s": 1.9e5, "end_to_end_over_steady": 0.95}  # fmt: skip
     results = {"card": "NVIDIA H100 80GB HBM3", "torch": "2.11", "command": "python bench/run.py gpu", "date": "x",
                "throughput": {"bert": {k: row for k in ("hand_eager", "hand_compiled", "ours_eager", "ours_compiled")}},
+               "compile_where": {"bert": {"eager": row, "blocks": {**row, "tokens_per_s": 2.4e5}, "whole": row}},
                "end_to_end": row, "terms": {"error": "OSError: [Errno 28] no space left\nmore"}}  # fmt: skip
     text = table(results)
     assert "NVIDIA H100 80GB HBM3" in text and "| bert | 200k | 200k | 200k | 200k | 1.00× |" in text
     assert "terms: failed (OSError: [Errno 28] no space left)" in text and "| term |" not in text  # a failed part
+    assert "Hand loop, bert: eager 200k, blocks compiled in place 240k, whole model compiled 200k tokens/s." in text
     page = tmp_path / "gpu.md"
     page.write_text(f"intro\n{TABLE_START}\nold\n{TABLE_END}\nrest\n")
     assert write_page_table(text, page)

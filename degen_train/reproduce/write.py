@@ -224,7 +224,8 @@ def glue_section(cfg: DictConfig, rows: pd.DataFrame, minilm: dict[str, Any] | N
                      *claims(part_rows, base, other, {label: "higher"})]  # fmt: skip
     if minilm and minilm.get("glue"):
         reference, rates = glue_columns(minilm["glue"]), glue_rates(minilm["glue"])
-        reference[label] = reference.pop("GLUE average", float("nan"))
+        if "GLUE average" in reference:  # none when only WNLI ran: its cell then reads "–", as before
+            reference[label] = reference.pop("GLUE average")
         cells = " | ".join(
             (f"{reference[c]:.1f}" + (f" (lr {rates[c + ' lr']:g})" if c + " lr" in rates else "")) if c in reference
             else "–" for c in columns

@@ -107,16 +107,16 @@ def test_a_run_with_model_compile_compiles_its_blocks(tmp_path: Path) -> None:
     """model.compile=true in a whole run: dynamo traces the blocks. Throughput counts FLOPs over the first step under
     a dispatch mode; a compiled block first called under it was skipped by dynamo for good, so no frame was ever
     compiled (the H200 sitting: 351k tok/s eager, 356k "compiled" on BERT-base). That step now runs eagerly."""
+    from torch._dynamo.eval_frame import _stance
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
     counters.clear()
     summary = run(tmp_path / "run", "recipe=bert_mlm", "model=tiny", "model.compile=true", "trainer.max_steps=3")
     assert summary["final_step"] == 3
-    assert counters["frames"]["ok"] >= 1 and counters["stats"]["unique_graphs"] >= 1, dict(counters["frames"])
+    # Without the eager counted step dynamo still reports its frames "ok" (skipped), but compiles no graph.
+    assert counters["stats"]["unique_graphs"] >= 1, (dict(counters["stats"]), dict(counters["frames"]))
     assert summary["total_flops_over_model_flops"] > 0.5  # the eager first step was still counted
-    from torch._dynamo.eval_frame import _stance
-
     assert _stance.stance == "default"  # the counted step's eager stance does not outlive it
 
 
