@@ -3,6 +3,13 @@
 Without the window counts (each micro-batch divided by its own count, Lightning averaging the k means), the
 bert_mlm_nsp case differs by 2e-5 after 5 updates, past the 1e-5 tolerance: checked by hand on the code before
 degen_train/terms/accumulation.py.
+
+Exactness is checked in float64 (``trainer.precision=64-true``), where every recipe's two runs agree to ≤ 1e-12
+(2.3e-13 at most, gao_cosreg): a miscounted mean would differ at 1e-3. In float32 they differ by rounding alone,
+which Adam's division by each gradient's own RMS amplifies on near-zero gradients; how much depends on which tokens
+the masks pick (issue 43.5: the counter-based masks of 1e550ac moved bert_mlm's drift from 9.9e-7 to 4.5e-6 here,
+1.9e-5 on the audit's machine; the old masks on today's code give 9.9e-7 again, bit for bit). The float32 drill
+below pins that rounding at 5e-5.
 """
 
 from __future__ import annotations
@@ -52,18 +59,14 @@ RECIPES = {
     "electra": ["recipe=electra", "model=tiny"],  # token counts for detection, masked counts for the generator
     "coco_lm": ["recipe=coco_lm", "model=tiny", "regularizer.coco_scl.weight=0"],
     "simctg": ["recipe=simctg", "model=gpt2_tiny"],  # Σ n(n−1) pairs
-    # eps 1e-6 as for AGG below: the released candidates penalise the pad id at every position, and Adam divides
-    # near-zero gradients by their own RMS, which turns summation-order noise into 6e-5 at eps 1e-8
-    "unlikelihood": ["recipe=unlikelihood", "model=gpt2_tiny", "optimizer.eps=1e-6"],
+    "unlikelihood": ["recipe=unlikelihood", "model=gpt2_tiny"],
     # AGG's counts per update (the window's targets, once), a window of 3 updates, α high enough for rare tokens
-    # (eps 1e-6: Adam divides a gated rare row's near-zero gradient by its own RMS, which turns float noise into 1e-5)
     "agg": [
         "recipe=agg",
         "model=gpt2_tiny",
         "objective.agg.window_steps=3",
         "objective.agg.alpha=0.5",
         "objective.agg.per_targets=null",  # per step: rare targets at this batch size, both gates exercised
-        "optimizer.eps=1e-6",
     ],
     "spectrum_control": ["recipe=spectrum_control", "model=gpt2_tiny"],
 }
@@ -73,7 +76,7 @@ def max_weight_difference(a: Path, b: Path) -> float:
     first = checkpoint_weights(a / "checkpoints" / "last.ckpt")
     second = checkpoint_weights(b / "checkpoints" / "last.ckpt")
     assert first.keys() == second.keys()
-    return max((first[k].float() - second[k].float()).abs().max().item() for k in first)
+    return max((first[k].double() - second[k].double()).abs().max().item() for k in first)
 
 
 def recipe_overrides(case: str, request: pytest.FixtureRequest) -> list[str]:
@@ -85,14 +88,25 @@ def recipe_overrides(case: str, request: pytest.FixtureRequest) -> list[str]:
 
 @pytest.mark.parametrize("case", list(RECIPES))
 def test_accumulated_micro_batches_equal_one_batch(tmp_path: Path, case: str, request: pytest.FixtureRequest) -> None:
-    """1 process × 8 = 1 process × 2 × accumulation 4, in weights after 5 updates and in the logged losses."""
-    overrides = recipe_overrides(case, request)
+    """1 process × 8 = 1 process × 2 × accumulation 4, in float64: in weights after 5 updates to 1e-12, and in the
+    logged losses."""
+    overrides = [*recipe_overrides(case, request), "trainer.precision=64-true"]
     run(tmp_path / "one", *overrides, "data.batch_size=8", "trainer.accumulate_grad_batches=1")
     run(tmp_path / "acc", *overrides, "data.batch_size=2", "trainer.accumulate_grad_batches=4")
-    assert max_weight_difference(tmp_path / "one", tmp_path / "acc") <= 1e-5
+    assert max_weight_difference(tmp_path / "one", tmp_path / "acc") <= 1e-12
     one, acc = logged(tmp_path / "one", "train/loss"), logged(tmp_path / "acc", "train/loss")
     assert one.keys() == acc.keys() == set(range(5))
-    assert all(abs(one[s] - acc[s]) <= 1e-5 * max(1.0, abs(one[s])) for s in one), (one, acc)
+    assert all(abs(one[s] - acc[s]) <= 1e-6 * max(1.0, abs(one[s])) for s in one), (one, acc)  # logged as float32
+
+
+def test_in_float32_the_difference_is_rounding_of_the_size_pinned(tmp_path: Path) -> None:
+    """The audit's command (issue 43.5): MLM, dropout off, batch 8 against 2 × accumulation 4, 6 updates, float32.
+    4.5e-6 here (1.9e-5 on the audit's machine), against 5.7e-16 in float64 above: float32 rounding that Adam
+    amplifies, pinned at 5e-5 (see the module's docstring)."""
+    common = [*SETTINGS, "trainer.max_steps=6", "trainer.val_check_interval=6"]
+    run(tmp_path / "one", *common, "data.batch_size=8")
+    run(tmp_path / "acc", *common, "data.batch_size=2", "trainer.accumulate_grad_batches=4")
+    assert max_weight_difference(tmp_path / "one", tmp_path / "acc") <= 5e-5
 
 
 # Every kind of count under two processes: targets and sequences, pairs, AGG's per-id counts (DDP); tokens (FSDP2).

@@ -365,3 +365,32 @@ def test_parts_of_another_tokenizer_are_refused(tmp_path: Path) -> None:
     manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "tokenizer": "someone else's"}))
     with pytest.raises(ValueError, match=r"part-00000-of-00003 was made with another tokenizer than this run's"):
         pack(settings)
+
+
+def test_a_part_cut_from_another_corpus_is_refused_naming_it(tmp_path: Path) -> None:
+    """Issue 43 drill 4: a part tokenized from another corpus (same tokenizer, its own valid manifest) was packed
+    without a word (164 of 482 validation rows differed). A part's manifest now binds it to its documents' text."""
+    import shutil
+
+    corpora = {name: tmp_path / f"{name}.txt" for name in ("mine", "other")}
+    for name, path in corpora.items():
+        path.write_text("".join(f"line {i} of the {name} corpus says the cat sat on mat {i % 7}.\n" for i in range(40)))
+    tokenizer = tmp_path / "tokenizer"
+    first = prepare_data(load_config(["data=text", f"data.path={corpora['mine']}", "data.document_unit=line",
+                                      "data.tokenizer.vocab_size=200", f"data.cache_dir={tmp_path / 'c'}"]).data,
+                         family="decoder", data_format="causal", seed=0)  # fmt: skip
+    first.tokenizer.save_pretrained(str(tokenizer))
+    folders = {}
+    for name, path in corpora.items():
+        settings = ["data=text", f"data.path={path}", "data.document_unit=line", f"data.tokenizer.path={tokenizer}",
+                    f"data.cache_dir={tmp_path / name}"]  # fmt: skip
+        for part in range(2):
+            node = load_config([*settings, "data.tokenize_parts=2", f"data.tokenize_part={part}"]).data
+            done = tokenize_node_part(node, family="decoder", data_format="causal")
+        folders[name] = (settings, Path(done["train"]["part"]).parent)
+    settings, mine = folders["mine"]
+    shutil.rmtree(mine / "part-00001-of-00002")
+    shutil.copytree(folders["other"][1] / "part-00001-of-00002", mine / "part-00001-of-00002")
+    with pytest.raises(ValueError, match=r"part-00001-of-00002 holds other text than this run's documents 18\.\.35 "
+                                         r"\(a part cut from another corpus"):  # fmt: skip
+        prepare_data(load_config(settings).data, family="decoder", data_format="causal", seed=0)

@@ -16,7 +16,7 @@ import torch
 from degen_train.data.datamodule import loader_workers
 from degen_train.devices.device_reads import DeferredRead
 from degen_train.optim import kernel_choice
-from degen_train.storage.checkpoints import BackgroundCheckpointIO, verified_step
+from degen_train.storage.checkpoints import BackgroundCheckpointIO, CheckpointWriteFailed, verified_step
 from degen_train.terms import WeightedSum
 from tests.conftest import REPO
 from tests.helpers import checkpoint_weights, logged, masked_batch, run, tiny_backbone
@@ -102,10 +102,10 @@ def test_checkpoints_on_a_writer_thread_are_whole_rotated_and_resume_exactly(tmp
 def test_a_failed_background_write_is_raised_by_wait(tmp_path: Path) -> None:
     io = BackgroundCheckpointIO()
     (tmp_path / "a_file").write_text("")
-    with pytest.raises(NotADirectoryError):  # raised by wait(), or by the next save if the write failed already
+    with pytest.raises(CheckpointWriteFailed, match=r"a_file/x.ckpt \(step None\) could not be written on the writer "
+                                                    r"thread: .*Not a directory"):  # fmt: skip
         io.save_checkpoint({"state_dict": {"w": torch.ones(2)}}, tmp_path / "a_file" / "x.ckpt")  # not a folder
-        io.wait()
-    io._error = None
+        io.wait()  # raised by wait(), or by the next save if the write failed already
     io.save_checkpoint({"state_dict": {"w": torch.ones(2)}, "global_step": 3}, tmp_path / "x.ckpt")
     io.wait()
     assert (tmp_path / "x.ckpt").exists()

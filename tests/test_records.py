@@ -6,11 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
-from degen_train.cli.rerun import rebased
 from degen_train.config import load_config
 from degen_train.core.paths import config_dir
 from degen_train.data import corpus as corpus_module
@@ -57,6 +57,18 @@ def test_throughput_and_mfu_are_in_the_summary_and_the_logs(text_run: Path) -> N
     assert 0 < summary["mfu"] < 1 and summary["peak_flops_source"].startswith("measured")
     assert summary["model_flops_per_token"] > 0
     assert logged(text_run, "train/mfu") and logged(text_run, "train/mfu_total")
+
+
+def rebased(tree: Any, old_run_dir: str) -> Any:
+    """``tree`` with every string that is, or lies inside, ``old_run_dir`` written as ``${run_dir}``..."""
+    if isinstance(tree, dict):
+        return {key: rebased(value, old_run_dir) for key, value in tree.items()}
+    if isinstance(tree, list):
+        return [rebased(value, old_run_dir) for value in tree]
+    old = old_run_dir.rstrip("/")
+    if isinstance(tree, str) and (tree == old or tree.startswith(old + "/")):
+        return "${run_dir}" + tree[len(old) :]
+    return tree
 
 
 def test_reproduce_relaunches_a_run_from_its_record(text_run: Path, tmp_path: Path) -> None:

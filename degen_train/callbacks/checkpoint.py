@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,14 @@ class RunCheckpoint(ModelCheckpoint):
             logger.save()
         super()._save_checkpoint(trainer, filepath)
         if trainer.is_global_zero and self.save_top_k > 0 and Path(filepath).stem != self.CHECKPOINT_NAME_LAST:
-            self.rotate(Path(filepath))
+            # through the checkpoint I/O: a writer thread deletes only after the newer file is on disk
+            self.rotate(Path(filepath), remove=trainer.strategy.checkpoint_io.remove_checkpoint)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
+        super().on_train_batch_end(trainer, *args, **kwargs)
+        failed = getattr(trainer.strategy.checkpoint_io, "raise_if_failed", None)
+        if failed is not None:  # a write on the writer thread failed: stop at this step, naming the file
+            failed()
 
     def save_now(self, trainer: pl.Trainer) -> Path:
         """``last.ckpt`` at this step, outside the periodic schedule (a preemption); every process calls it."""
@@ -48,7 +56,7 @@ class RunCheckpoint(ModelCheckpoint):
             wait()
         return path
 
-    def rotate(self, newest: Path) -> list[Path]:
+    def rotate(self, newest: Path, *, remove: Callable[[Path], None] = remove_checkpoint_file) -> list[Path]:
         """Delete periodic checkpoints beyond the ``save_top_k`` newest by step; returns what it deleted."""
         on_disk = newest.parent.glob(f"*{self.FILE_EXTENSION}")
         # The newest may still be on the writer thread: counted whether or not it is on disk yet.
@@ -56,7 +64,7 @@ class RunCheckpoint(ModelCheckpoint):
         by_step = sorted(periodic, key=lambda p: (_step_of(p), p == newest), reverse=True)
         stale = [p for p in by_step[self.save_top_k :] if p != newest]
         for path in stale:
-            remove_checkpoint_file(path)
+            remove(path)
             self.best_k_models.pop(str(path), None)
         return stale
 

@@ -88,13 +88,12 @@ def convert(source: Path, *, ckpt: Path | None = None, hf: Path | None = None, t
         save_checkpoint_file(checkpoint, ckpt)
         written["ckpt"] = str(ckpt)
     if hf is not None:
-        from transformers import AutoTokenizer
-
+        from degen_train.data.tokenizer import load_tokenizer
         from degen_train.run.export import export_pretrained
 
         run_dir = path.parent.parent
         tokenizer = tokenizer or next((p for p in (run_dir / "tokenizer", run_dir / "hf") if p.is_dir()), None)
-        loaded_tokenizer = AutoTokenizer.from_pretrained(str(tokenizer)) if tokenizer is not None else None
+        loaded_tokenizer = load_tokenizer(tokenizer) if tokenizer is not None else None
         if loaded_tokenizer is None:
             log.warning("no tokenizer found beside %s (give --tokenizer DIR): the folder holds the model only", path)
         record = checkpoint.get("degen_train", {}).get("provenance") or None

@@ -13,13 +13,12 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from degen_train.core.paths import config_dir  # noqa: E402
+from degen_train.core.paths import config_dir, writable_folder  # noqa: E402
 
 log = logging.getLogger("degen_train.finetune")
 DEFAULT_TASKS = ["rte", "sst2", "stsb"]  # the three tasks the seed papers' small-compute tables share
@@ -87,7 +86,8 @@ def finetune(args: argparse.Namespace) -> dict:
             raise ValueError("no GLUE folder: give --data DIR (the folder holding RTE/, SST-2/, ...)")
         tasks = [load_glue_task(name, args.data) for name in (args.tasks or args.default_tasks)]
     log.info("protocol %s: %d rate(s) %s x seeds %s per task", name, len(rates), rates, seeds)
-    return run_grid(model_dir, tasks, learning_rates=rates, seeds=seeds, protocol=protocol, out=Path(args.out),
+    out = writable_folder(args.out, "--out")  # a handed-over OUT with a link in it is refused (core/paths.py)
+    return run_grid(model_dir, tasks, learning_rates=rates, seeds=seeds, protocol=protocol, out=out,
                     save_models=args.save_models)  # fmt: skip
 
 

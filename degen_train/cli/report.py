@@ -88,7 +88,7 @@ def report(
     text = [f"# Sweep report\n\nCommon overrides: {settings}\n", *(f"- {p}" for p in problems)]
     text += ["## Best setting per metric\n", *(f"- {line}" for line in best), ""] if best else []
     text += ["## Headline\n", shown(headline).to_markdown(index=False, floatfmt=".4g"), ""]
-    branches = branch_table(table)  # a sweep of cooldowns branched with branch_from=RUN@STEP
+    branches = branch_table(table, [Path(p) for p in paths])  # cooldowns branched with branch_from=RUN@STEP
     for heading, frame in branches:
         text += [f"## Branches of {heading}\n", shown(frame).to_markdown(index=False, floatfmt=".4g"), ""]
     text += ["## Figures\n", *(f"![{name}]({path})\n" for name, path in figures.items())]

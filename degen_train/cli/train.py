@@ -22,7 +22,7 @@ from degen_train.core.paths import config_dir  # noqa: E402
 from degen_train.core.quiet import silence_known_noise  # noqa: E402
 from degen_train.run.pretrain import train  # noqa: E402
 from degen_train.run.sweep import FAILED_RUNS, run_in_sweep, search_objective, sweep_summary_line  # noqa: E402
-from degen_train.storage.runlock import check_output_folders_in  # noqa: E402
+from degen_train.storage.runlock import RunDirBusy, check_output_folders_in  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="train")
@@ -40,7 +40,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     except PreparationStopped as stopped:
         print(f"degen-train: {stopped} (exit code {PREEMPTED_EXIT})", file=sys.stderr)
         raise SystemExit(PREEMPTED_EXIT) from None
-    except (ValueError, OSError) as error:  # bad input, a full disk, a busy folder: the message says it all
+    except (ValueError, OSError, RunDirBusy) as error:  # bad input, a full disk, a busy folder: the message says it
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(f"degen-train: error: {error}\n(HYDRA_FULL_ERROR=1 shows where it was raised)", file=sys.stderr)

@@ -52,34 +52,54 @@ def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 class DiskFull(OSError):
-    """No space left on the device of a named folder; what was being written is gone, nothing else is touched."""
+    """A write limit (no space, a file-size limit, a quota) met under a named folder; what was being written is gone,
+    nothing else is touched."""
 
 
-def is_disk_full(error: BaseException | None) -> bool:
-    """ENOSPC anywhere in the chain: datasets wraps it (DatasetGenerationError), the Rust tokenizers library gives a
-    bare Exception ending in "(os error 28)"."""
+# Write limits that end a write whatever is written: (errno, how the message names it, what the Rust tokenizers
+# library and datasets say in place of an OSError).
+WRITE_LIMITS = {
+    errno.ENOSPC: ("no space left on device", ("No space left on device", "os error 28"), "free space"),
+    errno.EFBIG: ("a file over this process's size limit (ulimit -f) or the filesystem's",
+                  ("File too large", "os error 27"), "raise the file-size limit (ulimit -f)"),
+    errno.EDQUOT: ("the disk quota is exceeded", ("Disk quota exceeded", "os error 122"), "free space in your quota"),
+}  # fmt: skip
+
+
+def write_limit(error: BaseException | None) -> int | None:
+    """The errno of a write limit (WRITE_LIMITS) anywhere in the chain, else None: datasets wraps it
+    (DatasetGenerationError), the Rust tokenizers library gives a bare Exception ending in "(os error 28)"."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-            return True
-        if "No space left on device" in str(error) or "os error 28" in str(error):
-            return True
+        if isinstance(error, OSError) and error.errno in WRITE_LIMITS:
+            return error.errno
+        for number, (_, said, _) in WRITE_LIMITS.items():
+            if any(text in str(error) for text in said):
+                return number
         error = error.__cause__ or error.__context__
-    return False
+    return None
 
 
-def disk_full_error(folder: Path, remedy: str = "") -> DiskFull:
-    """The one-line message for a full disk under ``folder``: how much is free there, what to do."""
+def is_disk_full(error: BaseException | None) -> bool:
+    """A write limit (full disk, file-size limit, quota) anywhere in the chain."""
+    return write_limit(error) is not None
+
+
+def disk_full_error(folder: Path, remedy: str = "", error: BaseException | None = None) -> DiskFull:
+    """The one-line message for a write limit met under ``folder`` (a full disk unless ``error`` says another):
+    which limit, how much is free there, what to do."""
+    number = write_limit(error) or errno.ENOSPC
     try:
         free = f"{shutil.disk_usage(_existing(folder)).free / 2**20:.1f} MiB free there"
     except OSError:
         free = "free space unknown"
     alternative = f" (or {remedy})" if remedy else ""
+    what, _, fix = WRITE_LIMITS[number]
     return DiskFull(
-        errno.ENOSPC,
-        f"no space left on device writing {folder} ({free}); nothing half-written was kept: free space"
-        f"{alternative} and run the same command again",
+        number,
+        f"{what} writing {folder} ({free}); nothing half-written was kept: {fix}{alternative} and run the same "
+        f"command again",
     )
 
 
@@ -104,7 +124,7 @@ def atomic_directory(target: Path, *, replace: bool = False, when_full: str = ""
     except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
         if not isinstance(error, DiskFull) and is_disk_full(error):  # name the folder, not "os error 28"
-            raise disk_full_error(target, when_full) from error
+            raise disk_full_error(target, when_full, error) from error
         raise
     if target.exists():
         if not replace:

@@ -37,8 +37,9 @@ WANDB_FOLDER = "wandb"
 
 
 def refuse_links_in(run_dir: Path) -> None:
-    """A run folder must hold its own files only: refuse a symbolic link anywhere in it (a resumed run would write
-    or append through it, outside the folder) and an appended file that another user owns, naming each."""
+    """A folder degen_train writes into must hold its own files only: refuse a symbolic link anywhere in it (a
+    resumed run, a report or an analysis would write or append through it, outside the folder) and an appended file
+    that another user owns, naming each."""
     run_dir = Path(run_dir).expanduser()
     if not run_dir.is_dir():
         return
@@ -49,8 +50,9 @@ def refuse_links_in(run_dir: Path) -> None:
     if links:
         shown = ", ".join(f"{p} -> {os.readlink(p)}" for p in links[:5])
         raise ValueError(
-            f"{run_dir} holds symbolic links ({shown}{', ...' if len(links) > 5 else ''}): a run writes and appends "
-            f"to its own files only, never through a link. Replace each link by a copy of its file, or remove it"
+            f"{run_dir} holds symbolic links ({shown}{', ...' if len(links) > 5 else ''}): degen_train writes and "
+            f"appends to its own files only, never through a link. Replace each link by a copy of its file, or remove "
+            f"it"
         )
     for name in APPENDED:
         path = run_dir / name
@@ -59,10 +61,17 @@ def refuse_links_in(run_dir: Path) -> None:
                              f"it owns; copy the folder to make it yours")  # fmt: skip
 
 
-def writable_folder(folder: str | Path, option: str) -> Path:
+def writable_folder(folder: str | Path, option: str, *, contents: bool = True) -> Path:
     """``folder``, created when missing; a folder that cannot be written (a read-only run folder handed over, a
-    mount) is refused in one line naming it and the option that chooses another, before any work."""
+    mount) is refused in one line naming it and the option that chooses another, before any work. A link at the
+    folder, or (``contents``) anywhere inside it, is refused: what a command writes lands in the folder it was given
+    (a handed-over sweep's ``report/`` linked to someone's folder would be written through)."""
     folder = Path(folder).expanduser()
+    if folder.is_symlink():
+        raise ValueError(f"{folder} is a link to {os.readlink(folder)}: degen_train writes into the folder it was "
+                         f"given, never through a link; remove the link or give {option} another folder")
+    if contents and folder.is_dir():
+        refuse_links_in(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / f".degen-write-test-{os.getpid()}"

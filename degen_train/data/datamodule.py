@@ -14,7 +14,6 @@ import pyarrow.compute
 import torch
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader
-from transformers import AutoTokenizer
 
 from degen_train.config.schema import data_section
 from degen_train.core.io import cache_key
@@ -32,7 +31,7 @@ from degen_train.data.mixture import (
 )
 from degen_train.data.node_parts import missing_parts, parts_folder, tokenize_part
 from degen_train.data.sampling import PositionedExamples, ShardedBatches, StepBatchSampler
-from degen_train.data.tokenizer import get_tokenizer, tokenizer_identity
+from degen_train.data.tokenizer import get_tokenizer, load_tokenizer, tokenizer_identity
 from degen_train.devices.collectives import is_distributed
 from degen_train.devices.threads import usable_cpus
 from degen_train.terms.accumulation import AccumulationWindows
@@ -124,7 +123,7 @@ def prepare_mixture(
 def _tokenizer(cfg: Any, family: str, documents: Any, identity: str, run_tokenizer: Path | None) -> Any:
     if run_tokenizer is not None:
         log.info("tokenizer: the run's own, %s", run_tokenizer)
-        return with_words(AutoTokenizer.from_pretrained(str(run_tokenizer)), str(run_tokenizer))
+        return with_words(load_tokenizer(run_tokenizer), str(run_tokenizer))
     cache_dir = Path(str(cfg.cache_dir)).expanduser()
     tokenizer = get_tokenizer(cfg.tokenizer, family=family, corpus=documents, corpus_identity=identity,
                               cache_dir=cache_dir)  # fmt: skip

@@ -71,7 +71,7 @@ def build_examples(
         segmented = data_format == "mlm_nsp" or layout == "sentences"
         folder = parts_folder(cache_root, identity, segmented=segmented)
         streamed = isinstance(documents, datasets.IterableDataset)  # a stream has no parts (refused when made)
-        parts = None if streamed else complete_parts(folder, total_documents=len(documents),
+        parts = None if streamed else complete_parts(folder, documents=documents,
                                                      tokenizer_hash=tokenizer_identity(tokenizer))  # fmt: skip
         if parts is not None:
             log.info("packing from %d tokenized parts (data.tokenize_parts): nothing is tokenized", len(parts))

@@ -10,6 +10,7 @@ renamed whole, under the cache entry's build lock, so a half-written part is nev
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -92,10 +93,22 @@ def tokenize_part(
             table.save_to_disk(str(staging))
             manifest = {"part": part, "parts": parts, "first_document": mine.start, "documents": len(mine),
                         "total_documents": len(documents), "tokenizer": tokenizer_hash, "segmented": segmented,
+                        "documents_sha256": documents_sha256(documents, mine),
                         "files": file_hashes(Path(staging))}  # fmt: skip
             (Path(staging) / MANIFEST).write_text(json.dumps(manifest, indent=1))
     log.info("tokenized part %d of %d: %d documents (from %d) into %s", part, parts, len(mine), mine.start, target)
     return target, len(mine)
+
+
+def documents_sha256(documents: datasets.Dataset, span: range) -> str:
+    """sha256 of the texts of ``documents[span]``, each prefixed by its length: what binds a part to its corpus's
+    content (its index alone would let a part cut from another corpus, with the same tokenizer, pass)."""
+    digest = hashlib.sha256()
+    for batch in documents.select(span).iter(batch_size=READ_BATCH):
+        for text in batch["text"]:
+            encoded = text.encode("utf-8")
+            digest.update(len(encoded).to_bytes(8, "little") + encoded)
+    return digest.hexdigest()
 
 
 def file_hashes(folder: Path) -> dict[str, str]:
@@ -104,11 +117,11 @@ def file_hashes(folder: Path) -> dict[str, str]:
     return {path.name: file_sha256(path) for path in files}
 
 
-def complete_parts(folder: Path, *, total_documents: int, tokenizer_hash: str) -> list[Path] | None:
+def complete_parts(folder: Path, *, documents: datasets.Dataset, tokenizer_hash: str) -> list[Path] | None:
     """Every part of one split, in order, once some node count N has all N parts in ``folder``, each checked against
-    its manifest (the documents it covers, the tokenizer, its files' sha256) and the set against the split (the
-    ranges tile its ``total_documents`` documents): None when no set was started; a ValueError, naming the part and
-    what is wrong, when a set is incomplete or any part does not hold what it should."""
+    its manifest (the documents it covers and their text's sha256, the tokenizer, its files' sha256) and the set
+    against the split (the ranges tile its documents): None when no set was started; a ValueError, naming the part
+    and what is wrong, when a set is incomplete or any part does not hold what it should."""
     if not folder.is_dir():
         return None
     found: dict[int, set[int]] = defaultdict(set)
@@ -128,12 +141,14 @@ def complete_parts(folder: Path, *, total_documents: int, tokenizer_hash: str) -
             f"split in this run"
         )
     paths = [part_path(folder, part, complete[0]) for part in range(complete[0])]
-    check_parts(paths, total_documents=total_documents, tokenizer_hash=tokenizer_hash)
+    check_parts(paths, documents=documents, tokenizer_hash=tokenizer_hash)
     return paths
 
 
-def check_parts(paths: list[Path], *, total_documents: int, tokenizer_hash: str) -> None:
-    """Each part's manifest against its name, its files and the tokenizer; the ranges against the split."""
+def check_parts(paths: list[Path], *, documents: datasets.Dataset, tokenizer_hash: str) -> None:
+    """Each part's manifest against its name, its files, the tokenizer and the text of the documents it claims to
+    hold; the ranges against the split."""
+    total_documents = len(documents)
     expected_start = 0
     for index, path in enumerate(paths):
         manifest_path = path / MANIFEST
@@ -155,6 +170,13 @@ def check_parts(paths: list[Path], *, total_documents: int, tokenizer_hash: str)
         if manifest.get("tokenizer") != tokenizer_hash:
             raise ValueError(f"tokenized part {path} was made with another tokenizer than this run's: tokenize the "
                              f"parts again with it")  # fmt: skip
+        span = range(expected_start, expected_start + int(manifest.get("documents", 0)))
+        if manifest.get("documents_sha256") != documents_sha256(documents, span):
+            raise ValueError(
+                f"tokenized part {path} holds other text than this run's documents {span.start}..{span.stop - 1} "
+                f"(a part cut from another corpus, or one made before parts recorded their text's sha256): remove it "
+                f"and tokenize part {index} again"
+            )
         for name, digest in (manifest.get("files") or {}).items():
             file = path / name
             if not file.is_file() or file_sha256(file) != digest:

@@ -20,7 +20,7 @@ from typing import Any
 
 import datasets
 
-from degen_train.core.io import CACHE_ELSEWHERE, atomic_directory, atomic_write_json
+from degen_train.core.io import CACHE_ELSEWHERE, DiskFull, atomic_directory, atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,16 @@ def build_in_shards(encoded_after: Callable[[int], Iterable[list]], maker: Any, 
             progress["shards"],
         )
         maker.carry = list(progress["carry"])
+    try:
+        _build(encoded_after, maker, target, partial, progress, done)
+    except DiskFull as error:  # the shards committed so far stay: say where, and that the same command goes on
+        kept = f" The examples committed so far are kept in {partial}; the same command resumes from them"
+        raise DiskFull(error.errno, f"{error.strerror}.{kept if partial.is_dir() else ''}") from error
+    shutil.rmtree(partial, ignore_errors=True)
+
+
+def _build(encoded_after: Callable[[int], Iterable[list]], maker: Any, target: Path, partial: Path,
+           progress: dict[str, Any], done: int) -> None:  # fmt: skip
     pending: list[dict] = []
     for batch in encoded_after(done):
         for document in batch:
@@ -64,7 +74,6 @@ def build_in_shards(encoded_after: Callable[[int], Iterable[list]], maker: Any, 
     with atomic_directory(target, when_full=CACHE_ELSEWHERE) as staging:
         table = shards[0] if len(shards) == 1 else datasets.concatenate_datasets(shards)
         table.save_to_disk(str(staging))
-    shutil.rmtree(partial, ignore_errors=True)
 
 
 def _read_progress(partial: Path) -> dict[str, Any]:

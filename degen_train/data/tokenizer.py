@@ -6,6 +6,7 @@ wrapped as ``PreTrainedTokenizerFast`` subclasses so the export loads with ``Aut
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterator
@@ -26,19 +27,48 @@ END_OF_TEXT = "<|endoftext|>"
 TRAINING_VERSION = 2
 
 
+TOKENIZER_JSON = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+
+
+def load_tokenizer(source: str | Path) -> PreTrainedTokenizerFast:
+    """``AutoTokenizer.from_pretrained(source)`` for a folder (or a hub name), with a file that is not a tokenizer's
+    named: a tokenizer.json of random bytes, a vocab.txt that is not UTF-8, a file cut short."""
+    from degen_train.core.io import utf8_text
+
+    folder = Path(str(source)).expanduser()
+    if folder.is_dir():
+        for name in (*TOKENIZER_JSON, "vocab.txt", "merges.txt"):
+            path = folder / name
+            if not path.is_file():
+                continue
+            text = utf8_text(path, what="tokenizer file")
+            if name.endswith(".json"):
+                try:
+                    json.loads(text)
+                except ValueError as error:
+                    raise ValueError(f"{path} is not JSON ({error}): not a tokenizer's file, or one cut short; copy "
+                                     f"the tokenizer folder again from its source") from None  # fmt: skip
+    try:
+        return AutoTokenizer.from_pretrained(str(source))
+    except Exception as error:  # noqa: BLE001 - transformers and the Rust library raise many kinds: one line here
+        first = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+        raise ValueError(f"{source}: its tokenizer could not be loaded ({first}); give a folder holding a "
+                         f"tokenizer.json (a run keeps one in RUN/tokenizer/)") from None  # fmt: skip
+
+
 def get_tokenizer(
     cfg: Any, *, family: str, corpus: Any, corpus_identity: str, cache_dir: Path
 ) -> PreTrainedTokenizerFast:
     """The tokenizer named by ``cfg.path``, else one trained on ``corpus`` (cached)."""
     if cfg.path:
-        return AutoTokenizer.from_pretrained(resolve_pretrained(cfg.path))
+        return load_tokenizer(resolve_pretrained(cfg.path))
     settings = [corpus_identity, family, cfg.vocab_size, cfg.min_frequency, cfg.lowercase, cfg.max_documents]
     settings.append(TRAINING_VERSION)
     key = cache_key(*settings)
     target = cache_dir / "tokenizers" / key
     if (target / "tokenizer.json").exists():
         log.info("tokenizer cache hit: %s", target)
-        return AutoTokenizer.from_pretrained(str(target))
+        return load_tokenizer(target)
     with building(target):  # runs started together train it once
         if not (target / "tokenizer.json").exists():
             log.info("training a %s tokenizer (vocab %d) into %s", family, cfg.vocab_size, target)
@@ -48,7 +78,7 @@ def get_tokenizer(
                 tokenizer.save_pretrained(str(staging))
         else:
             log.info("tokenizer cache hit (trained by another process while this one waited): %s", target)
-    return AutoTokenizer.from_pretrained(str(target))
+    return load_tokenizer(target)
 
 
 def train_wordpiece(texts: Iterator[str], cfg: Any) -> PreTrainedTokenizerFast:

@@ -18,7 +18,8 @@ from degen_train.core.io import JsonLineError, disk_full_error, is_disk_full, js
 def unreadable_corpus_error(error: Exception, files: list[Path], kind: str, key: str) -> Exception:
     """The error to raise instead of ``error`` from reading ``files`` (of ``kind``) given as ``key``."""
     if is_disk_full(error):
-        return disk_full_error(Path(datasets.config.HF_DATASETS_CACHE), "set HF_DATASETS_CACHE to a larger disk")
+        return disk_full_error(Path(datasets.config.HF_DATASETS_CACHE), "set HF_DATASETS_CACHE to a larger disk",
+                               error)  # fmt: skip
     for path in files:
         problem = _first_problem(path, kind)
         if problem:

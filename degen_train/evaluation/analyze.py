@@ -15,6 +15,7 @@ import torch
 from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
+from degen_train.config.handed_over import read_config_file, recorded_override_texts, with_house_outputs
 from degen_train.config.result_keys import has_no_effect_on_result
 from degen_train.core.io import atomic_write_json
 from degen_train.core.paths import writable_folder
@@ -58,10 +59,13 @@ def matrix_metrics(vectors: torch.Tensor) -> dict[str, Any]:
 
 
 def folder_data_config(path: Path, *, trust_config: bool) -> Any:
-    """The run folder's recorded ``data`` config, made safe to read: its cache folder is this user's own, and (unless
-    ``trust_config``) every file it names must lie inside the folder — a handed-over folder's config is data, and
-    must not make this process read /etc/passwd or create folders where its author chose."""
-    data_cfg = OmegaConf.load(path / "config.yaml").data
+    """The run folder's recorded ``data`` config, read as data (config/handed_over.py: the house's keys and types
+    only, its cache folder this user's own) and, unless ``trust_config``, naming only files inside the folder: a
+    handed-over folder's config must not make this process read /etc/passwd or create folders where its author
+    chose."""
+    reading = read_config_file(path / "config.yaml", advice=". Pass --corpus FILE to analyse on text of your choice")
+    tree = with_house_outputs(reading.tree, reading.dropped)
+    data_cfg = OmegaConf.create(tree.get("data") or {})
     data_cfg.cache_dir = os.environ.get("DEGEN_TRAIN_CACHE", str(Path("~/.cache/degen_train").expanduser()))
     inside = path.resolve()
     for key in ("path", "validation_path"):
@@ -119,8 +123,7 @@ def model_name(path: Path) -> str:
     if not summary_file.exists():
         return path.name
     summary = json.loads(summary_file.read_text())
-    overrides_file = path / "overrides.json"
-    overrides = json.loads(overrides_file.read_text()) if overrides_file.exists() else []
+    overrides = recorded_override_texts(path / "overrides.json")
     config = summary.get("config") or {}
     terms = [*(config.get("objective") or {}), *(config.get("regularizer") or {})]
     shown = [o.lstrip("+~") for o in overrides if not has_no_effect_on_result(o.lstrip("+~").split("=")[0])]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from degen_train.core.io import atomic_write_json
+from degen_train.core.paths import writable_folder
 from degen_train.metrics.encode import load_encoder, sentence_vectors, word_vectors
 from degen_train.metrics.probes import MODES, read_sts, read_wic, sts_scores, wic_scores
 
@@ -55,7 +56,7 @@ def evaluate(
     fit_items = read_wic(wic_fit) if wic_fit is not None else None
     log.info("degen-eval: loading %s", model)
     encoder = load_encoder(model, batch_size=batch_size, max_length=max_length)
-    Path(out).mkdir(parents=True, exist_ok=True)
+    writable_folder(out, "--out")  # never through a link (core/paths.py)
     result: dict[str, Any] = {"model": str(encoder.source), "layer": layer, "pooling": pooling}
     if sts_sets:
         result["sts"] = {}
@@ -136,7 +137,7 @@ def _perplexity_only(
     result: dict[str, Any] = {"model": str(model_dir)}
     if files:
         result["perplexity"] = _perplexities(model_dir, files, unit, window, stride, limit)
-    Path(out).mkdir(parents=True, exist_ok=True)
+    writable_folder(out, "--out")  # never through a link (core/paths.py)
     atomic_write_json(Path(out) / "eval.json", result)
     return result
 

@@ -223,10 +223,12 @@ class SequenceClassifier(pl.LightningModule):
 
 def load_classifier(model_dir: Path, task: Task) -> tuple[Any, Any]:
     """The encoder (or decoder) at ``model_dir`` with a fresh head for ``task``, and its tokenizer."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as transformers_logging
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    from degen_train.data.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.set_verbosity_error()  # "some weights newly initialized": the head, as intended
     transformers_logging.disable_progress_bar()

@@ -11,10 +11,12 @@ from typing import Any
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoModel
 from transformers.utils import logging as transformers_logging
 
 import degen_train.models  # noqa: F401 - registers the degen_<arch> types of exports with an attention variant
+from degen_train.data.tokenizer import load_tokenizer
+from degen_train.models.loading import check_weights_fit_config
 
 log = logging.getLogger(__name__)
 POOLING_LAYERS = ("last", "first_last")
@@ -72,6 +74,7 @@ def model_folder(path: str | Path) -> Path:
             f"number meaningless. Copy the tokenizer's files into it (a degen-train run keeps them in RUN/tokenizer/)"
         )
     refuse_pickled_weights(model_dir)
+    check_weights_fit_config(model_dir)  # another model's weights, an edited config, a file cut short: named
     return model_dir
 
 
@@ -87,7 +90,7 @@ def load_encoder(path: str | Path, *, batch_size: int = 32, max_length: int | No
         model = AutoModel.from_pretrained(model_dir).eval()
     finally:
         transformers_logging.set_verbosity(verbosity)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(model_dir)
     if len(tokenizer) < MIN_VOCABULARY:
         raise ValueError(
             f"{model_dir}'s tokenizer has {len(tokenizer)} tokens: not a trained tokenizer (its files are empty or "

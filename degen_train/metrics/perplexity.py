@@ -16,8 +16,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
+from degen_train.core.io import utf8_text
+from degen_train.data.tokenizer import load_tokenizer
 from degen_train.models.architectures import architecture_of
 from degen_train.models.loading import load_pretrained
 
@@ -38,7 +40,7 @@ def read_documents(path: str | Path, unit: str = "line", what: str = "perplexity
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{what} {path} does not exist")
-    text = path.read_text(encoding="utf-8")
+    text = utf8_text(path, what=what)
     if unit not in ("line", "paragraph"):
         raise ValueError(f"document unit {unit!r} is not one of line, paragraph")
     parts = text.split("\n\n") if unit == "paragraph" else text.splitlines()
@@ -125,7 +127,7 @@ def perplexity(
     """Perplexity (decoders) or pseudo-perplexity (encoders) of the export in ``model_dir`` on the text file ``path``:
     exp(total NLL / tokens scored)."""
     documents = read_documents(path, unit)[:limit] if limit else read_documents(path, unit)
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    tokenizer = load_tokenizer(model_dir)
     from transformers import AutoConfig
 
     arch = architecture_of(AutoConfig.from_pretrained(str(model_dir)).model_type)

@@ -175,15 +175,16 @@ def w8a8_gap_of_export(
 ) -> dict[str, Any]:
     """``w8a8_gap`` of the export in ``model_dir`` on the text file ``text`` (documents per ``unit``); ``settings``
     default to the released ones of the model's family (BERT's for encoders, OPT's for decoders)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
 
+    from degen_train.data.tokenizer import load_tokenizer
     from degen_train.metrics.encode import Encoder, sentence_vectors
     from degen_train.metrics.perplexity import read_documents
     from degen_train.models.architectures import architecture_of
     from degen_train.models.loading import load_pretrained
 
     documents = read_documents(text, unit, what="W8A8 text file")
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    tokenizer = load_tokenizer(model_dir)
     arch = architecture_of(AutoConfig.from_pretrained(str(model_dir)).model_type)
     decoder = arch is not None and arch.family == "decoder"
     if not decoder and tokenizer.mask_token_id is None:

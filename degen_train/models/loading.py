@@ -7,7 +7,9 @@ codes are raw bytes and the table buries the one fact that matters (which weight
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from transformers.utils import logging as transformers_logging
@@ -49,3 +51,56 @@ def load_pretrained(loader: Any, source: str, what: str, *, missing: list[str] |
         parts.append(f"shape differs, re-initialised: {grouped(mismatched)}")
     log.info("; ".join(parts))
     return model
+
+
+def check_weights_fit_config(model_dir: Path) -> None:
+    """A model folder's safetensors hold exactly the tensors its config.json describes, in their shapes: weights of
+    another model (tensors the config has no place for), a config edited afterwards (a width that differs) or a file
+    cut short are refused here, naming the file and the tensors, before any model is built."""
+    import torch
+    import transformers
+    from safetensors import SafetensorError, safe_open
+    from transformers import AutoConfig
+
+    files = sorted(model_dir.glob("*.safetensors"))
+    held: dict[str, tuple[int, ...]] = {}
+    for file in files:
+        try:
+            with safe_open(str(file), "pt") as handle:
+                held |= {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}  # noqa: SIM118
+        except (SafetensorError, OSError) as error:
+            raise ValueError(f"{file} is not a readable safetensors file ({error}): it was cut short or is not "
+                             f"weights; copy it again from its source") from None  # fmt: skip
+    from degen_train.models import attention_variants
+
+    config = AutoConfig.from_pretrained(str(model_dir))
+    architecture = (config.architectures or [""])[0]
+    variant = config.model_type.startswith(attention_variants.EXPORTED_TYPE_PREFIX)  # built as degen_train builds it
+    model_class = getattr(attention_variants if variant else transformers, f"Degen{architecture}" if variant else
+                          architecture, None)  # fmt: skip
+    if model_class is None or not files:  # an architecture this transformers does not name: its own loader decides
+        return
+    with torch.device("meta"):
+        skeleton = model_class._from_config(config)
+    tied = getattr(skeleton, "all_tied_weights_keys", None) or getattr(skeleton, "_tied_weights_keys", None) or ()
+    expected = {key: tuple(t.shape) for key, t in skeleton.state_dict().items()}
+    buffers = {name for name, _ in skeleton.named_buffers()}  # a buffer an older version saved (position_ids)
+
+    def ignored(key: str, patterns: Any) -> bool:  # what transformers itself ignores on a load
+        return any(re.search(pattern, key) for pattern in patterns or ())
+
+    missing = sorted(k for k in set(expected) - set(held) - set(tied)
+                     if not ignored(k, skeleton._keys_to_ignore_on_load_missing))  # fmt: skip
+    unused = sorted(k for k in set(held) - set(expected) - buffers
+                    if not ignored(k, skeleton._keys_to_ignore_on_load_unexpected))  # fmt: skip
+    differ = sorted(k for k in set(held) & set(expected) if held[k] != expected[k])
+    shapes = [f"{k} {held[k]} (config: {expected[k]})" for k in differ]
+    problems = [f"{len(unused)} tensors the config has no place for ({grouped(unused)})"] if unused else []
+    problems += [f"{len(missing)} tensors the config needs are missing ({grouped(missing)})"] if missing else []
+    problems += [f"shapes differ: {', '.join(shapes[:4])}{', ...' if len(shapes) > 4 else ''}"] if shapes else []
+    if problems:
+        raise ValueError(
+            f"{model_dir}: the weights in {', '.join(f.name for f in files)} are not the model its config.json "
+            f"describes ({config.architectures[0]}): {'; '.join(problems)}. The weights are another model's or the "
+            f"config was edited: use the folder as it was exported"
+        )

@@ -5,11 +5,13 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from degen_train.report.table import SWEPT
+from degen_train.storage.own_runs import is_own
 
 COMPARED = ("val_objective_loss", "val_loss", "val_perplexity", "isotropy/embedding/mean_cosine",
             "isotropy/embedding/isoscore")  # fmt: skip
@@ -49,9 +51,18 @@ def parent_at(parent: Path, step: int) -> dict[str, float]:
     return found
 
 
-def branch_table(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+def readable_parent(parent: Path, given: Sequence[Path]) -> bool:
+    """Whether a report may read a branch's parent: a folder the report was given (or inside one), or a run of this
+    user's own. A handed-over summary.json names its parent by path: that path is not read on its word."""
+    resolved = parent.resolve()
+    inside = any(resolved == g.resolve() or g.resolve() in resolved.parents for g in given)
+    return inside or is_own(parent)
+
+
+def branch_table(table: pd.DataFrame, given: Sequence[Path] = ()) -> list[tuple[str, pd.DataFrame]]:
     """One (heading, table) per parent@step: the parent's row at the branch step, then each branch's final row,
-    its swept values and the change of its objective's own validation loss from the parent's."""
+    its swept values and the change of its objective's own validation loss from the parent's. A parent outside the
+    folders ``given`` that is no run of this user's is named, not read (readable_parent)."""
     if "path" not in table:
         return []
     groups: dict[tuple[str, int], list[dict]] = {}
@@ -61,9 +72,11 @@ def branch_table(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
             groups.setdefault((branch["run"], int(branch["step"])), []).append(record)
     sections = []
     for (parent, step), branches in sorted(groups.items()):
-        start = parent_at(Path(parent), step)
-        rows = [{"run": f"{Path(parent).name} (parent, validated after update {start.get('validated_at', '?')})",
-                 **{k: start[k] for k in COMPARED if k in start}}]  # fmt: skip
+        readable = readable_parent(Path(parent), given)
+        start = parent_at(Path(parent), step) if readable else {}
+        said = (f"validated after update {start.get('validated_at', '?')}" if readable else
+                "not read: outside the folders given and not a run of yours")  # fmt: skip
+        rows = [{"run": f"{Path(parent).name} (parent, {said})", **{k: start[k] for k in COMPARED if k in start}}]
         for record in branches:
             row = {"run": record["run"], **{k: v for k, v in record.items() if str(k).startswith(SWEPT)}}
             row |= {k: record.get(k) for k in COMPARED if k in record}

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from degen_train.config.handed_over import recorded_override_texts
 from degen_train.run.sweep import FAILED
 
 SEED_KEYS = ("seed",)
@@ -49,7 +50,7 @@ def swept_values(run: Path) -> dict[str, str]:
     """The overrides that define the run (RUN/overrides.json, or failed.json's record)."""
     path = run / "overrides.json"
     if path.exists():
-        overrides = json.loads(path.read_text())
+        overrides = recorded_override_texts(path)  # shown, never run (config/handed_over.py)
     elif (run / FAILED).exists():
         overrides = json.loads((run / FAILED).read_text()).get("overrides", [])
     else:

@@ -272,10 +272,10 @@ def _write_run_record(cfg: DictConfig, run_dir: Path, tokenizer: Any, saved: dic
     """The run folder's tokenizer (degen-convert --hf reads it), resolved config and this segment's config."""
     with atomic_directory(run_dir / "tokenizer", replace=True) as staging:
         tokenizer.save_pretrained(str(staging))
-    remember_own_run(run_dir, record["run_id"])  # degen-report trusts this run's own config (own_runs.py)
     atomic_write_json(run_dir / "config.json", resolved_config(cfg))
     atomic_write_json(run_dir / "overrides.json", swept_overrides())
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))  # the latest segment's
+    remember_own_run(run_dir, record["run_id"])  # degen-report trusts this config.yaml, by its hash (own_runs.py)
     history = run_dir / "config_history" / f"from_step_{int(saved.get('global_step', 0)):08d}.yaml"
     history.parent.mkdir(exist_ok=True)
     atomic_write_text(history, OmegaConf.to_yaml(cfg, resolve=True))  # every segment's, never overwritten

@@ -85,13 +85,24 @@ def save_checkpoint_file(checkpoint: dict[str, Any], path: Path) -> None:
             raise
         raise OSError(
             cause.errno,
-            f"could not write checkpoint {path}: {cause.strerror or cause}; nothing was written "
-            f"under that name and earlier checkpoints are untouched",
+            f"could not write checkpoint {path}: {cause.strerror or cause}; nothing was written under that name. "
+            f"{whole_checkpoints(path.parent)}",
         ) from error
     shutil.rmtree(retired, ignore_errors=True)
     meta = {"size": writer.size, "sha256": writer.digest.hexdigest(), "global_step": checkpoint.get("global_step")}
     with staged_file(sidecar_of(path), "w") as stream:
         json.dump(meta, stream)
+
+
+def whole_checkpoints(folder: Path) -> str:
+    """Which checkpoints in ``folder`` are whole (their sidecar's size and hash agree), newest first, and how to go on
+    from them: said when a write failed, so that nobody trusts a file that is not there."""
+    files = sorted(folder.glob("*.ckpt")) if folder.is_dir() else []
+    whole = sorted(((step, p.name) for p in files if (step := verified_step(p)) is not None), reverse=True)
+    if not whole:
+        return f"No whole checkpoint is in {folder}: a resume would start from step 0"
+    listed = ", ".join(f"{name} (step {step})" for step, name in whole)
+    return f"Whole checkpoints in {folder}: {listed}; ckpt_path=auto resumes from the newest once the cause is fixed"
 
 
 def recorded_step(path: Path) -> int | None:
@@ -269,20 +280,73 @@ class AtomicCheckpointIO(CheckpointIO):
         remove_checkpoint_file(Path(path))
 
 
+class CheckpointWriteFailed(OSError):
+    """A checkpoint write on the writer thread failed; the message names the file, the step and the whole ones."""
+
+
 class BackgroundCheckpointIO(AsyncCheckpointIO):
     """AtomicCheckpointIO on a writer thread (Lightning's AsyncCheckpointIO): the training thread takes a copy of
     the state (tensor clones, on their device) and goes on; serialising, the sha256 sidecar, the fsyncs and the rename
-    run beside training. A write is still whole or absent; ``wait()`` returns once every write handed over is on
-    disk (and raises the first error a write met), for what must follow a checkpoint (a preemption's exit)."""
+    run beside training. A write is still whole or absent. A failed write is logged at once from the writer thread,
+    naming its file, and ``raise_if_failed`` (called by the checkpoint callback after every step) stops the run at the
+    next step with that file and the checkpoints that are whole; ``wait()`` returns once every write handed over is on
+    disk (raising the same), for what must follow a checkpoint (a preemption's exit)."""
 
     def __init__(self) -> None:
         super().__init__(AtomicCheckpointIO())
+        self.failure: CheckpointWriteFailed | None = None
+        self.a_write_failed = False  # sticky: no checkpoint is deleted for a newer one once a write has failed
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        from lightning_utilities.core.apply_func import apply_to_collection
+
+        self._ensure_setup()
+        copied = apply_to_collection(checkpoint, torch.Tensor, lambda t: t.detach().clone())  # on the caller's thread
+        step = checkpoint.get("global_step")
+
+        def write() -> None:
+            try:
+                save_checkpoint_file(copied, Path(path))
+            except BaseException as error:  # noqa: BLE001 - kept and raised on the training thread
+                failure = CheckpointWriteFailed(getattr(error, "errno", None), f"the checkpoint {path} (step {step}) "
+                                                f"could not be written on the writer thread: {error}")  # fmt: skip
+                log.error("%s", failure.strerror)
+                self.a_write_failed = True
+                if self.failure is None:
+                    self.failure = failure
+
+        assert self._executor is not None
+        self._executor.submit(write)
+        self.raise_if_failed()
+
+    def remove_checkpoint(self, path: Any) -> None:
+        """Deleted on the writer thread after the writes handed over before it, and only while none has failed: a
+        rotation never removes an older checkpoint for a newer one that did not reach the disk."""
+        self._ensure_setup()
+        assert self._executor is not None
+
+        def remove() -> None:
+            if self.a_write_failed:
+                log.warning("kept %s: a newer checkpoint could not be written", path)
+                return
+            remove_checkpoint_file(Path(path))
+
+        self._executor.submit(remove)
+
+    def raise_if_failed(self) -> None:
+        """Raise the first failed write (once), with the checkpoints in its folder that are whole."""
+        if self.failure is not None:
+            failure, self.failure = self.failure, None
+            raise failure
 
     def wait(self) -> None:
         if self._executor is not None:
             self._executor.submit(lambda: None).result()  # one writer thread: every earlier write has finished
-        if self._error:
-            raise self._error
+        self.raise_if_failed()
+
+    def teardown(self) -> None:
+        super().teardown()  # waits for the writer thread
+        self.raise_if_failed()
 
 
 def remove_checkpoint_file(path: Path) -> None:

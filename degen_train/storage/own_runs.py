@@ -2,8 +2,9 @@
 
 degen-report analyses a run with the corpus its config names only when the run is listed here (or with
 --trust-config): a handed-over folder, never listed, cannot make it read a file of its author's choosing. Each run
-segment appends (its folder, its run id) to a per-user file; the id is also in the run's provenance, so a folder
-copied or replaced at the same path is not taken for the listed one.
+segment appends (its folder, its run id, the sha256 of the config.yaml it wrote) to a per-user file. A folder is this
+user's own only while its config.yaml is the one registered: a folder copied or replaced at the same path, or a
+config.yaml edited or swapped afterwards, is not taken for the listed run.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ import os
 import uuid
 from pathlib import Path
 
+from degen_train.core.io import file_sha256
+
 log = logging.getLogger("degen_train")
+RECORDED = "config.yaml"  # the file whose settings a tool reads from a run: it is what the registry vouches for
 
 
 def registry() -> Path:
@@ -28,26 +32,42 @@ def new_run_id() -> str:
 
 
 def remember(run_dir: Path, run_id: str) -> None:
-    """List ``run_dir`` as this user's; a registry that cannot be written only costs the report's trust (logged)."""
+    """List ``run_dir`` (with the hash of the config.yaml it has just written) as this user's; a registry that cannot
+    be written only costs the report's trust (logged)."""
     path = registry()
+    entry = {"path": str(Path(run_dir).resolve()), "run_id": run_id, "config_sha256": file_sha256(run_dir / RECORDED)}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a") as handle:
-            handle.write(json.dumps({"path": str(Path(run_dir).resolve()), "run_id": run_id}) + "\n")
+            handle.write(json.dumps(entry) + "\n")
     except OSError as error:
         log.warning("could not list %s among your runs (%s): degen-report will need --trust-config for it", run_dir,
                     error)  # fmt: skip
 
 
 def is_own(run_dir: Path) -> bool:
-    """Whether this user's registry lists ``run_dir`` with the run id its summary.json records."""
+    """Whether this user's registry lists ``run_dir`` with the config.yaml it holds now (and, once it has one, the run
+    id its summary.json records)."""
+    run_dir = Path(run_dir)
     try:
-        run_id = json.loads((Path(run_dir) / "summary.json").read_text())["provenance"]["run_id"]
+        config_sha = file_sha256(run_dir / RECORDED)
         lines = registry().read_text().splitlines()
-    except (OSError, ValueError, KeyError, TypeError):
+    except OSError:
         return False
-    entry = {"path": str(Path(run_dir).resolve()), "run_id": run_id}
-    return any(_entry(line) == entry for line in lines)
+    run_id = _summary_run_id(run_dir)
+    path = str(run_dir.resolve())
+    for entry in map(_entry, lines):
+        if (isinstance(entry, dict) and entry.get("path") == path and entry.get("config_sha256") == config_sha
+                and (run_id is None or entry.get("run_id") == run_id)):  # fmt: skip
+            return True
+    return False
+
+
+def _summary_run_id(run_dir: Path) -> str | None:
+    try:
+        return json.loads((run_dir / "summary.json").read_text())["provenance"]["run_id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _entry(line: str) -> dict | None:

@@ -132,3 +132,8 @@ def check_output_folders_in(arguments: list[str]) -> None:
             raise ValueError(f"branch_from={values['branch_from']} into the parent's own folder: give the branch "
                              f"another hydra.run.dir (e.g. {parent}-branch)")  # fmt: skip
     refuse_run_inside_a_run(Path(run_dir), "hydra.run.dir")
+    try:  # Hydra would make it with a traceback: a folder that cannot be made (read-only, not yours) is named here
+        Path(run_dir).expanduser().mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"cannot write to the run folder {run_dir} ({error.strerror or error}): choose a writable "
+                         f"hydra.run.dir") from None  # fmt: skip

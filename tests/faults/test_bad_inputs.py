@@ -6,6 +6,7 @@ Each case is a row of the table in docs/faults.md (a test below keeps the two in
 from __future__ import annotations
 
 import os
+import random
 import re
 import subprocess
 from pathlib import Path
@@ -267,3 +268,81 @@ def test_a_path_holding_equals_is_shown_how_to_quote(tmp_path: Path) -> None:
     assert result.returncode != 0 and "Traceback" not in result.stderr
     quoted = f"ckpt_path='{tmp_path}/checkpoints/step=00000002.ckpt'"
     assert f"quote it for Hydra inside the shell's quotes: \"{quoted}\"" in result.stderr
+
+
+def test_a_read_only_folder_above_the_run_folder_is_named(tmp_path: Path) -> None:
+    """Issue 43 drill 6: hydra.run.dir inside a read-only folder ended in Hydra's traceback from os.mkdir."""
+    from degen_train.storage.runlock import check_output_folders_in
+
+    folder = tmp_path / "readonly"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here (needs root): {mounted.stderr.decode().strip()}")
+    try:
+        with pytest.raises(ValueError, match=rf"cannot write to the run folder {folder}/run \(Read-only file system\)"
+                                             r": choose a writable hydra.run.dir"):  # fmt: skip
+            check_output_folders_in([f"hydra.run.dir={folder}/run"])
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_files_that_are_not_text_are_named(tmp_path: Path, drill: list[str]) -> None:
+    """Issue 43 drill 6: a tokenizer.json of random bytes, and eval.w8a8 given a binary file, both ended in "'utf-8'
+    codec can't decode byte 0x.." naming no file."""
+    binary = random.Random(1).randbytes(3000) + b"\xff"
+    tokenizer = tmp_path / "tokenizer"
+    tokenizer.mkdir()
+    (tokenizer / "tokenizer.json").write_bytes(binary)
+    with pytest.raises(ValueError, match=rf"{tokenizer}/tokenizer.json, line \d+: bytes .* are not UTF-8 \(a tokenizer "
+                                         r"file must be UTF-8 text"):  # fmt: skip
+        run(tmp_path / "a", *drill, f"data.tokenizer.path={tokenizer}")
+    (tokenizer / "tokenizer.json").write_text('{"version": "1.0", "truncated')
+    with pytest.raises(ValueError, match=rf"{tokenizer}/tokenizer.json is not JSON \(.*\): not a tokenizer's file"):
+        run(tmp_path / "b", *drill, f"data.tokenizer.path={tokenizer}")
+    (tmp_path / "probe.bin").write_bytes(binary)
+    with pytest.raises(ValueError, match=rf"{tmp_path}/probe.bin, line \d+: bytes .* are not UTF-8 \(a eval.w8a8 text "
+                                         r"file must be UTF-8 text"):  # fmt: skip
+        run(tmp_path / "c", *drill, f"eval.w8a8={tmp_path / 'probe.bin'}")
+    assert not (tmp_path / "c").exists()  # read before anything is written
+
+
+def test_a_file_size_limit_during_preparation_names_the_folder_and_what_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 43 drill 6: `ulimit -f` during preparation gave "[Errno 27] File too large" naming no file and left a
+    .partial folder without a word. The limit is now named with the cache entry, and the kept shards with it."""
+    import errno
+
+    import datasets
+
+    from degen_train.core.io import DiskFull
+    from degen_train.data import resumable
+
+    writes = {"count": 0}
+    real_save = datasets.Dataset.save_to_disk
+
+    def limited(self: datasets.Dataset, *args: object, **kwargs: object) -> None:
+        writes["count"] += 1
+        if writes["count"] > 1:  # the first shard is committed, the second meets the limit
+            raise OSError(errno.EFBIG, "File too large")
+        real_save(self, *args, **kwargs)
+
+    class Maker:
+        carry: list[int] = []
+
+        def feed(self, document: list[int]) -> list[dict]:
+            return [{"input_ids": document}]
+
+        def finish(self) -> list[dict]:
+            return []
+
+    monkeypatch.setattr(datasets.Dataset, "save_to_disk", limited)
+    monkeypatch.setattr(resumable, "SHARD_EXAMPLES", 2)
+    target = tmp_path / "cache" / "examples"
+    with pytest.raises(DiskFull, match=rf"a file over this process's size limit \(ulimit -f\) or the filesystem's "
+                                       rf"writing \S+shard-00001 .*raise the file-size limit \(ulimit -f\).* The "
+                                       rf"examples committed so far are kept in {tmp_path}/cache/\.examples\.partial; "
+                                       r"the same command resumes from them"):  # fmt: skip
+        resumable.build_in_shards(lambda skip: iter([[[1, 2], [3, 4]], [[5, 6], [7, 8]]]), Maker(), target)
+    assert (tmp_path / "cache" / ".examples.partial" / "shard-00000").is_dir() and not target.exists()

@@ -39,7 +39,9 @@ def tmpfs(where: Path, *options: str) -> Iterator[Path]:
 
 def test_disk_full_leaves_nothing_torn_and_the_run_resumes(tmp_path: Path, drill: list[str]) -> None:
     with tmpfs(tmp_path / "small", "size=10m") as disk:
-        with pytest.raises(OSError, match=r"could not write checkpoint .*last\.ckpt: No space left on device"):
+        with pytest.raises(OSError, match=r"could not write checkpoint .*last\.ckpt: No space left on device; nothing "
+                                          r"was written under that name\. Whole checkpoints in \S+: step=00000002\."
+                                          r"ckpt \(step 2\)"):  # fmt: skip
             run(disk / "run", *drill)
         folder = disk / "run" / "checkpoints"
         assert sorted(p.name for p in folder.iterdir()) == ["step=00000002.ckpt", "step=00000002.ckpt.meta.json"]
@@ -47,6 +49,21 @@ def test_disk_full_leaves_nothing_torn_and_the_run_resumes(tmp_path: Path, drill
         subprocess.run(["mount", "-o", "remount,size=256m", str(disk)], check=True)  # the operator frees space
         summary = run(disk / "run", *drill, "ckpt_path=last")
         assert summary["final_step"] == 8
+
+
+def test_a_failed_background_write_stops_the_run_naming_it_and_the_whole_ones(tmp_path: Path, drill: list[str]) -> None:
+    """Issue 43 drill 6: a failed write on the writer thread was reported only at the next checkpoint, whose message
+    said "earlier checkpoints are untouched" while the earlier one had also failed. Now the run stops at the next
+    step, naming the file, its step and the checkpoints that are whole; nothing older is rotated away for it."""
+    from degen_train.storage.checkpoints import CheckpointWriteFailed
+
+    with tmpfs(tmp_path / "small", "size=10m") as disk:
+        failed = r"the checkpoint \S+last\.ckpt \(step 2\) could not be written on the writer thread: .*No space"
+        whole = r"Whole checkpoints in \S+checkpoints: step=00000002\.ckpt \(step 2\); ckpt_path=auto resumes"
+        with pytest.raises(CheckpointWriteFailed, match=rf"{failed}.*{whole}"):
+            run(disk / "run", *drill, "callbacks.checkpoint.background=true")
+        folder = disk / "run" / "checkpoints"
+        assert verified_step(folder / "step=00000002.ckpt") == 2 and not (folder / "last.ckpt").exists()
 
 
 class _RunsCode:
@@ -184,3 +201,18 @@ def test_disk_full_during_the_export_names_the_folder_and_keeps_the_old_export(t
         with pytest.raises(OSError, match=rf"no space left on device writing {disk}/hf \(.*MiB free there\)"):
             export_pretrained(model, None, disk / "hf")
         assert sorted(p.name for p in disk.iterdir()) == ["hf"] and (disk / "hf" / "config.json").read_text() == "{}"
+
+
+def test_a_busy_folder_is_one_line_from_the_command(
+    tmp_path: Path, drill: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Issue 43 drill 6: two runs on one folder gave the right refusal inside a 4-frame traceback."""
+    from degen_train.cli.train import main
+
+    monkeypatch.setattr(sys, "argv", ["degen-train", *drill, "trainer.max_steps=2", f"hydra.run.dir={tmp_path}"])
+    with run_dir_lock(tmp_path), pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 1
+    said = capsys.readouterr().err
+    assert f"degen-train: error: the run folder {tmp_path} is in use by pid {os.getpid()}" in said
+    assert "Traceback" not in said

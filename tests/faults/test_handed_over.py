@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from tests.conftest import FAST
@@ -37,7 +38,7 @@ def test_a_recorded_config_may_only_build_the_house_targets(tmp_path: Path, sour
     (handed / "config.yaml").write_text(yaml.safe_dump(config))
     result = degen_train("--reproduce", str(handed), f"hydra.run.dir={tmp_path / 'again'}")
     assert result.returncode != 0
-    assert "names _target_ 'os.system' at callbacks.evil._target_, which degen-train's own configs never" in (
+    assert "_target_ 'os.system' at callbacks.evil._target_, which degen-train's own configs never build" in (
         result.stderr
     )
     assert not marker.exists() and not (tmp_path / "again").exists()
@@ -227,43 +228,54 @@ def test_a_finished_run_says_so_and_how_to_train_it_longer(tmp_path: Path, drill
 
 
 def test_a_reproduction_writes_and_deletes_nothing_outside_its_own_folder(tmp_path: Path, source_run: Path) -> None:
-    """Issue drill: a record whose allowed targets point at the user's own folders. Before: the top-k rotation
-    deleted step=1 and step=2 in the user's checkpoint folder and overwrote its last.ckpt; the Trainer's root, the
-    loggers, an added TensorBoard logger and the data cache wrote at the record author's paths; the record's hub
-    upload, Hydra settings and defaults list were obeyed."""
-    victims = {name: tmp_path / "mine" / name for name in ("ckpts", "root", "logs", "tb", "cache")}
+    """Issue drills (rounds 4 and 5): a record whose allowed targets point at the user's own folders. Before: the
+    top-k rotation deleted step=1 and step=2 in the user's checkpoint folder and overwrote its last.ckpt; the
+    Trainer's root, the loggers, an added TensorBoard logger and the data cache wrote at the record author's paths;
+    `logger.csv.save_dir: RUN/../victim` was rebased to `${run_dir}/../victim` and trusted; a checkpoint file name
+    `../../victim/step={step:08d}` wrote there and its rotation deleted the user's step=00000001.ckpt; a profiler's
+    dirpath wrote outside; the record's hub upload, Hydra settings and defaults list were obeyed."""
+    victims = {name: tmp_path / "mine" / name for name in ("ckpts", "root", "logs", "tb", "cache", "profile")}
     for folder in victims.values():
         folder.mkdir(parents=True)
     for name in ("step=00000001.ckpt", "step=00000002.ckpt", "last.ckpt"):
         (victims["ckpts"] / name).write_bytes(b"my own checkpoint " + name.encode())
+    (victims["logs"] / "metrics.csv").write_text("my own metrics\n")
     before = {name: fingerprint(folder) for name, folder in victims.items()}
+    handed = tmp_path / "handed"
     config = yaml.safe_load((source_run / "config.yaml").read_text())
-    config["callbacks"]["checkpoint"].update(dirpath=str(victims["ckpts"]), every_n_train_steps=1, save_top_k=1)
+    config["run_dir"] = str(handed)
+    config["callbacks"]["checkpoint"].update(dirpath=str(victims["ckpts"]), every_n_train_steps=1, save_top_k=1,
+                                             filename="../../mine/ckpts/step={step:08d}")  # fmt: skip
     config["trainer"]["default_root_dir"] = str(victims["root"])
-    config["logger"]["csv"]["save_dir"] = str(victims["logs"])
+    config["trainer"]["profiler"] = {"_target_": "lightning.pytorch.profilers.PyTorchProfiler",
+                                     "dirpath": str(victims["profile"]), "filename": "../../escape"}  # fmt: skip
+    config["logger"]["csv"]["save_dir"] = f"{handed}/../mine/logs"
     config["logger"]["tensorboard"] = {"_target_": "lightning.pytorch.loggers.TensorBoardLogger",
                                        "save_dir": str(victims["tb"]), "name": "../escape", "version": ""}  # fmt: skip
     config["data"]["cache_dir"] = str(victims["cache"])
     config["push_to_hub"] = {"repo_id": "someone/else", "private": False, "message": "x", "dry_run": False}
     config["defaults"] = ["_self_", {"override hydra/launcher": "basic"}]
     config["hydra"] = {"run": {"dir": str(victims["root"])}}
-    handed = tmp_path / "handed"
     handed.mkdir()
     (handed / "config.yaml").write_text(yaml.safe_dump(config))
     again = tmp_path / "again"
     result = degen_train("--reproduce", str(handed), "trainer.enable_progress_bar=false", f"hydra.run.dir={again}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert {name: fingerprint(folder) for name, folder in victims.items()} == before
-    assert not (tmp_path / "mine" / "escape").exists()
+    assert not (tmp_path / "mine" / "escape").exists() and not (tmp_path / "escape").exists()
     assert (again / "checkpoints" / "last.ckpt").is_file() and (again / "logs" / "metrics.csv").is_file()
     said = result.stdout + result.stderr
-    for line in ("push_to_hub.repo_id=someone/else dropped", "its Hydra settings (hydra:) dropped",
-                 "its defaults list (defaults:) dropped", f"callbacks.checkpoint.dirpath={victims['ckpts']} replaced",
-                 f"logger.csv.save_dir={victims['logs']} replaced", "logger.tensorboard.name=../escape replaced",
-                 "the recorded config reads data.path="):  # fmt: skip
-        assert line in said, line
+    left_out = next(line for line in said.splitlines() if "not read, this run decides them" in line)
+    for part in ('"repo_id": "someone/else"', 'hydra={"run"', "defaults=", "logger={",
+                 f"callbacks.checkpoint.dirpath={victims['ckpts']}", "callbacks.checkpoint.filename=../../mine",
+                 f"trainer.profiler.dirpath={victims['profile']}", "data.cache_dir=",
+                 f"trainer.default_root_dir={victims['root']}"):  # fmt: skip
+        assert part in left_out, part
+    assert "the recorded config reads data.path=" in said
     recorded = yaml.safe_load((again / "config.yaml").read_text())
     assert recorded["push_to_hub"]["repo_id"] is None and recorded["data"]["cache_dir"] != str(victims["cache"])
+    assert recorded["callbacks"]["checkpoint"]["filename"] == "step={step:08d}"
+    assert recorded["trainer"]["profiler"]["dirpath"] == f"{again}/profile" and list(recorded["logger"]) == ["csv"]
 
 
 def test_an_interpolation_in_a_record_is_refused(tmp_path: Path, source_run: Path) -> None:
@@ -276,7 +288,7 @@ def test_an_interpolation_in_a_record_is_refused(tmp_path: Path, source_run: Pat
     (handed / "config.yaml").write_text(yaml.safe_dump(config))
     result = degen_train("--reproduce", str(handed), f"hydra.run.dir={tmp_path / 'again'}")
     assert result.returncode != 0
-    assert "holds the interpolation '${oc.env:SOME_VAR}' at data.path; a recorded config is written resolved" in (
+    assert "data.path='${oc.env:SOME_VAR}' holds an interpolation; a recorded setting is a plain value" in (
         result.stderr
     )
     assert not (tmp_path / "again").exists()
@@ -302,3 +314,202 @@ def test_a_resumed_folder_never_writes_through_a_link(tmp_path: Path, drill: lis
     with pytest.raises(ValueError, match=r"holds symbolic links"):  # the Python API too
         run(folder, *drill, "trainer.max_steps=4", "export_hf=false", "ckpt_path=last")
     assert all(path.read_text() == f"someone's {name} file\n" for name, path in outside.items())
+
+
+def parent_copy(tmp_path: Path, source_run: Path, *entries: str) -> Path:
+    """A copy of a finished run (checkpoint at step 2) whose overrides.json gained ``entries``: a stranger's parent."""
+    copy = tmp_path / "parent"
+    shutil.copytree(source_run, copy)
+    overrides = json.loads((copy / "overrides.json").read_text())
+    (copy / "overrides.json").write_text(json.dumps([*overrides, *entries]))
+    return copy
+
+
+def test_a_strangers_parent_builds_no_code(tmp_path: Path, source_run: Path, drill: list[str]) -> None:
+    """Issue 43 drill 1: a `_target_` inside a value of a parent's override (the key held none) built torch.load on
+    a base64 pickle that ran a shell command; a builtins.open variant truncated a user's file to 0 bytes."""
+    import base64
+    import os
+
+    marker, victim = tmp_path / "code-ran", tmp_path / "victim.txt"
+    victim.write_text("my own notes\n")
+
+    class Payload:
+        def __reduce__(self) -> tuple:
+            return os.system, (f"touch {marker}",)
+
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(Payload(), buffer)  # what torch.load(weights_only=False) unpickles: os.system runs
+    payload = base64.b64encode(buffer.getvalue()).decode()
+    loads = ("+callbacks.zz={_target_:torch.load,f:{_target_:io.BytesIO,initial_bytes:{_target_:base64.b64decode,"
+             f"s:'{payload}'}}}},weights_only:false}}")  # fmt: skip
+    opens = f"+callbacks.yy={{_target_:builtins.open,file:'{victim}',mode:w}}"
+    for entry, target in ((loads, "torch.load"), (opens, "builtins.open")):
+        parent = parent_copy(tmp_path / target, source_run, entry)
+        said = rf"{parent}/overrides.json: _target_ '{target}' at callbacks\.\w\w\._target_, which degen-train's own"
+        with pytest.raises(ValueError, match=said + " configs never build there"):
+            run(tmp_path / target / "branch", *drill, "trainer.max_steps=4", f"branch_from={parent}@2")
+    assert not marker.exists() and victim.read_text() == "my own notes\n"
+
+
+def test_where_a_branch_writes_logs_and_uploads_is_never_its_parents(
+    tmp_path: Path, source_run: Path, drill: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 43 drill 2 and 4: a parent's checkpoint folder and top-k deleted the user's step=1..3.ckpt and overwrote
+    their last.ckpt (rc 0), as did a checkpoint file name ../../VICTIM/x; logger.csv.save_dir rewrote a user's
+    metrics.csv, logger.csv.name=../../X wrote into the temp folder; push_to_hub in dict form was inherited; a
+    parent's hydra/job_logging=disabled crashed in 7 frames; the branch's change list named none of them."""
+    victims = {name: tmp_path / "mine" / name for name in ("ckpts", "logs", "named")}
+    for folder in victims.values():
+        folder.mkdir(parents=True)
+    for name in ("step=00000001.ckpt", "step=00000002.ckpt", "step=00000003.ckpt", "last.ckpt"):
+        (victims["ckpts"] / name).write_bytes(b"my own checkpoint " + name.encode())
+    (victims["logs"] / "metrics.csv").write_text("my own metrics\n")
+    before = {name: fingerprint(folder) for name, folder in victims.items()}
+    parent = parent_copy(
+        tmp_path, source_run, f"callbacks.checkpoint.dirpath={victims['ckpts']}", "callbacks.checkpoint.save_top_k=1",
+        "callbacks.checkpoint.filename='../../mine/named/x'", f"logger.csv.save_dir={victims['logs']}",
+        "logger.csv.name=../../escape", "push_to_hub={repo_id:attacker/exfil,private:false}",
+        "hydra/job_logging=disabled", "+push_to_hub.dry_run=false")  # fmt: skip
+    branch = tmp_path / "branch"
+    caplog.set_level("INFO", logger="degen_train")
+    summary = run(branch, *drill, "trainer.max_steps=4", f"branch_from={parent}@2", "push_to_hub.dry_run=true")
+    assert summary["final_step"] == 4 and "push_to_hub" not in summary
+    assert {name: fingerprint(folder) for name, folder in victims.items()} == before
+    assert not (tmp_path / "escape").exists() and not any(tmp_path.glob("**/escape"))
+    assert sorted(p.name for p in (branch / "checkpoints").glob("*.ckpt")) == ["last.ckpt", "step=00000004.ckpt"]
+    assert (branch / "logs" / "metrics.csv").is_file()
+    left_out = next(r.getMessage() for r in caplog.records if "not read, this run decides them" in r.getMessage())
+    for part in (f"callbacks.checkpoint.dirpath={victims['ckpts']}", "callbacks.checkpoint.filename=../../mine",
+                 f"logger.csv.save_dir={victims['logs']}", "logger.csv.name=../../escape",
+                 '"repo_id": "attacker/exfil"', "hydra/job_logging=disabled", "push_to_hub.dry_run=False"):  # fmt: skip
+        assert part in left_out, part
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ("data.path=${oc.env:HOME}", r"data\.path='\$\{oc\.env:HOME\}' holds an interpolation"),
+        ("data.batch_size=abc", r"data\.batch_size='abc': Input should be a valid integer"),
+        ("+model.hiden_size=64", r"model\.hiden_size=64: not a setting of degen-train"),
+        ("recipe=../../etc", r"recipe='\.\./\.\./etc': not one of the group's configs in conf/recipe/"),
+        ("optimizer.lr=1,2", r"'optimizer\.lr=1,2': a package or a sweep is not a setting of one run"),
+    ],
+)
+def test_a_parents_setting_the_house_does_not_allow_is_named_with_its_file(
+    tmp_path: Path, source_run: Path, drill: list[str], entry: str, said: str
+) -> None:
+    """Issue 43 drills 4 and 6: ${oc.env:...} in a parent's overrides was resolved against the user's environment;
+    a parent's data.batch_size=abc was refused without naming the parent's file."""
+    parent = parent_copy(tmp_path, source_run, entry)
+    with pytest.raises(ValueError, match=rf"^{parent}/overrides.json: {said}.*branch_from={parent}@2: a parent's "
+                                         r"recorded overrides are read as data"):  # fmt: skip
+        run(tmp_path / "branch", *drill, "trainer.max_steps=4", f"branch_from={parent}@2")
+    assert not (tmp_path / "branch").exists()
+
+
+def test_a_report_never_writes_through_a_link(tmp_path: Path, source_run: Path) -> None:
+    """Issue 43 drill 5: degen-report on a sweep whose report/ is a link to a user folder replaced that folder's
+    report.md and runs.csv, rc 0."""
+    from degen_train.cli.report import main as report_main
+
+    sweep, mine = tmp_path / "sweep", tmp_path / "mine"
+    shutil.copytree(source_run, sweep / "run", ignore=shutil.ignore_patterns("hf", "checkpoints"))
+    mine.mkdir()
+    (mine / "report.md").write_text("my own report\n")
+    (sweep / "report").symlink_to(mine)
+    with pytest.raises(SystemExit) as exited:
+        report_main([str(sweep), "--no-analyze"])
+    assert exited.value.code == 2
+    assert [p.name for p in mine.iterdir()] == ["report.md"] and (mine / "report.md").read_text() == "my own report\n"
+    (sweep / "report").unlink()
+    (sweep / "report" / "figures").parent.mkdir()
+    (sweep / "report" / "figures").symlink_to(mine)  # a link inside the folder: refused the same way
+    with pytest.raises(SystemExit):
+        report_main([str(sweep), "--no-analyze"])
+    assert [p.name for p in mine.iterdir()] == ["report.md"]
+
+
+def test_a_run_whose_config_was_replaced_is_no_longer_the_users_own(
+    tmp_path: Path, drill: list[str], drill_corpus: Path
+) -> None:
+    """Issue 43 drill 4: a run of the user's own sweep whose config.yaml was replaced was still "own" to the report,
+    which then read the corpus the new file named. The registry now vouches for the config.yaml it saw written."""
+    from degen_train.evaluation.analyze import analyze
+    from degen_train.storage.own_runs import is_own
+
+    own = tmp_path / "own"
+    run(own, *drill, "trainer.max_steps=2")
+    assert is_own(own)
+    config = yaml.safe_load((own / "config.yaml").read_text())
+    secret = tmp_path / "secret.txt"
+    secret.write_text("a file the user never named\n" * 50)
+    config["data"]["path"] = str(secret)
+    (own / "config.yaml").write_text(yaml.safe_dump(config))
+    assert not is_own(own)
+    with pytest.raises(ValueError, match=rf"names data.path={secret}, outside the folder"):
+        analyze(own, out=tmp_path / "analysis", max_sentences=10)
+
+
+def test_an_export_whose_weights_are_not_its_configs_model_is_named(tmp_path: Path, source_run: Path) -> None:
+    """Issue 43 drills 4 and 6: an export whose weights were another model's (8 tensors unused) was fine-tuned
+    without a word; a truncated model.safetensors or a changed hidden_size gave a 10-frame traceback."""
+    from safetensors.torch import load_file, save_file
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from degen_train.cli.finetune import main as finetune_main
+    from degen_train.metrics.encode import model_folder
+
+    def export_copy(name: str) -> Path:
+        folder = tmp_path / name
+        shutil.copytree(source_run / "hf", folder)
+        return folder
+
+    other = export_copy("other")
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=64))
+    save_file({k: v.contiguous() for k, v in gpt2.state_dict().items() if k != "lm_head.weight"},
+              str(other / "model.safetensors"))  # fmt: skip
+    said = (r"other: the weights in model.safetensors are not the model its config.json describes \(BertFor\w+\): \d+ "
+            r"tensors the config has no place for \(transformer.h \(\d+\).*tensors the config needs are missing \(bert")
+    with pytest.raises(ValueError, match=said):
+        model_folder(other)
+    extra = export_copy("extra")
+    weights = load_file(str(extra / "model.safetensors"))
+    save_file({**weights, **{f"bert.extra.{i}.weight": torch.zeros(2) for i in range(8)}},
+              str(extra / "model.safetensors"))  # fmt: skip
+    with pytest.raises(SystemExit) as exited:
+        finetune_main([str(extra), "--task", "rte", "--data", str(tmp_path), "--out", str(tmp_path / "ft")])
+    assert "8 tensors the config has no place for (bert.extra (8))" in str(exited.value.code)
+    assert not (tmp_path / "ft").exists()
+    wider = export_copy("wider")
+    config = json.loads((wider / "config.json").read_text())
+    (wider / "config.json").write_text(json.dumps({**config, "hidden_size": config["hidden_size"] * 2}))
+    with pytest.raises(ValueError, match=r"shapes differ: bert\.embeddings\.LayerNorm\.bias \(128,\) \(config: \(256,"):
+        model_folder(wider)
+    cut = export_copy("cut")
+    data = (cut / "model.safetensors").read_bytes()
+    (cut / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"cut/model.safetensors is not a readable safetensors file \(.*\): it was "
+                                         r"cut short"):  # fmt: skip
+        model_folder(cut)
+
+
+def test_a_report_reads_a_branchs_parent_only_where_it_was_asked_to(tmp_path: Path, source_run: Path) -> None:
+    """A handed-over branch's summary.json names its parent by path; the report read that folder's metrics.csv and
+    summary.json wherever it was. It now reads a parent inside the folders it was given, or a run of the user's own."""
+    import pandas as pd
+
+    from degen_train.report.branches import branch_table
+
+    sweep, elsewhere = tmp_path / "sweep", tmp_path / "elsewhere"
+    shutil.copytree(source_run, elsewhere, ignore=shutil.ignore_patterns("hf", "checkpoints"))  # a copy: not own
+    branch = sweep / "cooldown"
+    branch.mkdir(parents=True)
+    (branch / "summary.json").write_text(json.dumps({"branched_from": {"run": str(elsewhere), "step": 2}}))
+    table = pd.DataFrame([{"run": "cooldown", "path": str(branch), "val_loss": 1.0}])
+    (heading, rows), = branch_table(table, [sweep])
+    assert rows.iloc[0]["run"] == "elsewhere (parent, not read: outside the folders given and not a run of yours)"
+    (heading, rows), = branch_table(table, [sweep, elsewhere])
+    assert "validated after update" in rows.iloc[0]["run"]

@@ -1,0 +1,165 @@
+"""The house's own settings: every key its yaml (conf/) or its typed schema names, with the types and ``_target_``s
+found there. The allow-list a handed-over file is read through (handed_over.py) is built from this and nothing else,
+so a setting added to conf/ or to the schema is allowed without editing a list by hand."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from degen_train.core.paths import config_dir
+
+PACKAGE_LINE = re.compile(r"^#\s*@package\s+(\S+)")
+# conf/ files that are not part of a training config: another application's config, and Hydra's own settings.
+NOT_TRAINING = ("reproduce.yaml", "hydra")
+# conf/ files at the top that a defaults list places under a package of their own (train.yaml: finetune@eval.finetune)
+TOP_PACKAGES = {"train.yaml": "", "finetune.yaml": "eval.finetune"}
+
+
+@dataclass
+class HouseKey:
+    """What the house's yaml holds at one key: the kinds of value (bool, int, float, str, none, list, dict) and, at a
+    ``_target_`` key, the names it builds there."""
+
+    kinds: set[str] = field(default_factory=set)
+    values: set[str] = field(default_factory=set)
+
+
+def kind_of(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "bool"
+    for kind, types in (("int", int), ("float", float), ("str", str), ("list", list | tuple), ("dict", dict)):
+        if isinstance(value, types):
+            return kind
+    return type(value).__name__
+
+
+def yaml_files(root: Path) -> list[Path]:
+    """Every yaml under ``root``, through linked folders too (conf/recipe is a link to recipes/ in a checkout)."""
+    found = []
+    for folder, _, names in os.walk(root, followlinks=True):
+        found += [Path(folder) / name for name in names if name.endswith(".yaml")]
+    return sorted(found)
+
+
+@functools.cache
+def house_files() -> tuple[tuple[str, dict[str, Any]], ...]:
+    """(package, content) of every yaml of conf/ that a training config is composed from, ``defaults`` left out."""
+    files = []
+    root = config_dir()
+    for path in yaml_files(root):
+        relative = path.relative_to(root)
+        if relative.parts[0] in NOT_TRAINING:
+            continue
+        tree = OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {}
+        tree.pop("defaults", None)
+        files.append((_package_of(path, relative), tree))
+    return tuple(files)
+
+
+@functools.cache
+def house_keys() -> dict[str, HouseKey]:
+    """{dotted key: HouseKey} over every yaml of conf/ at the package its defaults list places it in (a list's items
+    under ``KEY[]``)."""
+    keys: dict[str, HouseKey] = {}
+    for package, tree in house_files():
+        _collect(tree, package, keys)
+    return keys
+
+
+def _package_of(path: Path, relative: Path) -> str:
+    for line in path.read_text(encoding="utf-8").splitlines()[:5]:
+        found = PACKAGE_LINE.match(line)
+        if found:
+            return "" if found.group(1) == "_global_" else found.group(1)
+    if len(relative.parts) == 1:
+        return TOP_PACKAGES.get(relative.name, relative.stem)
+    return relative.parts[0]  # a group's file, nested ones (model/family/encoder: model@_here_) included
+
+
+def _collect(tree: Any, prefix: str, keys: dict[str, HouseKey]) -> None:
+    if isinstance(tree, dict):
+        if prefix:
+            keys.setdefault(prefix, HouseKey()).kinds.add("dict")
+        for key, value in tree.items():
+            _collect(value, f"{prefix}.{key}" if prefix else str(key), keys)
+        return
+    entry = keys.setdefault(prefix, HouseKey())
+    entry.kinds.add(kind_of(tree))
+    if prefix.endswith("_target_") and isinstance(tree, str):
+        entry.values.add(tree)
+    if isinstance(tree, list):
+        for item in tree:
+            _collect(item, f"{prefix}[]", keys)
+
+
+def house_value(key: str) -> Any:
+    """The value the house's yaml gives ``key`` where one file alone sets it (an output location such as
+    ``callbacks.checkpoint.dirpath``); None where none or several do."""
+    found = []
+    for package, tree in house_files():
+        parts = key.split(".")
+        if package:
+            prefix = package.split(".")
+            if parts[: len(prefix)] != prefix:
+                continue
+            parts = parts[len(prefix) :]
+        node: Any = tree
+        for part in parts:
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None:
+            found.append(node)
+    return found[0] if len({repr(v) for v in found}) == 1 else None
+
+
+@functools.cache
+def house_groups() -> dict[str, frozenset[str]]:
+    """{config group: its options}, e.g. {"recipe": {"tacl", ...}, "model/family": {"encoder", "decoder"}}."""
+    root = config_dir()
+    groups: dict[str, set[str]] = {}
+    for path in yaml_files(root):
+        relative = path.relative_to(root)
+        if len(relative.parts) > 1:
+            groups.setdefault("/".join(relative.parts[:-1]), set()).add(path.stem)
+    return {group: frozenset(options) for group, options in groups.items()}
+
+
+@functools.cache
+def schema_fields() -> dict[str, Any]:
+    """{dotted key: (annotation, constraints)} of every field of the typed schema (config/schema.py), sections left
+    out: the value a key may hold, as the run's own check reads it."""
+    from pydantic import BaseModel
+
+    from degen_train.config.schema import TrainConfig
+
+    fields: dict[str, Any] = {}
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, info in model.model_fields.items():
+            key = f"{prefix}.{name}" if prefix else name
+            section = _model_in(info.annotation)
+            if section is not None:
+                walk(section, key)
+            else:
+                fields[key] = info
+
+    walk(TrainConfig, "")
+    return fields
+
+
+def _model_in(annotation: Any) -> Any:
+    """The pydantic model an annotation is (or is Optional of), else None."""
+    from typing import get_args
+
+    from pydantic import BaseModel
+
+    candidates = [annotation, *get_args(annotation)]
+    return next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
