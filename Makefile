@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install train test test-fast test-slow lint docs bench bench-gpu reproduce clean
+.PHONY: install train test test-process lint docs bench bench-gpu reproduce clean
 
 install: $(STAMP)
 
@@ -34,16 +34,14 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
-# Everything (what CI runs). test-fast leaves out the multi-process end-to-end tests marked slow (DDP
-# equality, kill -9 drills); test-slow runs only those.
+# Two tiers, set by tests/conftest.py from each test's code: `make test` runs every test that starts no Python
+# process (about 8 min here); `make test-process` the ones that do (the commands as users run them, two-process
+# DDP/FSDP2 equality, kill -9 and signal drills, a second writer, multirun). CI (.ci/run) runs both, in that order.
 test: $(STAMP) lint docs
-	$(BIN)/python -m pytest -q --durations=15 tests
+	$(BIN)/python -m pytest -q --durations=15 -m "not process" tests
 
-test-fast: $(STAMP) lint
-	$(BIN)/python -m pytest -q -m "not slow" tests
-
-test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow tests
+test-process: $(STAMP)
+	$(BIN)/python -m pytest -q --durations=15 -m process tests
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import corpus_overrides, save
-from degen_train.evaluation.analyze import analyze
+from degen_train.evaluation.model_analysis import analyze
 
 
 def main(run_dir: str | None = None, rounds: int = 3) -> dict[str, Any]:

@@ -17,12 +17,12 @@ import torch
 from bench.common import corpus_overrides, interleaved, matmul_peak, save
 from bench.spine import batches
 from degen_train.config import load_config
+from degen_train.losses.catalog import build_terms
+from degen_train.losses.contract import TermContext, WeightedSum
+from degen_train.losses.cosreg import cosine_regularizer
 from degen_train.models.backbone import Backbone, build_hf_model
 from degen_train.models.generator import sample_replacements
 from degen_train.optim import build_optimizer
-from degen_train.regularizers.cosreg import cosine_regularizer
-from degen_train.terms import TermContext, WeightedSum
-from degen_train.terms.catalog import build_terms
 
 
 def make_loss(sections: dict, backbone: Backbone, batch_size: int) -> WeightedSum:

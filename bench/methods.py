@@ -19,8 +19,8 @@ from bench.common import corpus_overrides, interleaved, save
 from bench.losses import make_loss, training_step
 from bench.spine import batches
 from degen_train.config import load_config
+from degen_train.losses.simctg import off_diagonal_pairs, simctg_loss_sum
 from degen_train.models.backbone import Backbone, build_hf_model
-from degen_train.regularizers.simctg import off_diagonal_pairs, simctg_loss_sum
 
 
 def main(rounds: int = 6) -> dict[str, Any]:

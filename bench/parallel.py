@@ -24,10 +24,10 @@ import torch
 from bench.common import corpus_overrides, interleaved, save
 from bench.spine import batches, our_step
 from degen_train.config import load_config
+from degen_train.losses.catalog import build_terms
 from degen_train.models.backbone import build_hf_model
 from degen_train.models.compile import compile_blocks
 from degen_train.run.build import data_format_for
-from degen_train.terms.catalog import build_terms
 
 QUIET = ["trainer.enable_progress_bar=false", "export_hf=false", "final_validation=false",
          "trainer.limit_val_batches=0", "~callbacks.checkpoint", "logger=none", "~callbacks.isotropy",
@@ -103,7 +103,7 @@ def _cosreg_on_one_rank(rank: int, port: int, shape: tuple[int, int], rounds: in
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
 
-    from degen_train.regularizers.cosreg import cosine_regularizer, sharded_cosine_regularizer
+    from degen_train.losses.cosreg import cosine_regularizer, sharded_cosine_regularizer
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)

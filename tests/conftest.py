@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from degen_train.data.builtin_corpus import builtin_documents
+# Inductor compiles in the test process, not in a pool of Python workers it would start for each session (79 such
+# processes cost more here than the tiny graphs of tests/unit/test_compile.py take to compile).
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
+from degen_train.data.builtin_corpus import builtin_documents  # noqa: E402
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
@@ -21,6 +25,10 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 # Settings that keep a test run small and quiet.
 FAST = [
+    # The end-of-run isotropy probe and the first step's FLOP count cost ~12% of a tiny run: a test that reads
+    # summary.json's final isotropy or its total MFU turns them on.
+    "callbacks.isotropy.at_end=false",
+    "callbacks.throughput.count_total_flops=false",
     "trainer.enable_progress_bar=false",
     "trainer.enable_model_summary=false",
     "trainer.log_every_n_steps=1",
@@ -64,12 +72,12 @@ def shared_data(*parts: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def dropout_free_teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A TaCL teacher for the multi-process tests: a short MLM+NSP run without dropout (its student inherits
-    the config, and dropout draws differ with the process count)."""
+def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The suite's one TaCL teacher (and SimCSE's starting point): a short MLM+NSP run without dropout (a
+    student inherits its config, and dropout draws differ with the process count of the two-process tests)."""
     from tests.helpers import run
 
-    run_dir = tmp_path_factory.mktemp("dropout_free_teacher")
+    run_dir = tmp_path_factory.mktemp("teacher")
     run(run_dir, "recipe=bert_mlm_nsp", "model=tiny", "data.tokenizer.vocab_size=1000", "trainer.max_steps=2",
         "model.dropout=0", "model.attention_dropout=0")  # fmt: skip
     return run_dir
@@ -82,3 +90,86 @@ def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path.write_text("\n\n".join(builtin_documents()[:4]))
     return path
 
+
+
+# Tiers. A test that starts a Python process (the degen-* commands, two-process jobs, kill drills, a second writer)
+# is marked `process`, found here from its code so that no list can drift: the test's own source, its fixtures'
+# and those of its module's helpers that start one, searched for PROCESS_STARTERS. `make test` runs the rest,
+# `make test-process` these, and `.ci/run` both. In a run that leaves `process` out, a test that still starts a
+# Python process fails saying so (the guard below), so a starter this search misses cannot slip into that tier.
+PROCESS_STARTERS = ("degen_train(", "on_two_processes(", "killed_run(", "cli_run(", "sys.executable", "multiprocessing")
+
+
+def _source(function: object) -> str:
+    import inspect
+
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        return ""
+
+
+def _module_starters(module: object) -> tuple[str, ...]:
+    """PROCESS_STARTERS plus ``name(`` for each function of ``module`` that starts a process, to a fixed point."""
+    import inspect
+
+    starters = list(PROCESS_STARTERS)
+    functions = {n: _source(f) for n, f in vars(module).items() if inspect.isfunction(f) and f.__module__ ==
+                 module.__name__}  # fmt: skip
+    grew = True
+    while grew:
+        grew = False
+        for name, source in functions.items():
+            body = source.split("\n", 1)[-1]  # not the def line itself
+            if f"{name}(" not in starters and _starts(body, tuple(starters)):
+                starters.append(f"{name}(")
+                grew = True
+    return tuple(starters)
+
+
+def _starts(source: str, starters: tuple[str, ...]) -> bool:
+    """Whether ``source`` calls a starter (``name(`` as a whole name, not ``check_name(``) or names sys.executable."""
+    import re
+
+    return any(re.search(r"(?<![\w])" + re.escape(starter), source) for starter in starters)
+
+
+def starts_a_process(item: pytest.Item) -> bool:
+    starters = _module_starters(item.module)
+    sources = [_source(item.function)]
+    for name, definitions in item._fixtureinfo.name2fixturedefs.items():
+        if name != "_python_processes_only_in_the_process_tier":  # the guard names sys.executable itself
+            sources += [_source(definition.func) for definition in definitions]
+    return any(_starts(source, starters) for source in sources)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if isinstance(item, pytest.Function) and starts_a_process(item):
+            item.add_marker(pytest.mark.process)
+
+
+@pytest.fixture(autouse=True)
+def _python_processes_only_in_the_process_tier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a run without the process tier, starting a Python process fails the test, naming what to change."""
+    import subprocess
+    import sys
+
+    if request.node.get_closest_marker("process") or "not process" not in (request.config.option.markexpr or ""):
+        return
+    original = subprocess.Popen.__init__
+    interpreters = str(Path(sys.executable).parent)
+
+    def guarded(self: subprocess.Popen, args: object, *rest: object, **kwargs: object) -> None:
+        import traceback
+
+        shown = " ".join(map(str, args)) if isinstance(args, list | tuple) else str(args)
+        compiler = any("torch/_inductor" in frame.filename for frame in traceback.extract_stack())  # its ISA probe
+        if not compiler and (str(sys.executable) in shown or interpreters in shown or "degen-" in shown):
+            raise AssertionError(
+                f"{request.node.nodeid} starts a Python process ({shown[:120]}) but is not in the process tier: "
+                f"start it through a helper named in tests/conftest.py PROCESS_STARTERS, or run it in-process"
+            )
+        original(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded)

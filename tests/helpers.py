@@ -103,7 +103,7 @@ def forward_output(
     """A hand-made ForwardOutput for a term's unit test: a vocabulary of 3 with 2-dim identity embeddings.
     Give ``logits`` and ``targets`` (a head's test: one sequence of len(targets) predicted tokens) or
     ``hidden_states``, ``attention_mask`` and ``input_ids`` (a states test: nothing predicted)."""
-    from degen_train.terms.types import ForwardOutput
+    from degen_train.models.output import ForwardOutput
 
     if targets is not None:  # one sequence whose every position is predicted
         input_ids = torch.zeros(1, len(targets), dtype=torch.long)

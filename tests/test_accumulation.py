@@ -20,15 +20,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from degen_train.terms import distributed_mean
-from degen_train.terms.accumulation import (
-    AccumulationWindows,
+from degen_train.data.windows import AccumulationWindows
+from degen_train.losses.accumulation import (
     Window,
     accumulation_warnings,
     averaging_over,
     verify_counts,
 )
-from degen_train.terms.catalog import build_terms
+from degen_train.losses.catalog import build_terms
+from degen_train.losses.contract import distributed_mean
 from tests.conftest import FAST
 from tests.helpers import checkpoint_weights, logged, on_two_processes, run
 
@@ -82,7 +82,7 @@ def max_weight_difference(a: Path, b: Path) -> float:
 def recipe_overrides(case: str, request: pytest.FixtureRequest) -> list[str]:
     overrides = [*SETTINGS, *RECIPES[case]]
     if case == "tacl":
-        overrides.append(f"teacher={request.getfixturevalue('dropout_free_teacher')}")
+        overrides.append(f"teacher={request.getfixturevalue('teacher')}")
     return overrides
 
 
@@ -130,7 +130,6 @@ def accumulated_on_two(tmp_path_factory: pytest.TempPathFactory, request: pytest
     return root
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("strategy", "case"), TWO_PROCESS_CASES)
 def test_two_processes_with_accumulation_equal_one_batch(
     tmp_path: Path, strategy: str, case: str, request: pytest.FixtureRequest, accumulated_on_two: Path

@@ -33,12 +33,12 @@ def sts_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_the_export_holds_the_best_scoring_step(tmp_path: Path, sts_file: Path, dropout_free_teacher: Path) -> None:
+def test_the_export_holds_the_best_scoring_step(tmp_path: Path, sts_file: Path, teacher: Path) -> None:
     run_dir = tmp_path / "run"
     summary = run(
         run_dir,
         "recipe=simcse",
-        f"start={dropout_free_teacher}",
+        f"start={teacher}",
         "optimizer.lr=1e-3",
         "trainer.max_steps=6",
         f"callbacks.best_by_sts.sts={sts_file}",
@@ -57,7 +57,7 @@ def test_the_export_holds_the_best_scoring_step(tmp_path: Path, sts_file: Path, 
         torch.testing.assert_close(tensor, chosen[f"backbone.model.{name}"], rtol=0, atol=0)
 
 
-def test_a_missing_sts_file_fails_before_training(tmp_path: Path, dropout_free_teacher: Path) -> None:
+def test_a_missing_sts_file_fails_before_training(tmp_path: Path, teacher: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"STS file .*nowhere.tsv does not exist"):
-        run(tmp_path, "recipe=simcse", f"start={dropout_free_teacher}", "callbacks.best_by_sts.sts=nowhere.tsv")
+        run(tmp_path, "recipe=simcse", f"start={teacher}", "callbacks.best_by_sts.sts=nowhere.tsv")
     assert not (tmp_path / "config.yaml").exists()

@@ -79,9 +79,9 @@ def test_a_cooldown_that_switches_a_regularizer_on_is_compared_by_its_objective(
 
     parent, cooldowns = tmp_path / "stable", tmp_path / "cooldowns"
     run(parent, *wsd(small_corpus), "regularizer=cosreg", "regularizer.cosreg.weight=0", "trainer.max_steps=10",
-        "export_hf=false")  # fmt: skip
+        "export_hf=false", "callbacks.isotropy.at_end=true")  # fmt: skip
     run(cooldowns / "on", f"branch_from={parent}@6", "trainer.max_steps=9", "scheduler.decay_steps=3",
-        "regularizer.cosreg.weight=1")  # fmt: skip
+        "regularizer.cosreg.weight=1", "callbacks.isotropy.at_end=true")  # fmt: skip
     (_, rows), *_ = report([cooldowns], run_analysis=False)["branches"].items()
     parent_row, branch_row = rows
     start = logged(parent, "val/mlm/loss")[5]

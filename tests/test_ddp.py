@@ -19,8 +19,6 @@ from tests.helpers import (
     one_process_run,
 )
 
-pytestmark = pytest.mark.slow  # several processes per test: make test-slow (make test runs them too)
-
 CASES = {
     # Gathered SCL negatives: a differentiable gather, so every process's anchors push on every key.
     "coco_lm": (
@@ -100,20 +98,20 @@ def case_overrides(case: str, teacher: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def ddp_runs(tmp_path_factory: pytest.TempPathFactory, dropout_free_teacher: Path) -> Path:
+def ddp_runs(tmp_path_factory: pytest.TempPathFactory, teacher: Path) -> Path:
     """Every case on 2 DDP processes × 4 sequences, one after another on one two-process job."""
     root = tmp_path_factory.mktemp("ddp")
     ddp = ["strategy=ddp", "trainer.devices=2", "data.batch_size=4"]
-    cases = [(root / case, [*SAME_RUN_SETTINGS, *case_overrides(case, dropout_free_teacher), *ddp]) for case in CASES]
+    cases = [(root / case, [*SAME_RUN_SETTINGS, *case_overrides(case, teacher), *ddp]) for case in CASES]
     on_two_processes(cases)
     return root
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_terms_that_mix_samples_match_one_process_in_weights(
-    tmp_path: Path, case: str, ddp_runs: Path, dropout_free_teacher: Path
+    tmp_path: Path, case: str, ddp_runs: Path, teacher: Path
 ) -> None:
     """2 processes x 4 sequences = 1 process x 8, in losses and in weights after 6 updates."""
-    one_process_run(tmp_path / "single", *case_overrides(case, dropout_free_teacher), "data.batch_size=8")
+    one_process_run(tmp_path / "single", *case_overrides(case, teacher), "data.batch_size=8")
     assert_same_run(ddp_runs / case, tmp_path / "single", (*CASES[case][1], "train/loss", "val/loss"))
     assert torch.load(ddp_runs / case / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 6

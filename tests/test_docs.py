@@ -87,8 +87,9 @@ def check_degen_train(arguments: list[str], earlier: dict[str, list[str]]) -> No
     """``earlier``: the overrides of the page's earlier runs by their hydra.run.dir, so that a branch is composed
     with its parent's overrides first, as config.inherited.inherited_overrides does with the parent's folder."""
     from degen_train.config import load_config
-    from degen_train.config.overrides import refuse_unknown_term_options, refuse_unquoted_equals
+    from degen_train.config.overrides import refuse_unquoted_equals
     from degen_train.config.schema import validate_config
+    from degen_train.losses.catalog import refuse_unknown_term_options
 
     if arguments[:1] in (["--list"], ["--reproduce"]):  # the listing and a rerun of a folder (tests/test_records.py)
         return

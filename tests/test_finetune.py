@@ -263,7 +263,6 @@ def test_eval_glue_fine_tunes_the_export_into_the_summary_and_the_report(tmp_pat
     }
 
 
-@pytest.mark.slow
 def test_eval_glue_after_a_two_process_pretraining_run_fine_tunes_on_rank_0_alone(tmp_path: Path) -> None:
     """A DDP pretraining run with eval.glue: rank 0 fine-tunes the export in its own process (rank 1 has finished),
     never waiting for a partner that is not there, and the scores land in summary.json."""
@@ -292,7 +291,7 @@ def test_eval_glue_settings_are_checked_before_training(tmp_path: Path) -> None:
 
 def test_a_fine_tuned_model_is_kept_and_degen_analyze_reads_it(tmp_path: Path, minilm: Path) -> None:
     """--save-models: geometry after fine-tuning (Rajaee & Pilehvar 2021) with the same instrument as before."""
-    from degen_train.evaluation.analyze import analyze
+    from degen_train.evaluation.model_analysis import analyze
 
     train = tiny_task(tmp_path, rows=16)
     arguments = [str(minilm), "--train", str(train), "--dev", str(train), "--text-columns", "premise,hypothesis",

@@ -19,8 +19,6 @@ from tests.helpers import (
     one_process_run,
 )
 
-pytestmark = pytest.mark.slow  # several processes per test: make test-slow (make test runs them too)
-
 CASES = {
     # bert_mlm: the resume tests below compare 2-process runs with one process straight.
     "bert_mlm_nsp": (["recipe=bert_mlm_nsp", "model=tiny"], ("train/mlm/loss", "train/nsp/loss")),
@@ -60,10 +58,10 @@ def case_overrides(case: str, teacher: Path) -> tuple[list[str], tuple[str, ...]
 
 @pytest.mark.parametrize("case", [*CASES, "tacl"])
 def test_fsdp2_two_processes_match_one_process_in_losses_and_weights(
-    tmp_path: Path, case: str, fsdp_runs: Path, dropout_free_teacher: Path
+    tmp_path: Path, case: str, fsdp_runs: Path, teacher: Path
 ) -> None:
     """2 processes × 4 sequences with FSDP2 = 1 process × 8, in losses and in weights after 6 updates."""
-    common, keys = case_overrides(case, dropout_free_teacher)
+    common, keys = case_overrides(case, teacher)
     one_process_run(tmp_path / "single", *common, "data.batch_size=8")
     assert_same_run(fsdp_runs / case, tmp_path / "single", keys)
     log = (fsdp_runs / case / "train.log").read_text()
@@ -98,11 +96,11 @@ AGG = ["recipe=agg", "model=gpt2_tiny", "objective.agg.window_steps=2", "objecti
 
 
 @pytest.fixture(scope="module")
-def fsdp_runs(tmp_path_factory: pytest.TempPathFactory, dropout_free_teacher: Path) -> Path:
+def fsdp_runs(tmp_path_factory: pytest.TempPathFactory, teacher: Path) -> Path:
     """Every two-process run of this module on one FSDP2 job, in order: the cases; a 3-step sharded run; each
     resume's legs on 2 processes (a 1-process leg runs here, before the job, or in its test, after); AGG's."""
     root = tmp_path_factory.mktemp("fsdp")
-    on_two = [(root / case, [*SAME_RUN_SETTINGS, *case_overrides(case, dropout_free_teacher)[0], *ON_TWO])
+    on_two = [(root / case, [*SAME_RUN_SETTINGS, *case_overrides(case, teacher)[0], *ON_TWO])
               for case in [*CASES, "tacl"]]  # fmt: skip
     on_two.append((root / "sharded", [*SAME_RUN_SETTINGS, *RESUMABLE, *ON_TWO, "trainer.max_steps=3"]))
     for name, (first, second) in RESUMES.items():

@@ -15,9 +15,9 @@ import torch
 
 from degen_train.data.datamodule import loader_workers
 from degen_train.devices.device_reads import DeferredRead
+from degen_train.losses.contract import WeightedSum
 from degen_train.optim import kernel_choice
 from degen_train.storage.checkpoints import BackgroundCheckpointIO, CheckpointWriteFailed, verified_step
-from degen_train.terms import WeightedSum
 from tests.conftest import REPO
 from tests.helpers import checkpoint_weights, logged, masked_batch, run, tiny_backbone
 
@@ -42,8 +42,7 @@ def test_the_collators_labelled_positions_give_what_a_boolean_mask_gives() -> No
 
 def test_a_term_that_replaces_labels_without_their_positions_loses_the_stale_ones() -> None:
     """WeightedSum drops a labelled_index that no longer matches the labels a term put in its place."""
-    from degen_train.terms import LossTerm
-    from degen_train.terms.types import TermOutput
+    from degen_train.losses.contract import LossTerm, TermOutput
 
     class Relabel(LossTerm):
         def prepare_batch(self, batch: dict) -> dict:

@@ -16,8 +16,6 @@ from tests.helpers import (
     one_process_run,
 )
 
-pytestmark = pytest.mark.slow  # several processes per test: make test-slow (make test runs them too)
-
 # GPT-2: Conv1D blocks (the transposed-weight rate factor) and a tied embedding on AdamW.
 MUON = ["recipe=gpt2_mle", "model=gpt2_tiny", "data.tokenizer.vocab_size=1000", "optimizer=muon",
         "optimizer.muon_ns_dtype=float32", "callbacks.checkpoint.every_n_train_steps=3", "scheduler.total_steps=6",

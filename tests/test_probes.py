@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from degen_train.cli.evaluate import main as eval_main
-from degen_train.evaluation.analyze import analyze
-from degen_train.evaluation.evaluate import evaluate, format_table
+from degen_train.evaluation.export_probes import evaluate, format_table
+from degen_train.evaluation.model_analysis import analyze
 from degen_train.metrics.probes import read_sts, read_wic
 from tests.conftest import shared_data
 from tests.helpers import run

@@ -14,7 +14,7 @@ import torch
 from degen_train.config import load_config
 from degen_train.core.paths import config_dir
 from degen_train.data import corpus as corpus_module
-from degen_train.terms.catalog import discover_terms
+from degen_train.losses.catalog import discover_terms
 from tests.helpers import degen_train, logged, run
 
 SHORT = ["trainer.max_steps=4", "data.tokenizer.vocab_size=1000", "trainer.val_check_interval=4"]
@@ -25,7 +25,7 @@ def text_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("records")
     corpus = folder / "corpus.txt"
     corpus.write_text("\n\n".join(f"paragraph {i} has some words about cones and spectra." for i in range(300)))
-    run(folder / "run", "data=text", f"data.path={corpus}", *SHORT)
+    run(folder / "run", "data=text", f"data.path={corpus}", *SHORT, "callbacks.throughput.count_total_flops=true")
     return folder / "run"
 
 

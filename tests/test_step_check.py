@@ -14,9 +14,11 @@ from degen_train.config import load_config
 from degen_train.config.schema import checked_config
 from degen_train.data.datamodule import make_collator, prepare_data
 from degen_train.data.sampling import PositionedExamples
+from degen_train.losses.catalog import build_terms
+from degen_train.losses.contract import TermOutput
+from degen_train.losses.cosreg import CosineRegularizer
+from degen_train.losses.istar import isoscore_of_covariance
 from degen_train.models.backbone import model_family
-from degen_train.regularizers.cosreg import CosineRegularizer
-from degen_train.regularizers.istar import isoscore_of_covariance
 from degen_train.run.build import data_format_for
 from degen_train.run.pretrain import build_module
 from degen_train.run.step_check import (
@@ -26,18 +28,15 @@ from degen_train.run.step_check import (
     watch_autocast_step,
     watch_fake_device_step,
 )
-from degen_train.terms.catalog import build_terms
-from degen_train.terms.types import TermOutput
-from tests.helpers import run
-from tests.test_recipes import RECIPES, TINY, overrides
+from tests.test_recipes import RECIPES, overrides
 
 # Every place a training step may still wait for the device, and why it must. Anything else is a regression.
 NEEDED_READS = {
     "transformers/masking_utils.py": "a padded batch's attention mask (NSP pairs, COCO-LM's crops, TaCL's teacher "
     "input): transformers reads it to decide whether SDPA needs it. Packed blocks carry no mask (model_inputs)",
-    "degen_train/objectives/agg.py": "AGG keeps each step's target ids sparse in its window and selects the rare "
+    "degen_train/losses/agg.py": "AGG keeps each step's target ids sparse in its window and selects the rare "
     "rows in its backward: data-dependent sizes",
-    "degen_train/regularizers/istar.py": "I-STAR's C0 sampling counts the states taken, once per refresh (an epoch)",
+    "degen_train/losses/istar.py": "I-STAR's C0 sampling counts the states taken, once per refresh (an epoch)",
 }
 STEP_WITHOUT_READS = ("bert_mlm", "gpt2_mle", "gao_cosreg", "electra", "simctg", "spectrum_control", "unlikelihood")
 
@@ -56,13 +55,6 @@ def recipe_step(recipe_overrides: list[str], tmp_path: Path) -> tuple:
     )
     examples = PositionedExamples(data.train, 0)
     return module.train(), collator([examples[(0, i)] for i in range(4)])
-
-
-@pytest.fixture(scope="module")
-def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("teacher")
-    run(run_dir, "recipe=bert_mlm_nsp", "model=tiny", *TINY, "trainer.max_steps=1")
-    return run_dir
 
 
 def unexplained(reads: list[HostRead]) -> list[str]:

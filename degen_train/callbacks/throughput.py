@@ -30,8 +30,11 @@ class Throughput(Callback):
     compiled nothing on an H200 until this was found).
     """
 
-    def __init__(self, window: int = 20, peak_flops: float | None = None) -> None:
+    def __init__(self, window: int = 20, peak_flops: float | None = None, count_total_flops: bool = True) -> None:
+        """``count_total_flops``: count every FLOP of the first step with torch's FlopCounterMode (total MFU); false:
+        total MFU is not reported (summary.json's ``mfu_total`` and ``total_flops_over_model_flops`` are null)."""
         self.window = window
+        self.count_total_flops = count_total_flops
         self.configured_peak = peak_flops
         self.peak, self.peak_source = 0.0, ""
         self.marks: list[tuple[float, int, int, float]] = []  # (time, tokens, predicted, model FLOPs), global
@@ -67,7 +70,7 @@ class Throughput(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, module: pl.LightningModule, batch: dict, batch_idx: int
     ) -> None:
-        if not self._measured and self._counter is None:
+        if self.count_total_flops and not self._measured and self._counter is None:
             # Eagerly: under model.compile, a block whose first call meets the counter's dispatch mode is marked
             # "skip" by dynamo and never compiled (so compile gained nothing); after this step it compiles.
             self._counting.enter_context(torch.compiler.set_stance("force_eager"))
@@ -105,8 +108,9 @@ class Throughput(Callback):
                 "train/tokens_per_s": tokens_rate,
                 "train/predicted_tokens_per_s": sum(m[2] for m in self.marks[1:]) / span,
                 "train/mfu": model_mfu,
-                "train/mfu_total": model_mfu * self.overhead,
             }
+            if self._measured:
+                rates["train/mfu_total"] = model_mfu * self.overhead
             for key, value in rates.items():
                 module.log(key, value, prog_bar=key in ("train/tokens_per_s", "train/mfu"), on_step=True, batch_size=1)
 
@@ -146,8 +150,8 @@ class Throughput(Callback):
             "seconds_per_batch": seconds / self.totals["batches"] if self.totals["batches"] else None,
             "model_flops_per_token": self.model_flops_per_token,
             "mfu": model_mfu,
-            "mfu_total": model_mfu * self.overhead if model_mfu is not None else None,
-            "total_flops_over_model_flops": self.overhead,
+            "mfu_total": model_mfu * self.overhead if model_mfu is not None and self._measured else None,
+            "total_flops_over_model_flops": self.overhead if self._measured else None,
             "peak_flops_per_device": self.peak,
             "peak_flops_source": self.peak_source,
         }

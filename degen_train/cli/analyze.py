@@ -1,4 +1,4 @@
-"""degen-analyze: the geometry of a run's export or any HF model (the library: degen_train/evaluation/analyze.py)."""
+"""degen-analyze: the geometry of a run's export or any HF model (library: degen_train/evaluation/model_analysis.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from degen_train.evaluation import analyze as library
-from degen_train.evaluation.analyze import analyze
+from degen_train.evaluation import model_analysis as library
+from degen_train.evaluation.model_analysis import analyze
 
 
 def main(argv: Sequence[str] | None = None) -> None:

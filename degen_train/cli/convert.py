@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from degen_train.regularizers.spectrum import fold_spectral_state
+from degen_train.losses.spectrum import fold_spectral_state
 from degen_train.storage.checkpoints import (
     CheckpointError,
     load_checkpoint_file,

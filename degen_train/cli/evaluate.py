@@ -1,4 +1,4 @@
-"""degen-eval: STS, WiC, perplexity and the W8A8 gap of a model (the library: degen_train/evaluation/evaluate.py)."""
+"""degen-eval: STS, WiC, perplexity and the W8A8 gap of a model (library: degen_train/evaluation/export_probes.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from degen_train.evaluation import evaluate as library
-from degen_train.evaluation.evaluate import evaluate, format_table
+from degen_train.evaluation import export_probes as library
+from degen_train.evaluation.export_probes import evaluate, format_table
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from degen_train.core.paths import config_dir
-from degen_train.terms.catalog import discover_terms
-from degen_train.terms.options import allowed, option_hints
+from degen_train.losses.catalog import discover_terms
+from degen_train.losses.options import allowed, option_hints
 
 # A full stop and a space end a sentence, except after an abbreviation ("et al. 2022", "e.g. x", "vs. y").
 SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)(?<!\bcf)[.!?](?=\s)")

@@ -18,7 +18,7 @@ from degen_train.core.io import atomic_write_bytes, atomic_write_text
 from degen_train.core.paths import writable_folder
 from degen_train.report.branches import branch_table
 from degen_train.report.figures import cone_images, loss_curves, metric_against_swept, tradeoff
-from degen_train.report.table import SWEPT, best_settings, collect, find_runs, headline_columns, seed_groups
+from degen_train.report.runs_table import SWEPT, best_settings, collect, find_runs, headline_columns, seed_groups
 
 log = logging.getLogger("degen_train.report")
 PLOTTED = ("val_objective_loss", "val_perplexity", "isotropy/embedding/mean_cosine", "isotropy/embedding/isoscore")
@@ -41,7 +41,7 @@ def shown(frame: pd.DataFrame) -> pd.DataFrame:
 
 def analyze_missing(runs: Sequence[Path], *, trust_config: bool = False) -> list[str]:
     """Run degen-analyze on every finished run with an export and no analysis yet (kept: a rerun is free)."""
-    from degen_train.evaluation.analyze import analyze
+    from degen_train.evaluation.model_analysis import analyze
 
     problems = []
     todo = [r for r in runs if (r / "hf" / "config.json").exists() and not (r / "analysis" / "metrics.json").exists()]

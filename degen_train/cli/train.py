@@ -13,13 +13,10 @@ from omegaconf import DictConfig  # noqa: E402
 
 from degen_train.callbacks.preemption import PREEMPTED_EXIT, PreparationStopped, RunPreempted  # noqa: E402
 from degen_train.config.inherited import inherited_overrides  # noqa: E402
-from degen_train.config.overrides import (  # noqa: E402
-    open_trainer_keys,
-    refuse_unknown_term_options,
-    refuse_unquoted_equals,
-)
+from degen_train.config.overrides import open_trainer_keys, refuse_unquoted_equals  # noqa: E402
 from degen_train.core.paths import config_dir  # noqa: E402
 from degen_train.core.quiet import silence_known_noise  # noqa: E402
+from degen_train.losses.catalog import refuse_unknown_term_options  # noqa: E402
 from degen_train.run.pretrain import train  # noqa: E402
 from degen_train.run.sweep import FAILED_RUNS, run_in_sweep, search_objective, sweep_summary_line  # noqa: E402
 from degen_train.storage.runlock import RunDirBusy, check_output_folders_in  # noqa: E402

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,8 +19,7 @@ from degen_train.core.paths import config_dir
 def load_config(overrides: Sequence[str] = (), *, run_dir: str | Path | None = None) -> DictConfig:
     """The resolved-on-access config for ``overrides`` (CLI syntax), with ``run_dir`` set."""
     overrides = inherited_overrides(list(overrides))  # a branch: its parent's overrides first (branching.py)
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=open_trainer_keys(overrides), return_hydra_config=True)
+    cfg = copy.deepcopy(_composed(tuple(open_trainer_keys(overrides))))
     # Register the hydra node (group choices, ${hydra:...}) as the CLI would, then drop it from cfg.
     HydraConfig.instance().set_config(cfg)
     with open_dict(cfg):
@@ -26,3 +27,12 @@ def load_config(overrides: Sequence[str] = (), *, run_dir: str | Path | None = N
         if run_dir is not None:
             cfg.run_dir = str(run_dir)
     return cfg
+
+
+@functools.lru_cache(maxsize=256)
+def _composed(overrides: tuple[str, ...]) -> DictConfig:
+    """Hydra's composition of conf/ with ``overrides``: a function of those alone (interpolations resolve on access),
+    so a process that composes the same overrides again (a sweep in a notebook, the test suite) composes once; callers
+    get a copy."""
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        return compose(config_name="train", overrides=list(overrides), return_hydra_config=True)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from degen_train.config.house_keys import house_groups, house_keys, house_value, kind_of, schema_fields
+from degen_train.config.renamed import current_target
 
 # Sections a handed-over file never decides: how and where it was launched, published or logged.
 NOT_READ = {
@@ -192,7 +193,12 @@ def _not_read(key: str, also: tuple[str, ...]) -> bool:
 
 
 def _cleaned(source: Path, key: str, value: Any, dropped: dict[str, Any], also: tuple[str, ...], advice: str) -> Any:
-    """``value`` at ``key`` checked leaf by leaf; output locations inside a section are left out (listed)."""
+    """``value`` at ``key`` checked leaf by leaf; output locations inside a section are left out (listed); a
+    ``_target_`` recorded before its module moved is read as the module's name now (renamed.py)."""
+    if isinstance(value, dict) and isinstance(value.get("_target_"), str):
+        value = {**value, "_target_": current_target(value["_target_"])}
+    if key.endswith("_target_") and isinstance(value, str):
+        value = current_target(value)
     if isinstance(value, dict):
         if "_target_" in value:  # what it would build is named first: the clearest reason a section is refused
             _check_leaf(source, f"{key}._target_", value["_target_"], advice)
@@ -340,12 +346,12 @@ def _trainer_arguments() -> frozenset[str]:
 
 @functools.cache
 def _term_options(name: str) -> frozenset[str]:
-    """The options of the term registered as ``name``; of every term when ``name`` is a section's own name."""
-    from degen_train.terms.catalog import discover_terms, term_options
-
-    registry = discover_terms()
-    chosen = [registry[name]] if name in registry else list(registry.values())
-    return frozenset(option for term in chosen for option in (term_options(term) or ()))
+    """The options conf/objective/ and conf/regularizer/ give the term ``name`` (every option of every term is a key
+    of its yaml: tests/unit/test_term_options.py), and ``weight`` and ``term``; of every term when ``name`` is a
+    section's own name (``term: NAME`` inside says which)."""
+    keys = [k.split(".") for k in house_keys() if k.startswith(("objective.", "regularizer.")) and k.count(".") == 2]
+    named = {option for section, term, option in keys if term == name}
+    return frozenset((named or {option for _, _, option in keys}) | {"weight", "term"})
 
 
 def hydra_literal(value: Any) -> str:

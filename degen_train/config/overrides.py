@@ -8,7 +8,6 @@ import re
 from collections.abc import Sequence
 
 TRAINER_KEY = re.compile(r"^trainer\.([A-Za-z]\w*)=")
-TERM_KEY = re.compile(r"^(objective|regularizer)\.(\w+)\.(\w+)=")
 
 
 def trainer_arguments() -> list[str]:
@@ -39,22 +38,6 @@ def open_trainer_keys(overrides: Sequence[str]) -> list[str]:
             )
         rewritten.append("++" + override)
     return rewritten
-
-
-def refuse_unknown_term_options(overrides: Sequence[str]) -> None:
-    """An ``objective.TERM.OPTION=VALUE`` / ``regularizer.TERM.OPTION=VALUE`` whose term has no such option is
-    refused here, naming the close options and all of them, instead of Hydra's "use +key" (the wrong fix: it only
-    moves the error to the build). Keys that are not a registered term's name (``term: NAME`` entries) are left to
-    the build's check, which says the same."""
-    from degen_train.terms.catalog import discover_terms, term_options, unknown_option_message
-
-    matches = [m for m in map(TERM_KEY.match, overrides) if m is not None]
-    registry = discover_terms() if matches else {}
-    for match in matches:
-        section, key, option = match.groups()
-        options = term_options(registry[key]) if key in registry else None
-        if options is not None and option not in options:
-            raise SystemExit("degen-train: error: " + unknown_option_message(section, key, key, option, options))
 
 
 PATH_KEYS = ("ckpt_path", "branch_from", "hydra.run.dir", "hydra.sweep.dir", "data.path", "data.validation_path",

@@ -25,8 +25,8 @@ from degen_train.core.io import resolve_pretrained
 from degen_train.models.architectures import ARCHITECTURES, Architecture, architecture, architecture_of
 from degen_train.models.attention_variants import SETTINGS_KEY, install_attention_variant, variant_settings
 from degen_train.models.loading import load_pretrained
+from degen_train.models.output import ForwardOutput
 from degen_train.models.positions import at_positions, labelled_positions, model_inputs, skip_padding_warning
-from degen_train.terms.types import ForwardOutput
 
 # Batch entries with a ForwardOutput field of their own; any other entry lands in ``extras``.
 BATCH_KEYS = frozenset(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from degen_train.report.table import SWEPT
+from degen_train.report.runs_table import SWEPT
 from degen_train.storage.own_runs import is_own
 
 COMPARED = ("val_objective_loss", "val_loss", "val_perplexity", "isotropy/embedding/mean_cosine",

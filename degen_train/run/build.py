@@ -15,8 +15,8 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from degen_train.callbacks.plain_progress import PlainProgress
+from degen_train.losses.contract import LossTerm, TermContext
 from degen_train.storage.checkpoints import AtomicCheckpointIO, BackgroundCheckpointIO
-from degen_train.terms import LossTerm, TermContext
 
 log = logging.getLogger("degen_train")
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from degen_train.core.io import atomic_directory
+from degen_train.losses.spectrum import fold_spectral_state
 from degen_train.models.attention_variants import exported_model_type
-from degen_train.regularizers.spectrum import fold_spectral_state
 
 PROVENANCE_FILE = "degen_train.json"  # in the export folder: how the weights were made
 

@@ -15,14 +15,14 @@ import torch
 from torch import Tensor
 
 from degen_train.core.rng import DROPOUT_SALT, VALIDATION_DROPOUT_SALT, mix_seed
+from degen_train.losses.accumulation import WindowTracker, averaging_over
+from degen_train.losses.contract import WeightedSum
 from degen_train.models.backbone import Backbone
 from degen_train.optim import keep_kernel, rate_of_this_schedule
 from degen_train.optim.clipping import clip_gradients
 from degen_train.run.loggers import ResumingLogger
 from degen_train.run.parallel import parallelize
 from degen_train.run.step_log import StepLog
-from degen_train.terms import WeightedSum
-from degen_train.terms.accumulation import WindowTracker, averaging_over
 
 log = logging.getLogger("degen_train")
 

@@ -18,7 +18,7 @@ import torch  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from degen_train.callbacks.best_sts import BestBySTS  # noqa: E402
-from degen_train.callbacks.isotropy import IsotropyMonitor  # noqa: E402
+from degen_train.callbacks.isotropy_monitor import IsotropyMonitor  # noqa: E402
 from degen_train.callbacks.preemption import stopping_before_training  # noqa: E402
 from degen_train.callbacks.throughput import Throughput  # noqa: E402
 from degen_train.callbacks.weight_averaging import (  # noqa: E402
@@ -41,9 +41,12 @@ from degen_train.data.datamodule import (  # noqa: E402
 from degen_train.data.mixture import mixture_seen, mixture_sources  # noqa: E402
 from degen_train.devices.precision import check_precision  # noqa: E402
 from degen_train.devices.threads import local_process_count, use_threads  # noqa: E402
-from degen_train.evaluation.evaluate import evaluate  # noqa: E402
+from degen_train.evaluation.export_probes import evaluate  # noqa: E402
 from degen_train.finetune.grid import finetune_export, protocol_from  # noqa: E402
 from degen_train.finetune.tasks import load_glue_task  # noqa: E402
+from degen_train.losses.accumulation import accumulation_warnings  # noqa: E402
+from degen_train.losses.catalog import build_terms  # noqa: E402
+from degen_train.losses.contract import TermContext, WeightedSum  # noqa: E402
 from degen_train.metrics.perplexity import read_documents  # noqa: E402
 from degen_train.metrics.probes import read_sts, read_wic  # noqa: E402
 from degen_train.models.backbone import Backbone, build_hf_model, model_family, shape_signature  # noqa: E402
@@ -58,6 +61,7 @@ from degen_train.run.build import (  # noqa: E402
     resolved_config,
     setup_terms,
 )  # noqa: E402
+from degen_train.run.end_of_run_table import end_of_run_table, human, parameter_counts  # noqa: E402
 from degen_train.run.export import export_pretrained  # noqa: E402
 from degen_train.run.hub import check_push, push_export  # noqa: E402
 from degen_train.run.loggers import ClosingLogger, ResumingLogger  # noqa: E402
@@ -74,13 +78,9 @@ from degen_train.run.resume import (  # noqa: E402
     resolve_checkpoint,
 )
 from degen_train.run.sweep import swept_overrides  # noqa: E402
-from degen_train.run.table import end_of_run_table, human, parameter_counts  # noqa: E402
 from degen_train.storage.checkpoints import refuse_lightning_hpc_checkpoints  # noqa: E402
 from degen_train.storage.own_runs import remember as remember_own_run  # noqa: E402
 from degen_train.storage.runlock import is_launching_process, refuse_writes_into_other_runs, run_dir_lock  # noqa: E402
-from degen_train.terms import TermContext, WeightedSum  # noqa: E402
-from degen_train.terms.accumulation import accumulation_warnings  # noqa: E402
-from degen_train.terms.catalog import build_terms  # noqa: E402
 
 log = logging.getLogger("degen_train")
 

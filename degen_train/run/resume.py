@@ -22,6 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from degen_train.config.renamed import current_targets
 from degen_train.config.result_keys import has_no_effect_on_result
 from degen_train.models.architectures import DEFAULT_ARCH
 from degen_train.storage.checkpoints import CheckpointError, checkpoint_header, newest_checkpoint
@@ -218,6 +219,7 @@ def check_resume(
     """Raise naming every refused change; return the allowed ones (to warn about and record)."""
     if not recorded:  # a checkpoint from before configs were recorded in it
         return []
+    recorded = current_targets(recorded)  # a run recorded before a module moved names its old path
     refused, allowed = resume_changes(recorded, current, also_free=also_free)
     if refused:
         raise ValueError(
@@ -239,7 +241,7 @@ def finished_summary(run_dir: Path, cfg: DictConfig) -> dict | None:
     summary = json.loads(path.read_text())
     if summary.get("final_step") != int(cfg.trainer.max_steps):
         return None
-    before = flatten(summary.get("config") or {})
+    before = flatten(current_targets(summary.get("config") or {}))
     after = flatten(OmegaConf.to_container(cfg, resolve=True))
     changed = [f"{key}: {before[key]!r} -> {after[key]!r}" for key in sorted(set(before) & set(after))
                if before[key] != after[key] and not has_no_effect_on_result(key)]  # fmt: skip

@@ -23,7 +23,6 @@ def parent(tmp_path_factory: pytest.TempPathFactory, drill: list[str]) -> Path:
     return folder
 
 
-@pytest.mark.slow
 def test_two_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path: Path) -> None:
     """Issue drill: without hydra.run.dir both picked outputs/DATE/TIME and one died with a traceback."""
     command = [str(Path(sys.executable).parent / "degen-train"), *FAST, "trainer.max_steps=1", "export_hf=false",

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from degen_train.callbacks.divergence import DivergenceError
-from degen_train.objectives.mlm import MaskedLMTerm
-from degen_train.terms.types import TermOutput
+from degen_train.losses.contract import TermOutput
+from degen_train.losses.mlm import MaskedLMTerm
 from tests.helpers import checkpoint_weights, logged, run
 
 EVERY_STEP = ["callbacks.checkpoint.every_n_train_steps=1", "callbacks.checkpoint.save_top_k=-1"]

@@ -68,7 +68,7 @@ def test_a_run_never_writes_into_another_runs_folder(tmp_path: Path, source_run:
 def test_analysis_reads_only_files_inside_a_handed_over_folder(tmp_path: Path, source_run: Path) -> None:
     """Before: degen-analyze read whatever file RUN/config.yaml named as its corpus (/etc/passwd, say) and created
     the cache folder the config named."""
-    from degen_train.evaluation.analyze import analyze
+    from degen_train.evaluation.model_analysis import analyze
 
     handed = tmp_path / "handed"
     shutil.copytree(source_run / "hf", handed / "hf")
@@ -109,7 +109,7 @@ def test_the_report_analyses_this_users_runs_and_fails_on_a_run_it_could_not(tmp
 def test_a_model_folder_without_its_tokenizer_is_refused(tmp_path: Path, source_run: Path) -> None:
     """Before: degen-eval and degen-analyze scored with an empty 5-token tokenizer (every word [UNK]), exit 0."""
     from degen_train.cli.evaluate import main as evaluate_main
-    from degen_train.evaluation.analyze import analyze
+    from degen_train.evaluation.model_analysis import analyze
 
     bare = tmp_path / "bare"
     bare.mkdir()
@@ -132,7 +132,7 @@ def test_the_printed_resume_command_runs_verbatim(tmp_path: Path, drill: list[st
     import subprocess
     import sys
 
-    from degen_train.run.table import end_of_run_table
+    from degen_train.run.end_of_run_table import end_of_run_table
 
     folder = tmp_path / "sweep" / "optimizer.lr=0.001,seed=2 ü"
     summary = run(folder, *drill, "trainer.max_steps=2", "scheduler.total_steps=4", "export_hf=false")
@@ -197,7 +197,7 @@ def test_a_finished_run_says_so_and_how_to_train_it_longer(tmp_path: Path, drill
     import subprocess
     import sys
 
-    from degen_train.run.table import end_of_run_table
+    from degen_train.run.end_of_run_table import end_of_run_table
 
     folder = tmp_path / "finished"
     summary = run(folder, *drill, "trainer.max_steps=4", "export_hf=false", "scheduler.warmup_steps=1")
@@ -437,7 +437,7 @@ def test_a_run_whose_config_was_replaced_is_no_longer_the_users_own(
 ) -> None:
     """Issue 43 drill 4: a run of the user's own sweep whose config.yaml was replaced was still "own" to the report,
     which then read the corpus the new file named. The registry now vouches for the config.yaml it saw written."""
-    from degen_train.evaluation.analyze import analyze
+    from degen_train.evaluation.model_analysis import analyze
     from degen_train.storage.own_runs import is_own
 
     own = tmp_path / "own"
@@ -513,3 +513,35 @@ def test_a_report_reads_a_branchs_parent_only_where_it_was_asked_to(tmp_path: Pa
     assert rows.iloc[0]["run"] == "elsewhere (parent, not read: outside the folders given and not a run of yours)"
     (heading, rows), = branch_table(table, [sweep, elsewhere])
     assert "validated after update" in rows.iloc[0]["run"]
+
+
+def test_a_config_recorded_before_the_modules_moved_names_them_as_they_are_now(
+    tmp_path: Path, source_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 46.5: old module paths no longer import (one name per module), so a config recorded before a move is
+    read with its `_target_`s rewritten (config/renamed.py): by --reproduce, and when a resume or a finished run
+    compares it with today's."""
+    import sys
+
+    from degen_train.cli.train import main
+    from degen_train.config.handed_over import read_config_file
+    from degen_train.run.resume import check_resume
+
+    config = yaml.safe_load((source_run / "config.yaml").read_text())
+    config["callbacks"]["isotropy"]["_target_"] = "degen_train.callbacks.isotropy.IsotropyMonitor"  # before issue 46
+    config["callbacks"]["checkpoint"]["_target_"] = "degen_train.callbacks.checkpoint.RunCheckpoint"  # never moved
+    handed = tmp_path / "handed"
+    handed.mkdir()
+    (handed / "config.yaml").write_text(yaml.safe_dump(config))
+    tree = read_config_file(handed / "config.yaml").tree
+    assert tree["callbacks"]["isotropy"]["_target_"] == "degen_train.callbacks.isotropy_monitor.IsotropyMonitor"
+    with pytest.raises(ModuleNotFoundError):
+        __import__("degen_train.callbacks.isotropy")  # the old name is gone
+    again = tmp_path / "again"
+    monkeypatch.setattr(sys, "argv", ["degen-train", "--reproduce", str(handed), f"hydra.run.dir={again}"])
+    main()
+    assert (again / "summary.json").is_file()
+    today = yaml.safe_load((again / "config.yaml").read_text())
+    old = {**today, "callbacks": {**today["callbacks"], "isotropy": {**today["callbacks"]["isotropy"],
+           "_target_": "degen_train.callbacks.isotropy.IsotropyMonitor"}}}  # fmt: skip
+    assert check_resume(old, today, "last.ckpt") == []

@@ -15,8 +15,6 @@ from degen_train.storage.checkpoints import verified_step
 from tests.faults.conftest import STEPS, killed_run
 from tests.helpers import checkpoint_weights, run
 
-pytestmark = pytest.mark.slow  # several processes per test: make test-slow (make test runs them too)
-
 
 def assert_same_weights(run_dir: Path, reference: Path) -> None:
     a = checkpoint_weights(reference / "checkpoints" / "last.ckpt")

@@ -20,8 +20,6 @@ from degen_train.storage.checkpoints import CheckpointError, verified_step
 from tests.conftest import FAST, REPO
 from tests.helpers import checkpoint_weights, degen_train, run
 
-pytestmark = pytest.mark.slow
-
 STEPS = 60  # long enough that the signal lands mid-run (it is sent at step 5)
 LONG = [f"trainer.max_steps={STEPS}", f"scheduler.total_steps={STEPS}", "callbacks.checkpoint.every_n_train_steps=1000",
         "trainer.val_check_interval=1000", "export_hf=false", "final_validation=false"]  # fmt: skip

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from degen_train.objectives.agg import GatedLikelihoodTerm, agg_gates, gated_logits
-from degen_train.terms import TermContext
+from degen_train.losses.agg import GatedLikelihoodTerm, agg_gates, gated_logits
+from degen_train.losses.contract import TermContext
 
 
 def test_hand_case_gates() -> None:

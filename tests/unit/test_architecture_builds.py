@@ -7,10 +7,10 @@ import torch
 
 from degen_train.config import load_config
 from degen_train.data.tokenizer import train_byte_bpe, train_wordpiece
+from degen_train.losses.catalog import build_terms
+from degen_train.losses.contract import TermContext
 from degen_train.models.architectures import ARCHITECTURES
 from degen_train.models.backbone import Backbone, build_hf_model
-from degen_train.terms import TermContext
-from degen_train.terms.catalog import build_terms
 
 TINY = {"bert": "tiny", "roberta": "roberta_tiny", "modernbert": "modernbert_tiny", "gpt2": "gpt2_tiny",
         "llama": "llama_tiny", "qwen2": "qwen2_tiny"}  # fmt: skip

@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from degen_train.losses.catalog import build_terms
+from degen_train.losses.chunked_ce import chunked_linear_cross_entropy
+from degen_train.losses.contract import WeightedSum
 from degen_train.models.backbone import Backbone
-from degen_train.objectives.chunked_ce import chunked_linear_cross_entropy
-from degen_train.terms import WeightedSum
-from degen_train.terms.catalog import build_terms
 
 
 def plain(hidden, weight, bias, targets):  # noqa: ANN001, ANN201

@@ -10,10 +10,10 @@ import torch
 
 from degen_train.config import load_config
 from degen_train.data.tokenizer import train_wordpiece
+from degen_train.losses.catalog import build_terms
+from degen_train.losses.contract import WeightedSum
 from degen_train.models.backbone import Backbone, build_hf_model
 from degen_train.models.compile import check_compile_available, compile_blocks
-from degen_train.terms import WeightedSum
-from degen_train.terms.catalog import build_terms
 from tests.helpers import run
 
 
@@ -79,7 +79,7 @@ def test_the_isotropy_probe_runs_compiled_blocks_eagerly_without_compiling_again
     graph is compiled for it. Traced, its hooks recompiled each block (the recompile limit hit on an H200)."""
     from torch._dynamo.utils import counters
 
-    from degen_train.callbacks.isotropy import probe_states
+    from degen_train.callbacks.isotropy_monitor import probe_states
 
     cfg = load_config(["model=tiny"])
     tokenizer = train_wordpiece(iter(["the cat sat on the mat and the dog sat on the log"] * 20), cfg.data.tokenizer)
@@ -112,7 +112,8 @@ def test_a_run_with_model_compile_compiles_its_blocks(tmp_path: Path) -> None:
 
     torch._dynamo.reset()
     counters.clear()
-    summary = run(tmp_path / "run", "recipe=bert_mlm", "model=tiny", "model.compile=true", "trainer.max_steps=3")
+    summary = run(tmp_path / "run", "recipe=bert_mlm", "model=tiny", "model.compile=true", "trainer.max_steps=3",
+                  "callbacks.throughput.count_total_flops=true")
     assert summary["final_step"] == 3
     # Without the eager counted step dynamo still reports its frames "ok" (skipped), but compiles no graph.
     assert counters["stats"]["unique_graphs"] >= 1, (dict(counters["stats"]), dict(counters["frames"]))

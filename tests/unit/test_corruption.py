@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from degen_train.core.rng import mix_seed
+from degen_train.losses.coco_clm import CorrectiveLMTerm, corrective_lm_paper, corrective_lm_released
+from degen_train.losses.coco_scl import SequenceContrastiveTerm, crop_views, sequence_contrastive_loss
+from degen_train.losses.contract import TermContext, WeightedSum
+from degen_train.losses.electra import replaced_token_detection
 from degen_train.models.generator import sample_replacements
-from degen_train.objectives.coco_clm import CorrectiveLMTerm, corrective_lm_paper, corrective_lm_released
-from degen_train.objectives.electra import replaced_token_detection
-from degen_train.regularizers.coco_scl import SequenceContrastiveTerm, crop_views, sequence_contrastive_loss
-from degen_train.terms import TermContext, WeightedSum
 from tests.helpers import masked_batch, tiny_backbone
 
 
@@ -116,7 +116,7 @@ def test_generator_shares_the_main_embeddings() -> None:
 
 @pytest.mark.parametrize("regularizer", ["cosreg", "coco_scl"])
 def test_weight_zero_leaves_the_objective_and_its_gradients_unchanged(regularizer: str) -> None:
-    from degen_train.terms.catalog import build_terms
+    from degen_train.losses.catalog import build_terms
 
     def gradients(sections: dict) -> tuple[float, dict]:
         backbone = tiny_backbone().eval()

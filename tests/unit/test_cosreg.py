@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from degen_train.regularizers.cosreg import CosineRegularizer, cosine_regularizer
-from degen_train.terms import TermContext
+from degen_train.losses.contract import TermContext
+from degen_train.losses.cosreg import CosineRegularizer, cosine_regularizer
 from tests.helpers import forward_output
 
 
@@ -87,7 +87,7 @@ def _shard_wise_on_one_rank(rank: int, port: int, results: dict) -> None:  # noq
 
     import torch.distributed as dist
 
-    from degen_train.regularizers.cosreg import sharded_cosine_regularizer
+    from degen_train.losses.cosreg import sharded_cosine_regularizer
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
@@ -103,7 +103,6 @@ def _shard_wise_on_one_rank(rank: int, port: int, results: dict) -> None:  # noq
     dist.destroy_process_group()
 
 
-@pytest.mark.slow  # two spawned processes
 def test_shard_wise_value_and_gradient_equal_the_whole_matrix() -> None:
     """Two gloo processes, each holding half of an odd number of rows (as FSDP2 shards it): the one all-reduce of
     Σŵ gives R_cos and each process's rows' gradient of the unsharded computation (Gao et al. 2019, eq. 4)."""

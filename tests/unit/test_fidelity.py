@@ -15,11 +15,11 @@ from transformers import BertConfig, BertForMaskedLM
 
 from degen_train.config import load_config
 from degen_train.data.collate import mask_tokens
+from degen_train.losses.coco_clm import CorrectiveLMTerm
+from degen_train.losses.coco_scl import SequenceContrastiveTerm
+from degen_train.losses.contract import TermContext, WeightedSum
+from degen_train.losses.electra import ElectraTerm
 from degen_train.models.backbone import Backbone
-from degen_train.objectives.coco_clm import CorrectiveLMTerm
-from degen_train.objectives.electra import ElectraTerm
-from degen_train.regularizers.coco_scl import SequenceContrastiveTerm
-from degen_train.terms import TermContext, WeightedSum
 from tests.helpers import masked_batch
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from degen_train.losses.contract import TermContext
+from degen_train.losses.istar import IsoScoreStarTerm, global_covariance, isoscore_of_covariance
 from degen_train.metrics.isotropy import isoscore
-from degen_train.regularizers.istar import IsoScoreStarTerm, global_covariance, isoscore_of_covariance
-from degen_train.terms import TermContext
-from degen_train.terms.types import ForwardOutput
+from degen_train.models.output import ForwardOutput
 from tests.helpers import forward_output
 
 

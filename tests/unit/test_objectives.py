@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from degen_train.terms import WeightedSum
-from degen_train.terms.catalog import build_terms
+from degen_train.losses.catalog import build_terms
+from degen_train.losses.contract import WeightedSum
 from tests.helpers import forward_output
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from degen_train.evaluation.analyze import model_name
+from degen_train.evaluation.model_analysis import model_name
 from degen_train.metrics import plots
 
 

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from degen_train.regularizers.simcse import DropoutContrastTerm, simcse_loss_sum
-from degen_train.terms import TermContext
+from degen_train.losses.contract import TermContext
+from degen_train.losses.simcse import DropoutContrastTerm, simcse_loss_sum
 
 
 def test_hand_case_two_sequences() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from degen_train.regularizers.simctg import TokenContrastiveDecoderTerm, off_diagonal_pairs, simctg_loss_sum
+from degen_train.losses.simctg import TokenContrastiveDecoderTerm, off_diagonal_pairs, simctg_loss_sum
 from tests.helpers import forward_output
 
 

@@ -7,14 +7,14 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from degen_train.models.backbone import Backbone
-from degen_train.regularizers.spectrum import (
+from degen_train.losses.contract import TermContext
+from degen_train.losses.spectrum import (
     SpectralFactors,
     SpectrumControlTerm,
     fold_spectral_state,
     spectrum_penalties,
 )
-from degen_train.terms import TermContext
+from degen_train.models.backbone import Backbone
 
 
 def factors_of(left: torch.Tensor, singular: torch.Tensor, right: torch.Tensor) -> SpectralFactors:

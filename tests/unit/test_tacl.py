@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from degen_train.regularizers.tacl import TokenContrastiveTerm, tacl_loss
-from degen_train.terms import TermContext
+from degen_train.losses.contract import TermContext
+from degen_train.losses.tacl import TokenContrastiveTerm, tacl_loss
 
 
 def test_hand_case_one_anchor() -> None:
@@ -120,7 +120,7 @@ def released_tacl(
 
 def test_pad_in_denominator_counts_pads_to_block_size_as_released(tmp_path: Path) -> None:
     """The number of pad negatives is block_size - length, whatever the batch's own padding."""
-    from degen_train.terms.types import ForwardOutput
+    from degen_train.models.output import ForwardOutput
 
     tacl = term(tmp_path, teacher_dropout=False)
     tacl.block_size = 24

@@ -7,9 +7,9 @@ import typing
 
 import pytest
 
-from degen_train.terms import LossTerm
-from degen_train.terms.catalog import build_terms, discover_terms
-from degen_train.terms.options import _without_none, option_hints
+from degen_train.losses.catalog import build_terms, discover_terms
+from degen_train.losses.contract import LossTerm
+from degen_train.losses.options import _without_none, option_hints
 
 
 def _initializers(term: type[LossTerm]) -> list[tuple[type, object]]:

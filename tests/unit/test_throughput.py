@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from degen_train.callbacks import throughput as throughput_module
-from degen_train.callbacks.isotropy import IsotropyMonitor
+from degen_train.callbacks.isotropy_monitor import IsotropyMonitor
 from degen_train.callbacks.throughput import Throughput
 
 BATCH = {"input_ids": torch.zeros(2, 8, dtype=torch.long), "host_counts": (16, 3)}

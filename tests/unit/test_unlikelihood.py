@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from degen_train.regularizers.unlikelihood import context_candidates, unlikelihood_sum
+from degen_train.losses.unlikelihood import context_candidates, unlikelihood_sum
 
 
 def test_candidates_are_the_distinct_earlier_context_tokens_but_the_target() -> None:
@@ -108,7 +108,7 @@ def test_released_and_paper_candidates_differ_where_the_paper_counts_the_first_i
 
 
 def test_an_unknown_candidate_set_names_the_choices() -> None:
-    from degen_train.regularizers.unlikelihood import TokenUnlikelihoodTerm
+    from degen_train.losses.unlikelihood import TokenUnlikelihoodTerm
 
     with pytest.raises(ValueError, match=r"regularizer.unlikelihood.candidates='prev' is not one of released, paper"):
         TokenUnlikelihoodTerm(candidates="prev")

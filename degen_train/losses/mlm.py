@@ -9,9 +9,9 @@ import torch.nn.functional as F
 from annotated_types import Ge
 from torch import Tensor, nn
 
-from degen_train.objectives.chunked_ce import chunked_linear_cross_entropy
-from degen_train.terms import LossTerm, distributed_mean, register_term
-from degen_train.terms.types import ForwardOutput, TermOutput
+from degen_train.losses.chunked_ce import chunked_linear_cross_entropy
+from degen_train.losses.contract import LossTerm, TermOutput, distributed_mean, register_term
+from degen_train.models.output import ForwardOutput
 
 
 def token_cross_entropy_sum(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
@@ -66,7 +66,7 @@ class TokenPredictionTerm(LossTerm):
         return TermOutput(distributed_mean(total, count, over="targets"), {"accuracy": accuracy})
 
 
-@register_term("mlm")
+@register_term("mlm", section="objective")
 class MaskedLMTerm(TokenPredictionTerm):
     """L_MLM = −(1/N) Σ_{i masked} log p(x_i | x̃); Devlin et al. 2019 (BERT)."""
 

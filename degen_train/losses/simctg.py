@@ -10,8 +10,8 @@ from annotated_types import Interval
 from torch import Tensor
 
 from degen_train.devices.precision import autocast_off
-from degen_train.terms import LossTerm, TermContext, distributed_mean, register_term
-from degen_train.terms.types import ForwardOutput, TermOutput
+from degen_train.losses.contract import LossTerm, TermContext, TermOutput, distributed_mean, register_term
+from degen_train.models.output import ForwardOutput
 
 
 def simctg_loss_sum(

@@ -6,11 +6,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from degen_train.terms import LossTerm, distributed_mean, register_term
-from degen_train.terms.types import ForwardOutput, TermOutput
+from degen_train.losses.contract import LossTerm, TermOutput, distributed_mean, register_term
+from degen_train.models.output import ForwardOutput
 
 
-@register_term("nsp")
+@register_term("nsp", section="objective")
 class NextSentenceTerm(LossTerm):
     """L_NSP = −(1/B) Σ_b log p(y_b | [CLS]_b), y = 0 if segment B follows A else 1; Devlin et al. 2019.
 

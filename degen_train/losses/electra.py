@@ -8,9 +8,9 @@ import torch.nn.functional as F
 from annotated_types import Ge
 from torch import Tensor, nn
 
-from degen_train.objectives.corruption import GeneratorCorruption
-from degen_train.terms import TermContext, distributed_mean, masked_mean, register_term
-from degen_train.terms.types import ForwardOutput, TermOutput
+from degen_train.losses.contract import TermContext, TermOutput, distributed_mean, masked_mean, register_term
+from degen_train.losses.corruption import GeneratorCorruption
+from degen_train.models.output import ForwardOutput
 
 
 def replaced_token_detection(logits: Tensor, replaced: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -19,7 +19,7 @@ def replaced_token_detection(logits: Tensor, replaced: Tensor, mask: Tensor) -> 
     return (losses * mask).sum(), mask.sum().float()
 
 
-@register_term("electra")
+@register_term("electra", section="objective")
 class ElectraTerm(GeneratorCorruption):
     """L = L_gen + λ · L_RTD, λ = 50; Clark et al. 2020 (ELECTRA)."""
 

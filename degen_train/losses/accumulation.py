@@ -3,7 +3,7 @@
 Lightning divides each micro-batch's loss by k and sums the gradients. A term that divided by its own
 micro-batch's count (masked tokens, sequences, pairs) would then weight a micro-batch with few targets as
 much as one with many: not the global-batch mean. Here the loader reads a window's k micro-batches first
-(``AccumulationWindows``), every term counts what its means divide by in each of them (``LossTerm.count``),
+(``data.windows.AccumulationWindows``), every term counts what its means divide by in each of them (``LossTerm.count``),
 the module sums those counts over the window and the processes in one all-reduce, and ``distributed_mean``
 divides by the window's count — HF transformers' fix for the same bug (``num_items_in_batch``).
 """
@@ -11,8 +11,7 @@ divides by the window's count — HF transformers' fix for the same bug (``num_i
 from __future__ import annotations
 
 import contextlib
-import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,23 +27,6 @@ STANDARD_COUNTS: dict[str, Callable[[dict[str, Any]], Tensor]] = {
     "tokens": lambda batch: batch["attention_mask"].sum(),  # every real token (ELECTRA's detection, COCO's copy)
     "sequences": lambda batch: torch.tensor(batch["input_ids"].shape[0]),  # NSP, SimCSE
 }
-
-
-class AccumulationWindows:
-    """The loader's micro-batches, read k at a time: each carries its window's summed counts and its own."""
-
-    def __init__(
-        self, loader: Iterable[dict[str, Any]], *, size: int, counter: Callable[[dict], dict[str, Tensor]]
-    ) -> None:
-        self.loader, self.size, self.counter = loader, size, counter
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        batches = iter(self.loader)
-        while window := list(itertools.islice(batches, self.size)):
-            own = [self.counter(batch) for batch in window]
-            summed = {kind: sum(counts[kind] for counts in own) for kind in own[0]}
-            for batch, counts in zip(window, own, strict=True):
-                yield {**batch, "window_counts": summed, "micro_counts": counts}
 
 
 @dataclass

@@ -11,8 +11,8 @@ from torch import Tensor, nn
 
 from degen_train.devices.collectives import gather_with_gradient, is_distributed
 from degen_train.devices.precision import autocast_off
-from degen_train.terms import LossTerm, TermContext, distributed_mean, register_term
-from degen_train.terms.types import ForwardOutput, TermOutput
+from degen_train.losses.contract import LossTerm, TermContext, TermOutput, distributed_mean, register_term
+from degen_train.models.output import ForwardOutput
 
 
 def simcse_loss_sum(first: Tensor, second: Tensor, *, temperature: float, keys: Tensor | None = None,

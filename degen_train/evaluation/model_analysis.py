@@ -37,7 +37,7 @@ from degen_train.metrics.isotropy import (
 from degen_train.metrics.transforms import clip_outliers, fit_whitening
 from degen_train.storage.own_runs import is_own as is_own_run
 
-log = logging.getLogger("degen_train.evaluation.analyze")
+log = logging.getLogger("degen_train.evaluation.model_analysis")
 
 
 def matrix_metrics(vectors: torch.Tensor) -> dict[str, Any]:

@@ -1,8 +1,9 @@
-"""Find every loss term and build the configured ones.
+"""Every loss term by the name a config gives it, and the build of the configured ones.
 
-Terms are found, never listed by hand: every module of ``degen_train.objectives`` and
-``degen_train.regularizers`` is imported (a new file there registers itself with ``@register_term``),
-then every entry point of the group ``degen_train.terms`` (how a separate package adds terms):
+Which code runs for ``regularizer=cosreg``: conf/regularizer/cosreg.yaml puts its options under the key ``cosreg``;
+the module imported for that name below, degen_train/losses/cosreg.py, registers its class with
+``@register_term("cosreg")``. The builtin terms are imported here by name (no module is found by searching a
+folder); a separate package adds terms through the entry-point group ``degen_train.terms``:
 
     [project.entry-points."degen_train.terms"]
     my_term = "my_package.my_term"            # a module that uses @register_term, or
@@ -12,26 +13,37 @@ then every entry point of the group ``degen_train.terms`` (how a separate packag
 from __future__ import annotations
 
 import difflib
-import importlib
 import importlib.metadata
 import inspect
-import pkgutil
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from degen_train.terms import TERM_REGISTRY, LossTerm, register_term
-from degen_train.terms.options import TermOptionError
+# The builtin terms, one module each (the objectives, then the regularizers): importing a module registers its term.
+from degen_train.losses import (  # noqa: F401  # noqa: F401
+    agg,
+    coco_clm,
+    coco_scl,
+    cosreg,
+    electra,
+    istar,
+    mle,
+    mlm,
+    nsp,
+    simcse,
+    simctg,
+    spectrum,
+    tacl,
+    unlikelihood,
+)
+from degen_train.losses.contract import TERM_REGISTRY, LossTerm, register_term
+from degen_train.losses.options import TermOptionError
 
-TERM_PACKAGES = ("degen_train.objectives", "degen_train.regularizers")
 ENTRY_POINT_GROUP = "degen_train.terms"
 
 
 def discover_terms() -> dict[str, type[LossTerm]]:
-    """Import every term module of this package and of installed plugins; returns the registry."""
-    for package_name in TERM_PACKAGES:
-        package = importlib.import_module(package_name)
-        for module in pkgutil.iter_modules(package.__path__):
-            importlib.import_module(f"{package_name}.{module.name}")
+    """The registry: the builtin terms (imported above) and those of installed plugins (entry points)."""
     for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             loaded = entry.load()
@@ -96,3 +108,20 @@ def build_terms(sections: Mapping[str, Mapping[str, Any] | None]) -> tuple[dict[
     if not terms:
         raise ValueError("no loss terms configured: choose an objective, e.g. objective=mlm")
     return terms, weights
+
+
+TERM_KEY = re.compile(r"^(objective|regularizer)\.(\w+)\.(\w+)=")
+
+
+def refuse_unknown_term_options(overrides: Sequence[str]) -> None:
+    """An ``objective.TERM.OPTION=VALUE`` / ``regularizer.TERM.OPTION=VALUE`` whose term has no such option is
+    refused here, naming the close options and all of them, instead of Hydra's "use +key" (the wrong fix: it only
+    moves the error to the build). Keys that are not a registered term's name (``term: NAME`` entries) are left to
+    the build's check, which says the same."""
+    matches = [m for m in map(TERM_KEY.match, overrides) if m is not None]
+    registry = discover_terms() if matches else {}
+    for match in matches:
+        section, key, option = match.groups()
+        options = term_options(registry[key]) if key in registry else None
+        if options is not None and option not in options:
+            raise SystemExit("degen-train: error: " + unknown_option_message(section, key, key, option, options))

@@ -12,8 +12,8 @@ from torch import Tensor, nn
 from degen_train.core.rng import CROP_SALT, counter_uniforms
 from degen_train.devices.collectives import gather_with_gradient, is_distributed
 from degen_train.devices.precision import autocast_off
-from degen_train.terms import LossTerm, TermContext, register_term
-from degen_train.terms.types import ForwardOutput, TermOutput
+from degen_train.losses.contract import LossTerm, TermContext, TermOutput, register_term
+from degen_train.models.output import ForwardOutput
 
 
 def sequence_contrastive_loss(

@@ -11,11 +11,11 @@ from annotated_types import Ge, Interval
 from torch import Tensor
 
 from degen_train.devices.collectives import sum_over_processes
+from degen_train.losses.accumulation import active_window
+from degen_train.losses.contract import TermContext, TermOutput, distributed_mean, register_term
+from degen_train.losses.mlm import TokenPredictionTerm, token_accuracy
+from degen_train.models.output import ForwardOutput
 from degen_train.models.positions import at_positions, labelled_positions
-from degen_train.objectives.mlm import TokenPredictionTerm, token_accuracy
-from degen_train.terms import TermContext, distributed_mean, register_term
-from degen_train.terms.accumulation import active_window
-from degen_train.terms.types import ForwardOutput, TermOutput
 
 
 class _GatedEmbeddingGradient(torch.autograd.Function):
@@ -82,7 +82,7 @@ def gated_logits(hidden: Tensor, weight: Tensor, targets: Tensor, rare: Tensor, 
     return _GatedEmbeddingGradient.apply(hidden, weight, targets, rare[targets], g1, g2)
 
 
-@register_term("agg")
+@register_term("agg", section="objective")
 class GatedLikelihoodTerm(TokenPredictionTerm):
     """L = −(1/N) Σ_t log p(x_{t+1} | x_≤t) with ∂L/∂w_v gated: ×g1_v (target frequent), ×g2_v (target rare) for
     rare v (a_v = mean count per step over the last K steps < α); Yu et al. 2022 (AGG), cross_entropy_agg.py.

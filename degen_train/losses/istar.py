@@ -12,8 +12,8 @@ from torch import Tensor
 
 from degen_train.devices.collectives import is_distributed, sum_over_processes, sum_with_gradient
 from degen_train.devices.precision import autocast_off
-from degen_train.terms import LossTerm, TermContext, register_term
-from degen_train.terms.types import ForwardOutput, TermOutput
+from degen_train.losses.contract import LossTerm, TermContext, TermOutput, register_term
+from degen_train.models.output import ForwardOutput
 
 
 def isoscore_of_covariance(covariance: Tensor) -> Tensor:

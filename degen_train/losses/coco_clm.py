@@ -9,11 +9,11 @@ import torch.nn.functional as F
 from annotated_types import Ge
 from torch import Tensor, nn
 
+from degen_train.losses.contract import TermContext, TermOutput, distributed_mean, masked_mean, register_term
+from degen_train.losses.corruption import GeneratorCorruption
+from degen_train.losses.electra import replaced_token_detection
+from degen_train.models.output import ForwardOutput
 from degen_train.models.positions import at_positions, labelled_positions
-from degen_train.objectives.corruption import GeneratorCorruption
-from degen_train.objectives.electra import replaced_token_detection
-from degen_train.terms import TermContext, distributed_mean, masked_mean, register_term
-from degen_train.terms.types import ForwardOutput, TermOutput
 
 
 def corrective_lm_paper(lm_logits: Tensor, targets: Tensor, copy_logits: Tensor, copied: Tensor) -> Tensor:
@@ -32,7 +32,7 @@ def corrective_lm_released(lm_logits: Tensor, targets: Tensor, copy_logits: Tens
     return (weight * F.cross_entropy(lm_logits.float(), targets, reduction="none")).sum()
 
 
-@register_term("coco_clm")
+@register_term("coco_clm", section="objective")
 class CorrectiveLMTerm(GeneratorCorruption):
     """L = L_gen + λ_copy · L_copy + L_LM with λ_copy = 50; Meng et al. 2021 (COCO-LM)."""
 

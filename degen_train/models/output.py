@@ -1,4 +1,4 @@
-"""Typed records passed between the backbone, the loss terms and the module. No logic here."""
+"""What the backbone's forward pass hands the loss terms (degen_train/losses/). No logic here."""
 
 from __future__ import annotations
 
@@ -58,11 +58,3 @@ EXTRAS: dict[str, str] = {
     "clm_labels": "coco_clm (clm_head=released): (B, T) corrective-LM targets, -100 = none",
     "clm_index": "coco_clm (clm_head=released): (N,) flat positions of clm_labels != -100 (as labelled_index)",
 }
-
-
-@dataclass(frozen=True)
-class TermOutput:
-    """A term's result: an unweighted scalar loss and detached scalars to log."""
-
-    loss: Tensor
-    metrics: dict[str, Tensor] = field(default_factory=dict)

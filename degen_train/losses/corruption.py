@@ -9,10 +9,10 @@ import torch.nn.functional as F
 from annotated_types import Ge, Gt
 from torch import Tensor
 
+from degen_train.losses.contract import LossTerm, TermContext, distributed_mean
 from degen_train.models.generator import AuxiliaryGenerator, sample_replacements
+from degen_train.models.output import ForwardOutput
 from degen_train.models.positions import at_positions, labelled_positions
-from degen_train.terms import LossTerm, TermContext, distributed_mean
-from degen_train.terms.types import ForwardOutput
 
 
 class GeneratorCorruption(LossTerm):

@@ -32,9 +32,7 @@ class TermOptionError(ValueError):
 
 def default_path(term: type) -> str:
     """Where a term's options live in a config when it is configured under its own name."""
-    section = {"degen_train.objectives": "objective", "degen_train.regularizers": "regularizer"}
-    package = term.__module__.rsplit(".", 1)[0]
-    return f"{section.get(package, 'term')}.{getattr(term, 'name', term.__name__)}"
+    return f"{getattr(term, 'section', 'term')}.{getattr(term, 'name', term.__name__)}"
 
 
 def checked(init: Callable[..., None]) -> Callable[..., None]:

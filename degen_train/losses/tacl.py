@@ -14,9 +14,9 @@ from transformers import AutoConfig, AutoModel
 
 from degen_train.core.io import resolve_pretrained
 from degen_train.devices.precision import autocast_off
+from degen_train.losses.contract import LossTerm, TermContext, TermOutput, distributed_mean, register_term
 from degen_train.models.loading import load_pretrained
-from degen_train.terms import LossTerm, TermContext, distributed_mean, register_term
-from degen_train.terms.types import ForwardOutput, TermOutput
+from degen_train.models.output import ForwardOutput
 
 log = logging.getLogger(__name__)
 

@@ -54,7 +54,9 @@ def end_of_run_table(summary: dict[str, Any], run_dir: Path, overrides: list[str
     mfu = summary.get("mfu")
     speed = f"{_number(summary.get('tokens_per_s'), ',.0f')} tokens/s"
     if mfu is not None:
-        speed += f", MFU {mfu:.1%} (total {summary.get('mfu_total', 0):.1%}; peak: {summary.get('peak_flops_source')})"
+        all_flops = summary.get("mfu_total")  # null with callbacks.throughput.count_total_flops=false
+        counted = f"total {all_flops:.1%}; " if all_flops is not None else ""
+        speed += f", MFU {mfu:.1%} ({counted}peak: {summary.get('peak_flops_source')})"
     rows = [
         ("run", str(run)),
         ("steps", str(steps)),

@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from degen_train.losses.contract import LossTerm, TermContext, TermOutput, distributed_mean, register_term
+from degen_train.models.output import ForwardOutput
 from degen_train.models.positions import at_positions, labelled_positions
-from degen_train.terms import LossTerm, TermContext, distributed_mean, register_term
-from degen_train.terms.types import ForwardOutput, TermOutput
 
 
 def context_candidates(ids: Tensor, context: Tensor, labels: Tensor, *, include_current: bool = True) -> Tensor:

@@ -51,12 +51,14 @@ class IsotropyMonitor(Callback):
     (Sun et al. 2024), logged as ``outliers/...``. The attention-sink rate needs attention maps (the eager path):
     ``degen-analyze`` measures it on the export."""
 
-    def __init__(self, every_n_steps: int = 100, probe_size: int = 32) -> None:
+    def __init__(self, every_n_steps: int = 100, probe_size: int = 32, at_end: bool = True) -> None:
+        """``at_end``: measure once more after the last step (summary.json's ``isotropy`` is then the final
+        model's; false: the last periodic measurement's, or none)."""
         if every_n_steps < 1 or probe_size < 1:
             raise ValueError(
                 f"isotropy monitor: every_n_steps and probe_size must be >= 1, got {every_n_steps} and {probe_size}"
             )
-        self.every_n_steps, self.probe_size = every_n_steps, probe_size
+        self.every_n_steps, self.probe_size, self.at_end = every_n_steps, probe_size, at_end
         self.probe: dict[str, torch.Tensor] | None = None
         self.latest: dict[str, float] = {}
         self._last_step = -1
@@ -81,7 +83,7 @@ class IsotropyMonitor(Callback):
             self.measure(trainer, module)
 
     def on_train_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
-        if trainer.global_step != self._last_step:
+        if self.at_end and trainer.global_step != self._last_step:
             self.measure(trainer, module)
 
     def state_dict(self) -> dict[str, Any]:  # a run resumed at its last step still reports its geometry

@@ -1,4 +1,4 @@
-"""The loss-term contract: every objective and regularizer is a ``LossTerm`` in one registry.
+"""The loss-term contract: every objective and regularizer is a ``LossTerm`` in one registry (catalog.py).
 
 A term reads one ``ForwardOutput`` and returns a ``TermOutput``. ``WeightedSum`` adds the terms
 with their config weights in one place; weight 0 computes and logs a term without optimising it.
@@ -7,27 +7,37 @@ with their config weights in one place; weight 0 computes and logs a term withou
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from degen_train.devices.collectives import is_distributed, sum_over_processes, world_size
-from degen_train.terms.accumulation import STANDARD_COUNTS, active_window, window_mean
-from degen_train.terms.options import checked
-from degen_train.terms.types import OPTIONAL_FIELDS, ForwardOutput, TermOutput
+from degen_train.losses.accumulation import STANDARD_COUNTS, active_window, window_mean
+from degen_train.losses.options import checked
+from degen_train.models.output import OPTIONAL_FIELDS, ForwardOutput
+
+
+@dataclass(frozen=True)
+class TermOutput:
+    """A term's result: an unweighted scalar loss and detached scalars to log."""
+
+    loss: Tensor
+    metrics: dict[str, Tensor] = field(default_factory=dict)
+
 
 TERM_REGISTRY: dict[str, type[LossTerm]] = {}
 
 
-def register_term(name: str) -> Callable[[type[LossTerm]], type[LossTerm]]:
-    """Class decorator: make a term available in config under ``name``."""
+def register_term(name: str, *, section: str = "regularizer") -> Callable[[type[LossTerm]], type[LossTerm]]:
+    """Class decorator: make a term available in config under ``name``, in the config section it belongs to
+    (``objective`` or ``regularizer``: conf/objective/, conf/regularizer/)."""
 
     def add(cls: type[LossTerm]) -> type[LossTerm]:
         if name in TERM_REGISTRY and TERM_REGISTRY[name] is not cls:
             raise ValueError(f"loss term name {name!r} is registered twice")
-        cls.name = name
+        cls.name, cls.section = name, section
         TERM_REGISTRY[name] = cls
         return cls
 
@@ -44,6 +54,7 @@ class LossTerm(nn.Module):
     """
 
     name: ClassVar[str] = "term"
+    section: ClassVar[str] = "term"  # objective | regularizer: set by register_term
     requires: ClassVar[frozenset[str]] = frozenset()
     family: ClassVar[str | None] = None
     data_format: ClassVar[str | None] = None
@@ -110,7 +121,7 @@ def distributed_mean(total: Tensor, count: Tensor, *, over: str | None = None) -
 
     Each process returns total_r / count_global · world; DDP averages gradients over the world, so
     the update equals that of one process holding the whole global batch. Within an accumulation window
-    (degen_train.terms.accumulation) the count is the whole window's count of ``over`` and the scale world · k.
+    (accumulation.py) the count is the whole window's count of ``over`` and the scale world · k.
     """
     window = active_window()
     if window is not None:

@@ -10,8 +10,8 @@ import torch
 from annotated_types import Ge
 from torch import Tensor, nn
 
-from degen_train.terms import LossTerm, TermContext, register_term
-from degen_train.terms.types import ForwardOutput, TermOutput
+from degen_train.losses.contract import LossTerm, TermContext, TermOutput, register_term
+from degen_train.models.output import ForwardOutput
 
 FACTORS = "spectral_factors"  # the submodule's name in the HF model (and in checkpoints)
 

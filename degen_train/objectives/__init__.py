@@ -1,1 +1,0 @@
-"""Pretraining objectives: every module here is imported by degen_train.terms.catalog (a new file registers itself)."""
