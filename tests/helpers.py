@@ -48,6 +48,36 @@ def _as_tensor(value: object) -> torch.Tensor:
     return torch.as_tensor(value)
 
 
+COMMANDS = {"degen-train": "degen_train.cli.train", "degen-eval": "degen_train.cli.evaluate",
+            "degen-analyze": "degen_train.cli.analyze", "degen-report": "degen_train.cli.report",
+            "degen-reproduce": "degen_train.cli.reproduce", "degen-convert": "degen_train.cli.convert",
+            "degen-finetune": "degen_train.cli.finetune"}  # fmt: skip
+
+
+def command(name: str, *args: str) -> subprocess.CompletedProcess:
+    """The console script ``name`` run in this process, as a shell runs it (its ``main()`` with ``sys.argv``): its exit
+    code, stdout and stderr. For a test whose subject is what a command says or does; where the process itself is
+    the subject (signals, kills, ranks, a second writer, a multirun, a fresh interpreter), ``degen_train()``."""
+    import contextlib
+    import importlib
+    import io
+    from unittest import mock
+
+    out, err = io.StringIO(), io.StringIO()
+    code: object = 0
+    main = importlib.import_module(COMMANDS[name]).main
+    streams = contextlib.redirect_stdout(out), contextlib.redirect_stderr(err)
+    with mock.patch.object(sys, "argv", [name, *args]), streams[0], streams[1]:
+        try:
+            main()
+        except SystemExit as exited:
+            code = exited.code
+    if isinstance(code, str):  # sys.exit("message"): the interpreter prints it and exits 1
+        err.write(code + "\n")
+        code = 1
+    return subprocess.CompletedProcess([name, *args], int(code or 0), out.getvalue(), err.getvalue())
+
+
 def degen_train(*args: str) -> subprocess.CompletedProcess:
     """The installed ``degen-train`` command in a subprocess (DDP and multirun need a real process)."""
     command = [str(Path(sys.executable).parent / "degen-train"), *args]

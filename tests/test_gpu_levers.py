@@ -131,7 +131,7 @@ def test_deterministic_mode_sets_the_cublas_workspace_before_the_first_matmul(
 ) -> None:
     """The precision check multiplies matrices on the run's device before the Trainer (which sets the variable too)
     exists: cuBLAS reads CUBLAS_WORKSPACE_CONFIG when its handle is made, so it must be set before that check."""
-    import degen_train.run.pretrain as pretrain
+    import degen_train.run.checks as pretrain
 
     seen: list[str | None] = []
     original = pretrain.check_precision

@@ -15,7 +15,7 @@ from degen_train.config import load_config
 from degen_train.core.paths import config_dir
 from degen_train.data import corpus as corpus_module
 from degen_train.losses.catalog import discover_terms
-from tests.helpers import degen_train, logged, run
+from tests.helpers import command, logged, run
 
 SHORT = ["trainer.max_steps=4", "data.tokenizer.vocab_size=1000", "trainer.val_check_interval=4"]
 
@@ -73,7 +73,8 @@ def rebased(tree: Any, old_run_dir: str) -> Any:
 
 def test_reproduce_relaunches_a_run_from_its_record(text_run: Path, tmp_path: Path) -> None:
     again = tmp_path / "again"
-    result = degen_train("--reproduce", str(text_run), "trainer.enable_progress_bar=false", f"hydra.run.dir={again}")
+    result = command("degen-train", "--reproduce", str(text_run), "trainer.enable_progress_bar=false",
+                     f"hydra.run.dir={again}")  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     before, after = (json.loads((d / "summary.json").read_text()) for d in (text_run, again))
     assert after["train_loss"] == before["train_loss"] and after["val_loss"] == before["val_loss"]
@@ -83,12 +84,12 @@ def test_reproduce_relaunches_a_run_from_its_record(text_run: Path, tmp_path: Pa
 
 
 def test_reproduce_of_a_folder_that_is_not_a_run_names_it(tmp_path: Path) -> None:
-    result = degen_train("--reproduce", str(tmp_path))
+    result = command("degen-train", "--reproduce", str(tmp_path))
     assert result.returncode != 0 and f"{tmp_path}/config.yaml does not exist" in result.stderr
 
 
 def test_list_names_every_recipe_preset_and_term() -> None:
-    result = degen_train("--list")
+    result = command("degen-train", "--list")
     assert result.returncode == 0, result.stderr
     for recipe in (config_dir() / "recipe").glob("*.yaml"):
         assert f"  {recipe.stem} " in result.stdout

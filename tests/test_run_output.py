@@ -17,7 +17,7 @@ from degen_train.config import load_config
 from degen_train.core.io import atomic_directory, atomic_write_json, current_umask
 from degen_train.run.build import build_trainer
 from tests.conftest import FAST
-from tests.helpers import degen_train, run
+from tests.helpers import command, degen_train, run
 
 QUIET = [o for o in FAST if o != "trainer.enable_progress_bar=false"]  # the bar stays on: output decides
 
@@ -140,7 +140,7 @@ def test_any_trainer_argument_not_in_the_yaml_is_settable(tmp_path: Path) -> Non
 
 
 def test_a_mistyped_trainer_argument_names_the_close_ones() -> None:
-    result = degen_train("trainer.fast_dev_ru=true")
+    result = command("degen-train", "trainer.fast_dev_ru=true")
     assert result.returncode != 0
     assert (
         "trainer.fast_dev_ru is not a lightning.pytorch.Trainer argument; did you mean: fast_dev_run?" in result.stderr

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,8 @@ def reproduce_argv(run: str, overrides: list[str]) -> list[str]:
         reading = read_config_file(recorded, advice=ADVICE)
     except HandedOverError as error:
         raise SystemExit(f"--reproduce {run}: {error}") from None
-    if reading.dropped_line():
-        log.warning("--reproduce %s: %s", run, reading.dropped_line())
+    if reading.dropped_line():  # printed, as the inputs below: the command's own words before Hydra logs anything
+        print(f"degen-train --reproduce {run}: {reading.dropped_line()}", file=sys.stderr, flush=True)
     tree = with_house_outputs(reading.tree, reading.dropped)
     tree["logger"] = {"csv": house_value("logger.csv")}  # the house's default; +logger=NAME adds another
     config = OmegaConf.create(tree)

@@ -43,16 +43,40 @@ class MaskingConfig(BaseModel):
         return self
 
 
+# Closed sections: every key a component reads is listed with its type, so the section reaches the component as a
+# typed object (data.prepare_data, models.build_hf_model) and a misspelt key is refused, naming the nearest one.
+Closed = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
 class TokenizerConfig(BaseModel):
-    model_config = Open
-    path: str | None = None
+    model_config = Closed
+    path: str | None = None  # a folder or hub name; null: trained on the corpus (cached)
     vocab_size: int = Field(ge=10)
     min_frequency: int = Field(ge=1)
+    lowercase: bool = True
+    max_documents: int | None = Field(default=None, ge=1)
 
 
 class DataConfig(BaseModel):
-    model_config = Open
+    """data: where the corpus comes from and how it is cut (conf/data/builtin.yaml says each key)."""
+
+    model_config = Closed
     source: Literal["builtin", "text", "hub"]
+    path: str | None = None  # text: a file or folder
+    validation_path: str | None = None
+    text_column: str = "text"
+    document_unit: Literal["line", "paragraph", "document"] = "paragraph"
+    on_decode_error: Literal["error", "skip"] = "error"
+    streaming: bool = False
+    validation_documents: int = Field(default=200, ge=1)  # with streaming: the first N documents
+    split_seed: int = Field(default=0, ge=0)
+    cache_dir: str
+    name: str | None = None  # hub: the data set, its config, splits and revision
+    config: str | None = None
+    split: str = "train"
+    validation_split: str | None = None
+    revision: str | None = None
+    missing_hint: str | None = None  # said when a file is missing (data=wikitext2)
     block_size: int = Field(ge=8)
     batch_size: int = Field(ge=1)
     num_workers: Annotated[int, Field(ge=0)] | Literal["auto"] = "auto"
@@ -60,7 +84,6 @@ class DataConfig(BaseModel):
     sources: list[Any] | None = None  # a weighted mixture, checked in data/mixture.py (mixture_sources)
     overfit_batches: int = Field(default=0, ge=0)
     validation_fraction: float = Field(gt=0, lt=1)
-    document_unit: Literal["line", "paragraph", "document"]
     examples: Literal["packed", "sentences"] = "packed"
     tokenize_parts: int = Field(default=1, ge=1)
     tokenize_part: int | None = Field(default=None, ge=0)
@@ -356,13 +379,13 @@ def model_section(cfg: ModelConfig | DictConfig | Mapping[str, Any]) -> ModelCon
     return _checked_section(ModelConfig, raw, "model")
 
 
-def data_section(cfg: DictConfig, *, where: str = "data") -> DictConfig:
-    """The data section with every listed key present (its checked value or the schema's default); a section
-    composed in Python, or a mixture's source (``where``: data.sources[i]), is checked here."""
-    raw = OmegaConf.to_container(cfg, resolve=True)
-    section = OmegaConf.create(_checked_section(DataConfig, raw, "data", where=where).model_dump())
-    OmegaConf.set_struct(section, True)
-    return section
+def data_section(cfg: DataConfig | DictConfig | Mapping[str, Any], *, where: str = "data") -> DataConfig:
+    """The data section typed; a section composed in Python, or a mixture's source (``where``: data.sources[i]),
+    is checked here."""
+    if isinstance(cfg, DataConfig):
+        return cfg
+    raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    return _checked_section(DataConfig, raw, "data", where=where)
 
 
 def _checked_section(kind: type[Section], raw: Any, key: str, *, where: str | None = None) -> Section:

@@ -16,6 +16,7 @@ from typing import Any
 
 import datasets
 
+from degen_train.config.schema import DataConfig, data_section
 from degen_train.core.io import atomic_write_text, cache_key, file_sha256
 from degen_train.data.builtin_corpus import builtin_documents
 from degen_train.data.unreadable import unreadable_corpus_error
@@ -38,8 +39,9 @@ class Corpus:
     provenance: dict[str, Any]  # source and its fingerprint: file sha256s, or hub name + revision
 
 
-def load_corpus(cfg: Any) -> Corpus:
-    """Load the corpus described by the ``data`` config group."""
+def load_corpus(section: DataConfig | Any) -> Corpus:
+    """Load the corpus described by the ``data`` section (typed here when composed in Python)."""
+    cfg = data_section(section)
     source = cfg.source
     if source not in SOURCES:
         raise ValueError(f"data.source={source!r} is not one of {', '.join(SOURCES)}")
@@ -52,7 +54,7 @@ def load_corpus(cfg: Any) -> Corpus:
     if source == "text":
         train, train_id, files = _load_local(cfg, cfg.path, "data.path")
         validation, validation_id = (None, "")
-        if cfg.get("validation_path"):
+        if cfg.validation_path:
             validation, validation_id, validation_files = _load_local(cfg, cfg.validation_path, "data.validation_path")
             files += validation_files
         record = {"source": "text", "files": [_file_record(f, Path(str(cfg.cache_dir)).expanduser()) for f in files]}
@@ -65,7 +67,7 @@ def _load_local(cfg: Any, path_value: str | None, key: str) -> tuple[Any, str, l
         raise ValueError(f"{key} is not set: give a file or directory, e.g. {key}=corpus.txt")
     path = Path(str(path_value)).expanduser()
     if not path.exists():
-        where = f" ({cfg.get('missing_hint')})" if cfg.get("missing_hint") else ""
+        where = f" ({cfg.missing_hint})" if cfg.missing_hint else ""
         raise FileNotFoundError(f"{key}={path} does not exist{where}")
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     known = {**TEXT_SUFFIXES, **TABLE_SUFFIXES}
@@ -163,21 +165,21 @@ def _file_record(path: Path, cache_dir: Path) -> dict[str, Any]:
 
 
 def _load_hub(cfg: Any) -> Corpus:
-    if not cfg.get("name"):
+    if not cfg.name:
         raise ValueError("data.source=hub needs data.name, e.g. data.name=wikitext data.config=wikitext-2-raw-v1")
-    args = [cfg.name] + ([cfg.config] if cfg.get("config") else [])
+    args = [cfg.name] + ([cfg.config] if cfg.config else [])
     # revision: a branch, tag or commit of the data set's hub repository (null: the default branch).
-    load = {"streaming": bool(cfg.streaming), "revision": cfg.get("revision")}
+    load = {"streaming": bool(cfg.streaming), "revision": cfg.revision}
     train = datasets.load_dataset(*args, split=cfg.split, **load)
     train = _drop_empty(_select_text_column(train, cfg.text_column, cfg.name), cfg.name, bool(cfg.streaming))
     validation = None
-    if cfg.get("validation_split"):
+    if cfg.validation_split:
         validation = datasets.load_dataset(*args, split=cfg.validation_split, **load)
         validation = _select_text_column(validation, cfg.text_column, cfg.name)
         validation = _drop_empty(validation, cfg.name, bool(cfg.streaming))
-    identity = cache_key("hub", *args, cfg.split, cfg.get("validation_split"), cfg.get("revision"))
-    record = {"source": "hub", "name": cfg.name, "config": cfg.get("config"), "split": cfg.split}
-    record |= {"validation_split": cfg.get("validation_split"), "revision": cfg.get("revision")}
+    identity = cache_key("hub", *args, cfg.split, cfg.validation_split, cfg.revision)
+    record = {"source": "hub", "name": cfg.name, "config": cfg.config, "split": cfg.split}
+    record |= {"validation_split": cfg.validation_split, "revision": cfg.revision}
     return Corpus(train, validation, identity, record)
 
 

@@ -15,7 +15,7 @@ import torch
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
-from degen_train.config.schema import data_section
+from degen_train.config.schema import DataConfig, data_section
 from degen_train.core.io import cache_key
 from degen_train.core.rng import VALIDATION_SEED_OFFSET
 from degen_train.data.collate import CausalLMCollator, MaskedLMCollator
@@ -61,7 +61,7 @@ class PreparedData:
 
 
 def prepare_data(
-    section: DictConfig, *, family: str, data_format: str, seed: int, run_tokenizer: Path | None = None
+    section: DataConfig | DictConfig, *, family: str, data_format: str, seed: int, run_tokenizer: Path | None = None
 ) -> PreparedData:
     """Corpus -> tokenizer -> train/validation documents -> examples, each step cached on disk.
 
@@ -181,7 +181,7 @@ def _split_documents(cfg: Any, corpus: Any, tokenizer: Any) -> tuple[tuple[Any, 
     return (train_docs, identity + ":train"), (validation_docs, identity + ":validation")
 
 
-def tokenize_node_part(section: DictConfig, *, family: str, data_format: str) -> dict[str, Any]:
+def tokenize_node_part(section: DataConfig | DictConfig, *, family: str, data_format: str) -> dict[str, Any]:
     """``prepare_only=true data.tokenize_part=K data.tokenize_parts=N``: the tokenizer (trained once, under its
     build lock, by whichever node comes first), then node K's share of each split tokenized into the cache.
     A run finds all N parts of a split there and packs its examples from them (node_parts.py)."""

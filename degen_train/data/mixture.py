@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from degen_train.config.schema import data_section
+from degen_train.config.schema import DataConfig, data_section
 from degen_train.core.rng import EPOCH_ORDER_SALT, mix_seed
 from degen_train.data.sampling import PositionedExamples
 
@@ -33,12 +33,13 @@ SOURCE_KEYS = ("source", "path", "validation_path", "name", "config", "split", "
 class MixtureSource:
     label: str
     weight: float
-    data: DictConfig  # the data section with this source's keys over it
+    data: DataConfig  # the data section with this source's keys over it
 
 
-def mixture_sources(cfg: DictConfig) -> list[MixtureSource]:
+def mixture_sources(section: DataConfig | DictConfig) -> list[MixtureSource]:
     """data.sources read and checked: known keys, positive finite weights, unique labels."""
-    entries = OmegaConf.to_container(cfg.sources, resolve=True)
+    cfg = data_section(section)
+    entries = cfg.sources
     if not isinstance(entries, list) or not entries:
         raise ValueError(f"data.sources must be a list of sources, each with a weight; got {entries!r}")
     sources, labels = [], set()
@@ -60,8 +61,7 @@ def mixture_sources(cfg: DictConfig) -> list[MixtureSource]:
         if label in labels:
             raise ValueError(f"{where}: two sources are labelled {label!r}; give each a distinct label")
         labels.add(label)
-        merged = OmegaConf.merge(cfg, settings)
-        merged.sources = None
+        merged = {**cfg.model_dump(), **settings, "sources": None}
         data = data_section(merged, where=where)  # the source's own keys checked as data.KEY's are (schema.py)
         sources.append(MixtureSource(label, float(weight), data))
     total = sum(s.weight for s in sources)

@@ -1,5 +1,5 @@
-"""One pretraining run from a composed config: ``train(cfg)`` checks, prepares, trains, exports, probes and
-summarises (the degen-train command, the sweeps, make reproduce and the benchmarks all call it)."""
+"""One pretraining run from a composed config: ``train(cfg)`` in five stages, check (run/checks.py), prepare, build,
+fit and finish (the degen-train command, the sweeps, make reproduce and the benchmarks all call it)."""
 
 from __future__ import annotations
 
@@ -21,16 +21,11 @@ from degen_train.callbacks.best_sts import BestBySTS  # noqa: E402
 from degen_train.callbacks.isotropy_monitor import IsotropyMonitor  # noqa: E402
 from degen_train.callbacks.preemption import stopping_before_training  # noqa: E402
 from degen_train.callbacks.throughput import Throughput  # noqa: E402
-from degen_train.callbacks.weight_averaging import (  # noqa: E402
-    AVERAGE_PREFIX,
-    WeightAverage,
-    check_weight_averaging_fits,
-)
-from degen_train.config.schema import checked_config  # noqa: E402
+from degen_train.callbacks.weight_averaging import AVERAGE_PREFIX, WeightAverage  # noqa: E402
 from degen_train.core.io import atomic_directory, atomic_write_json, atomic_write_text  # noqa: E402
-from degen_train.core.paths import check_output_folder, refuse_links_in  # noqa: E402
 from degen_train.core.quiet import silence_known_noise  # noqa: E402
 from degen_train.data.datamodule import (  # noqa: E402
+    PreparedData,
     PretrainDataModule,
     describe_prepared,
     loader_workers,
@@ -38,129 +33,62 @@ from degen_train.data.datamodule import (  # noqa: E402
     prepare_data,
     tokenize_node_part,
 )
-from degen_train.data.mixture import mixture_seen, mixture_sources  # noqa: E402
-from degen_train.devices.precision import check_precision  # noqa: E402
-from degen_train.devices.threads import local_process_count, use_threads  # noqa: E402
+from degen_train.data.mixture import mixture_seen  # noqa: E402
+from degen_train.devices.threads import local_process_count  # noqa: E402
 from degen_train.evaluation.export_probes import evaluate  # noqa: E402
-from degen_train.finetune.grid import finetune_export, protocol_from  # noqa: E402
-from degen_train.finetune.tasks import load_glue_task  # noqa: E402
-from degen_train.losses.accumulation import accumulation_warnings  # noqa: E402
-from degen_train.losses.catalog import build_terms  # noqa: E402
+from degen_train.finetune.grid import finetune_export  # noqa: E402
 from degen_train.losses.contract import TermContext, WeightedSum  # noqa: E402
-from degen_train.metrics.perplexity import read_documents  # noqa: E402
-from degen_train.metrics.probes import read_sts, read_wic  # noqa: E402
-from degen_train.models.backbone import Backbone, build_hf_model, model_family, shape_signature  # noqa: E402
-from degen_train.models.compile import check_compile_available  # noqa: E402
-from degen_train.optim import steps_past_the_schedule  # noqa: E402
-from degen_train.run.branching import BRANCH_MAY_CHANGE, branch_changes, start_branch  # noqa: E402
-from degen_train.run.build import (  # noqa: E402
-    build_trainer,
-    data_format_for,
-    deterministic_environment,
-    on_gpu,
-    resolved_config,
-    setup_terms,
-)  # noqa: E402
+from degen_train.models.backbone import Backbone, build_hf_model, shape_signature  # noqa: E402
+from degen_train.run.build import build_trainer, on_gpu, resolved_config, setup_terms  # noqa: E402
+from degen_train.run.checks import RunPlan, check, check_w8a8_text  # noqa: E402
 from degen_train.run.end_of_run_table import end_of_run_table, human, parameter_counts  # noqa: E402
 from degen_train.run.export import export_pretrained  # noqa: E402
-from degen_train.run.hub import check_push, push_export  # noqa: E402
+from degen_train.run.hub import push_export  # noqa: E402
 from degen_train.run.loggers import ClosingLogger, ResumingLogger  # noqa: E402
 from degen_train.run.module import PretrainModule  # noqa: E402
 from degen_train.run.parallel import full_state_dict  # noqa: E402
 from degen_train.run.provenance import run_provenance  # noqa: E402
-from degen_train.run.resume import (  # noqa: E402
-    RESUME_CHOICES,
-    check_checkpoint_matches,
-    check_resume,
-    check_signature,
-    check_tokenizer,
-    finished_summary,
-    resolve_checkpoint,
-)
+from degen_train.run.resume import check_signature, check_tokenizer  # noqa: E402
 from degen_train.run.sweep import swept_overrides  # noqa: E402
-from degen_train.storage.checkpoints import refuse_lightning_hpc_checkpoints  # noqa: E402
 from degen_train.storage.own_runs import remember as remember_own_run  # noqa: E402
-from degen_train.storage.runlock import is_launching_process, refuse_writes_into_other_runs, run_dir_lock  # noqa: E402
+from degen_train.storage.runlock import is_launching_process, run_dir_lock  # noqa: E402
 
 log = logging.getLogger("degen_train")
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
-    """Run one pretraining job; returns the summary written to RUN/summary.json."""
-    run_dir = Path(cfg.run_dir)
+    """Run one pretraining job; returns the summary written to RUN/summary.json. Five stages, each a function below:
+    check (the config alone, nothing written), prepare (the data, cached), build (model, terms, trainer, the run's
+    record), fit (train, then validate once more) and finish (summary, export, probes)."""
     silence_known_noise()  # also when train() is called from Python (tests, notebooks, benchmarks)
-    # 1. Everything that can be checked from the config alone, before data or weights; nothing is written.
-    cfg = checked_config(cfg)  # from here on, every listed key is present with its checked value (schema.py)
-    deterministic_environment(cfg)  # before any CUDA work
-    use_threads(cfg.threads, local_process_count(cfg.trainer))
-    terms, weights = build_terms({"objective": cfg.objective, "regularizer": cfg.regularizer})
-    family = model_family(cfg.model)
-    if cfg.model.compile:
-        check_compile_available("cuda" if cfg.trainer.get("accelerator") in ("gpu", "cuda") else "cpu")
-    data_format = data_format_for(terms, family, _choice("model"))
-    if cfg.prepare_only:
-        with stopping_before_training(str(cfg.data.cache_dir)):
-            return prepare_only(cfg, family=family, data_format=data_format)
-    for warning in accumulation_warnings(terms, weights, int(cfg.trainer.accumulate_grad_batches)):
-        log.warning(warning)
-    for path in cfg.eval.sts:  # probe files are read now so that a typo fails before training, not after
-        read_sts(path)
-    for wic in (cfg.eval.wic, cfg.eval.wic_fit):
-        if wic:
-            read_wic(wic)
-    if cfg.eval.w8a8:  # too short for any tokenizer (a token covers at least a character): refused before data
-        check_w8a8_text(cfg, None, family)
-    glue_tasks = glue_tasks_of(cfg)  # read and checked now: a bad GLUE file fails before training
-    check_push(cfg.push_to_hub)
-    past = steps_past_the_schedule(cfg.scheduler, int(cfg.trainer.max_steps))
-    if past:  # e.g. a finished run resumed with a larger trainer.max_steps: it would train at rate 0
-        raise ValueError(past)
-    check_precision(cfg)  # a precision this hardware emulates is refused here, not after hours of slow steps
-    check_weight_averaging_fits(cfg.callbacks, cfg.get("strategy"))
-    if cfg.data.sources:
-        mixture_sources(cfg.data)  # weights, labels and keys checked before any corpus is read
-        if cfg.data.overfit_batches:
-            raise ValueError("data.overfit_batches overfits the batches of one corpus: not with data.sources")
-    check_output_folder(run_dir, "run_dir")
-    refuse_links_in(run_dir)  # a resumed folder is written and appended to: only its own regular files
-    refuse_writes_into_other_runs(cfg, run_dir)
-    refuse_lightning_hpc_checkpoints(run_dir)
-    branch = start_branch(cfg, run_dir)  # branch_from=RUN@STEP: the parent's checkpoint and tokenizer
-    finished = finished_summary(run_dir, cfg) if cfg.ckpt_path in RESUME_CHOICES else None
-    if finished is not None:
-        log.info("%s finished at step %d before: nothing to do (summary.json is kept)", run_dir, finished["final_step"])
-        return finished
-    checkpoint = resolve_checkpoint(cfg.ckpt_path, run_dir)
-    saved: dict = {}
-    if checkpoint is not None:
-        header = check_checkpoint_matches(checkpoint, cfg, list(terms))
-        saved = {**header["degen_train"], "global_step": header.get("global_step", 0)}
-        recorded = (saved.get("provenance") or {}).get("config")
-        free = BRANCH_MAY_CHANGE if branch else ()
-        changes = check_resume(recorded, resolved_config(cfg), checkpoint, also_free=free)
-        if branch is not None and checkpoint == Path(branch["checkpoint"]):  # a new branch: its parent plus these
-            what = f"branch of {branch['run']}@{branch['step']}: the parent's settings"
-            changes = branch_changes(changes)
-            log.info("%s, with %s", what, f"{len(changes)} change(s):\n  " + "\n  ".join(changes) if changes else
-                     "unchanged")  # fmt: skip
-        else:
-            for change in changes:
-                log.warning("resume changes %s (recorded in config_history/)", change)
-    with run_dir_lock(run_dir) if is_launching_process() else nullcontext():
-        return _train_locked(
-            cfg, run_dir, terms, weights, family, data_format, checkpoint, saved, glue_tasks, branch=branch
-        )
+    plan = check(cfg, model_choice=_choice("model"))  # 1. check
+    if plan.config.prepare_only:
+        with stopping_before_training(str(plan.cfg.data.cache_dir)):
+            return prepare_only(plan)
+    if plan.finished is not None:
+        log.info("%s finished at step %d before: nothing to do (summary.json is kept)", plan.run_dir,
+                 plan.finished["final_step"])  # fmt: skip
+        return plan.finished
+    with run_dir_lock(plan.run_dir) if is_launching_process() else nullcontext():
+        with stopping_before_training(str(plan.cfg.data.cache_dir)):  # a signal while preparing: exit 75, say so
+            data = prepare(plan)  # 2. prepare
+            built = build(plan, data)  # 3. build
+        if built.trainer.is_global_zero:
+            _write_run_record(plan, built)
+        train_metrics, val_metrics = fit(plan, built)  # 4. fit
+        return finish(plan, built, train_metrics, val_metrics)  # 5. finish
 
 
-def prepare_only(cfg: DictConfig, *, family: str, data_format: str) -> dict[str, Any]:
+def prepare_only(plan: RunPlan) -> dict[str, Any]:
     """Tokenizer and examples into data.cache_dir, then stop: a job prepares once (one node, or several waiting on
     the build lock), and every later run of the same data settings, each rank of each node, only memory-maps.
     With data.tokenize_part=K: this node's share of the documents only (node_parts.py)."""
-    if cfg.data.tokenize_part is not None:
-        return {"tokenized_part": _prepare_node_part(cfg, family=family, data_format=data_format)}
-    data = prepare_data(cfg.data, family=family, data_format=data_format, seed=int(cfg.seed))
+    data_config, family, data_format = plan.config.data, plan.family, plan.data_format
+    if data_config.tokenize_part is not None:
+        return {"tokenized_part": _prepare_node_part(data_config, family=family, data_format=data_format)}
+    data = prepare_data(data_config, family=family, data_format=data_format, seed=plan.config.seed)
     prepared = describe_prepared(data)
-    shape = f"{family}, {data_format}, block {int(cfg.data.block_size)}"
+    shape = f"{family}, {data_format}, block {data_config.block_size}"
     lines = [f"prepared ({shape}); tokenizer: {prepared['tokenizer']}"]
     for split in ("train", "validation"):
         table = prepared[split]
@@ -173,8 +101,8 @@ def prepare_only(cfg: DictConfig, *, family: str, data_format: str) -> dict[str,
     return {"prepared": prepared}
 
 
-def _prepare_node_part(cfg: DictConfig, *, family: str, data_format: str) -> dict[str, Any]:
-    done = tokenize_node_part(cfg.data, family=family, data_format=data_format)
+def _prepare_node_part(data_config: Any, *, family: str, data_format: str) -> dict[str, Any]:
+    done = tokenize_node_part(data_config, family=family, data_format=data_format)
     shape = f"{family}, {data_format}"
     lines = [f"tokenized part {done['part']} of {done['parts']} ({shape}); tokenizer {done['tokenizer']}"]
     for split in ("train", "validation"):
@@ -198,63 +126,37 @@ class Built:
     record: dict[str, Any]
 
 
-def _train_locked(
-    cfg: DictConfig,
-    run_dir: Path,
-    terms: dict,
-    weights: dict,
-    family: str,
-    data_format: str,
-    checkpoint: Path | None,
-    saved: dict,
-    glue_tasks: list,
-    *,
-    branch: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Phases 2 and 3 of a run, under the run folder's lock: build, record, fit, summarise, export, finish."""
-    with stopping_before_training(str(cfg.data.cache_dir)):  # a signal while the data is prepared: exit 75, say so
-        built = _build(cfg, run_dir, terms, weights, family, data_format, checkpoint, saved)
-    if built.trainer.is_global_zero:
-        _write_run_record(cfg, run_dir, built.data.tokenizer, saved, built.record)
-    train_metrics, val_metrics = _fit_and_validate(cfg, built, checkpoint)
-    summary = _summary(cfg, built.trainer, train_metrics, val_metrics, terms=terms, weights=weights)
-    _add_run_facts(cfg, summary, built, branch)
-    gathered_weights = full_state_dict(built.module.backbone.model) if cfg.export_hf else None  # FSDP2: all ranks
-    if built.trainer.is_global_zero:
-        if cfg.export_hf:
-            _export_and_probe(cfg, run_dir, family, built, summary, glue_tasks, gathered_weights)
-        _finish(run_dir, built.trainer, summary)
-    return summary
+def prepare(plan: RunPlan) -> PreparedData:
+    """2. The data (corpus, tokenizer, examples: cached). A resumed run keeps the tokenizer it trained with."""
+    own = plan.run_dir / "tokenizer"
+    reuse = plan.checkpoint is not None and not plan.config.data.tokenizer.path and (own / "tokenizer.json").is_file()
+    data = prepare_data(plan.config.data, family=plan.family, data_format=plan.data_format, seed=plan.config.seed,
+                        run_tokenizer=own if reuse else None)  # fmt: skip
+    if plan.config.eval.w8a8:  # its length needs the tokenizer: checked now, not after training
+        check_w8a8_text(plan.cfg, data.tokenizer, plan.family)
+    return data
 
 
-def _build(
-    cfg: DictConfig, run_dir: Path, terms: dict, weights: dict, family: str, data_format: str,
-    checkpoint: Path | None, saved: dict,
-) -> Built:  # fmt: skip
-    """2. Data (cached), the model and its terms, the trainer. A resumed run keeps the tokenizer it trained with."""
-    own = run_dir / "tokenizer"
-    reuse = checkpoint is not None and not cfg.data.tokenizer.path and (own / "tokenizer.json").is_file()
-    data = prepare_data(
-        cfg.data, family=family, data_format=data_format, seed=int(cfg.seed), run_tokenizer=own if reuse else None
-    )
-    if cfg.eval.w8a8:  # its length needs the tokenizer: checked now, not after training
-        check_w8a8_text(cfg, data.tokenizer, family)
-    module = build_module(cfg, data, terms, weights, family=family, with_nsp_head=data_format == "mlm_nsp")
-    if checkpoint is not None:  # only the built model knows its vocabulary size
-        check_signature(checkpoint, saved.get("signature"), module.checkpoint_identity["signature"])
-        check_tokenizer(checkpoint, saved, data.tokenizer)
+def build(plan: RunPlan, data: PreparedData) -> Built:
+    """3. The model and its terms, the loader, the trainer, and the run's record."""
+    cfg = plan.cfg
+    module = build_module(cfg, data, plan.terms, plan.weights, family=plan.family,
+                          with_nsp_head=plan.data_format == "mlm_nsp")  # fmt: skip
+    if plan.checkpoint is not None:  # only the built model knows its vocabulary size
+        check_signature(plan.checkpoint, plan.saved.get("signature"), module.checkpoint_identity["signature"])
+        check_tokenizer(plan.checkpoint, plan.saved, data.tokenizer)
     collator = make_collator(
-        data.tokenizer, data_format=data_format, masking=cfg.masking, vocab_size=len(data.tokenizer)
+        data.tokenizer, data_format=plan.data_format, masking=cfg.masking, vocab_size=len(data.tokenizer)
     )
     gpu = on_gpu(cfg)
     datamodule = PretrainDataModule(
         data,
         collator,
-        batch_size=int(cfg.data.batch_size),
+        batch_size=plan.config.data.batch_size,
         num_workers=loader_workers(cfg.data.num_workers, on_gpu=gpu, local_processes=local_process_count(cfg.trainer)),
-        seed=int(cfg.seed),
+        seed=plan.config.seed,
         pin_memory=gpu,
-        overfit_batches=cfg.data.overfit_batches,
+        overfit_batches=plan.config.data.overfit_batches,
         window_counter=module.loss.window_counts,
     )
     trainer = build_trainer(cfg)
@@ -268,21 +170,36 @@ def _build(
     return Built(data, module, datamodule, trainer, record)
 
 
-def _write_run_record(cfg: DictConfig, run_dir: Path, tokenizer: Any, saved: dict, record: dict) -> None:
+def finish(plan: RunPlan, built: Built, train_metrics: dict, val_metrics: dict) -> dict[str, Any]:
+    """5. The summary; rank 0: the export, its upload, the probes and GLUE, summary.json and the end-of-run table."""
+    cfg = plan.cfg
+    summary = _summary(cfg, built.trainer, train_metrics, val_metrics, terms=plan.terms, weights=plan.weights)
+    _add_run_facts(cfg, summary, built, plan.branch)
+    gathered_weights = full_state_dict(built.module.backbone.model) if cfg.export_hf else None  # FSDP2: all ranks
+    if built.trainer.is_global_zero:
+        if cfg.export_hf:
+            _export_and_probe(cfg, plan.run_dir, plan.family, built, summary, plan.glue_tasks, gathered_weights)
+        _finish(plan.run_dir, built.trainer, summary)
+    return summary
+
+
+def _write_run_record(plan: RunPlan, built: Built) -> None:
     """The run folder's tokenizer (degen-convert --hf reads it), resolved config and this segment's config."""
+    cfg, run_dir = plan.cfg, plan.run_dir
     with atomic_directory(run_dir / "tokenizer", replace=True) as staging:
-        tokenizer.save_pretrained(str(staging))
+        built.data.tokenizer.save_pretrained(str(staging))
     atomic_write_json(run_dir / "config.json", resolved_config(cfg))
     atomic_write_json(run_dir / "overrides.json", swept_overrides())
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))  # the latest segment's
-    remember_own_run(run_dir, record["run_id"])  # degen-report trusts this config.yaml, by its hash (own_runs.py)
-    history = run_dir / "config_history" / f"from_step_{int(saved.get('global_step', 0)):08d}.yaml"
+    remember_own_run(run_dir, built.record["run_id"])  # degen-report trusts this config.yaml, by its hash (own_runs.py)
+    history = run_dir / "config_history" / f"from_step_{int(plan.saved.get('global_step', 0)):08d}.yaml"
     history.parent.mkdir(exist_ok=True)
     atomic_write_text(history, OmegaConf.to_yaml(cfg, resolve=True))  # every segment's, never overwritten
 
 
-def _fit_and_validate(cfg: DictConfig, built: Built, checkpoint: Path | None) -> tuple[dict, dict]:
-    """3. Train, then validate once more; (the last train metrics, the final validation's)."""
+def fit(plan: RunPlan, built: Built) -> tuple[dict, dict]:
+    """4. Train, then validate once more; (the last train metrics, the final validation's)."""
+    cfg, checkpoint = plan.cfg, plan.checkpoint
     trainer, module = built.trainer, built.module
     trainer.fit(module, datamodule=built.datamodule, ckpt_path=str(checkpoint) if checkpoint else None)
     train_metrics = {**module.last_train_metrics, **trainer.callback_metrics}
@@ -345,33 +262,6 @@ def _finish(run_dir: Path, trainer: Any, summary: dict) -> None:
         if isinstance(logger, ClosingLogger):
             logger.close_run(summary)
     log.info("run finished:\n%s", end_of_run_table(summary, run_dir, swept_overrides()))
-
-
-def check_w8a8_text(cfg: DictConfig, tokenizer: Any, family: str) -> None:
-    """eval.w8a8's text holds enough blocks for the probe the export will get (degen-eval --w8a8's settings)."""
-    import dataclasses
-
-    from degen_train.metrics.quantization import SETTINGS
-    from degen_train.metrics.w8a8_probe import enough_blocks, enough_tokens
-
-    documents = read_documents(cfg.eval.w8a8, what="eval.w8a8 text file")
-    settings = SETTINGS["decoder" if family == "decoder" else "encoder"]
-    settings = dataclasses.replace(settings, block=min(settings.block, int(cfg.model.max_position)))
-    try:
-        if tokenizer is None:  # at most one token per character, plus one per document: an upper bound
-            enough_tokens(sum(map(len, documents)) + len(documents), settings=settings)
-        else:
-            enough_blocks(tokenizer, documents, decoder=family == "decoder", settings=settings)
-    except ValueError as error:
-        raise ValueError(f"eval.w8a8={cfg.eval.w8a8}: {error}") from None
-
-
-def glue_tasks_of(cfg: DictConfig) -> list:
-    """eval.glue's tasks read from eval.glue_dir (each file checked), and eval.finetune's keys checked; [] if none."""
-    if not cfg.eval.glue:  # needs export_hf and eval.glue_dir: checked in schema.py
-        return []
-    protocol_from(OmegaConf.to_container(cfg.eval.finetune, resolve=True))
-    return [load_glue_task(name, cfg.eval.glue_dir) for name in cfg.eval.glue]
 
 
 def build_module(

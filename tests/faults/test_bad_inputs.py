@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.helpers import degen_train, run
+from tests.helpers import command, run
 
 CASES = [
     ("data.batch_size=0", ValueError, r"data\.batch_size=0: Input should be greater than or equal to 1"),
@@ -130,14 +130,14 @@ def tokenizer_without_words(tmp_path: Path) -> Path:
 def test_a_run_folder_that_is_a_file_is_one_line_from_the_command(tmp_path: Path) -> None:
     """Before: Hydra's FileExistsError traceback, raised before degen_train ran."""
     (tmp_path / "a_file").write_text("not a folder")
-    result = degen_train(f"hydra.run.dir={tmp_path / 'a_file'}")
+    result = command("degen-train", f"hydra.run.dir={tmp_path / 'a_file'}")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert f"degen-train: error: hydra.run.dir={tmp_path / 'a_file'}: it is a file, not a folder" in result.stderr
 
 
 def test_a_loss_option_typo_names_the_close_options_not_hydras_plus(tmp_path: Path) -> None:
     """Before: Hydra's "To append to your config use +objective.mlm.wieght=1", which only moved the error."""
-    result = degen_train("objective.mlm.wieght=1", f"hydra.run.dir={tmp_path / 'run'}")
+    result = command("degen-train", "objective.mlm.wieght=1", f"hydra.run.dir={tmp_path / 'run'}")
     assert result.returncode == 1 and "Traceback" not in result.stderr and "use +" not in result.stderr
     assert "objective.mlm.wieght is not an option of loss term mlm; did you mean weight?" in result.stderr
     assert not (tmp_path / "run").exists()
@@ -163,7 +163,7 @@ def test_a_read_only_run_folder_is_named_by_the_command(tmp_path: Path) -> None:
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a read-only tmpfs here (needs root): {mounted.stderr.decode().strip()}")
     try:
-        result = degen_train(f"hydra.run.dir={folder}", "trainer.max_steps=2")
+        result = command("degen-train", f"hydra.run.dir={folder}", "trainer.max_steps=2")
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
     assert result.returncode == 1
@@ -213,11 +213,10 @@ def test_a_pickled_model_file_is_refused_by_name(tmp_path: Path, export: Path) -
     shutil.copytree(export / "hf", folder)
     (folder / "model.safetensors").unlink()
     torch.save({"weights": torch.ones(2)}, folder / "pytorch_model.bin")
-    for command in (["degen-analyze", str(folder)],
+    for tool in (["degen-analyze", str(folder)],
                     ["degen-finetune", str(folder), "--train", "x.csv", "--dev", "x.csv", "--text-columns", "a",
                      "--out", str(tmp_path / "ft")]):  # fmt: skip
-        result = subprocess.run([str(Path(os.sys.executable).parent / command[0]), *command[1:]], capture_output=True,
-                                text=True, timeout=300)  # fmt: skip
+        result = command(*tool)
         assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
         assert f"{folder / 'pytorch_model.bin'} is a pickle, and degen-train loads model weights from safetensors" in (
             result.stderr
@@ -253,9 +252,9 @@ def test_a_read_only_folder_is_named_by_analyze_report_and_reproduce(tmp_path: P
     try:
         shutil.copytree(export, mount / "run")
         subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
-        binary = str(Path(os.sys.executable).parent / ("degen-train" if tool == "--reproduce" else tool))
+        name = "degen-train" if tool == "--reproduce" else tool
         arguments = [tool, str(mount / "run")] if tool == "--reproduce" else [str(mount / "run")]
-        result = subprocess.run([binary, *arguments], capture_output=True, text=True, timeout=300)
+        result = command(name, *arguments)
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
@@ -264,7 +263,8 @@ def test_a_read_only_folder_is_named_by_analyze_report_and_reproduce(tmp_path: P
 
 def test_a_path_holding_equals_is_shown_how_to_quote(tmp_path: Path) -> None:
     """Issue drill: ckpt_path=RUN/checkpoints/step=00000002.ckpt gave Hydra's grammar error, nothing on quoting."""
-    result = degen_train(f"ckpt_path={tmp_path}/checkpoints/step=00000002.ckpt", f"hydra.run.dir={tmp_path / 'run'}")
+    result = command("degen-train", f"ckpt_path={tmp_path}/checkpoints/step=00000002.ckpt",
+                     f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
     assert result.returncode != 0 and "Traceback" not in result.stderr
     quoted = f"ckpt_path='{tmp_path}/checkpoints/step=00000002.ckpt'"
     assert f"quote it for Hydra inside the shell's quotes: \"{quoted}\"" in result.stderr

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FAST
-from tests.helpers import degen_train, run
+from tests.helpers import command, run
 
 
 @pytest.fixture(scope="module")
 def parent(tmp_path_factory: pytest.TempPathFactory, drill: list[str]) -> Path:
     folder = tmp_path_factory.mktemp("parent") / "run"
     keep = ["callbacks.checkpoint.every_n_train_steps=2", "callbacks.checkpoint.save_top_k=-1", "export_hf=false"]
-    result = degen_train(*FAST, *drill, "trainer.max_steps=4", *keep, f"hydra.run.dir={folder}")
+    result = command("degen-train", *FAST, *drill, "trainer.max_steps=4", *keep, f"hydra.run.dir={folder}")
     assert result.returncode == 0, result.stderr[-3000:]
     return folder
 
@@ -50,7 +50,8 @@ def test_a_refused_branch_appends_nothing_to_its_parents_log(parent: Path, drill
     train.log (Hydra had opened it)."""
     log = (parent / "train.log").read_bytes()
     for folder in (parent, parent / "sub"):
-        result = degen_train(*FAST, *drill, f"branch_from={parent}@2", "trainer.max_steps=6", f"hydra.run.dir={folder}")
+        result = command("degen-train", *FAST, *drill, f"branch_from={parent}@2", "trainer.max_steps=6",
+                         f"hydra.run.dir={folder}")  # fmt: skip
         assert result.returncode != 0 and "degen-train: error:" in result.stderr
     assert (parent / "train.log").read_bytes() == log and not (parent / "sub").exists()
 

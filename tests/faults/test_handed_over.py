@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from tests.conftest import FAST
-from tests.helpers import degen_train, run
+from tests.helpers import command, run
 
 
 def fingerprint(folder: Path) -> dict[str, str]:
@@ -36,7 +36,7 @@ def test_a_recorded_config_may_only_build_the_house_targets(tmp_path: Path, sour
     marker = tmp_path / "code-ran"
     config["callbacks"]["evil"] = {"_target_": "os.system", "command": f"touch {marker}"}
     (handed / "config.yaml").write_text(yaml.safe_dump(config))
-    result = degen_train("--reproduce", str(handed), f"hydra.run.dir={tmp_path / 'again'}")
+    result = command("degen-train", "--reproduce", str(handed), f"hydra.run.dir={tmp_path / 'again'}")
     assert result.returncode != 0
     assert "_target_ 'os.system' at callbacks.evil._target_, which degen-train's own configs never build" in (
         result.stderr
@@ -49,7 +49,7 @@ def test_a_reproduction_with_another_seed_leaves_the_source_untouched(tmp_path: 
     test passed only because the same seed wrote the same bytes)."""
     before = fingerprint(source_run)
     again = tmp_path / "again"
-    result = degen_train("--reproduce", str(source_run), "seed=7", "trainer.enable_progress_bar=false",
+    result = command("degen-train", "--reproduce", str(source_run), "seed=7", "trainer.enable_progress_bar=false",
                          f"hydra.run.dir={again}")  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert fingerprint(source_run) == before
@@ -259,7 +259,8 @@ def test_a_reproduction_writes_and_deletes_nothing_outside_its_own_folder(tmp_pa
     handed.mkdir()
     (handed / "config.yaml").write_text(yaml.safe_dump(config))
     again = tmp_path / "again"
-    result = degen_train("--reproduce", str(handed), "trainer.enable_progress_bar=false", f"hydra.run.dir={again}")
+    result = command("degen-train", "--reproduce", str(handed), "trainer.enable_progress_bar=false",
+                     f"hydra.run.dir={again}")  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert {name: fingerprint(folder) for name, folder in victims.items()} == before
     assert not (tmp_path / "mine" / "escape").exists() and not (tmp_path / "escape").exists()
@@ -286,7 +287,7 @@ def test_an_interpolation_in_a_record_is_refused(tmp_path: Path, source_run: Pat
     handed = tmp_path / "handed"
     handed.mkdir()
     (handed / "config.yaml").write_text(yaml.safe_dump(config))
-    result = degen_train("--reproduce", str(handed), f"hydra.run.dir={tmp_path / 'again'}")
+    result = command("degen-train", "--reproduce", str(handed), f"hydra.run.dir={tmp_path / 'again'}")
     assert result.returncode != 0
     assert "data.path='${oc.env:SOME_VAR}' holds an interpolation; a recorded setting is a plain value" in (
         result.stderr
@@ -299,7 +300,7 @@ def test_a_resumed_folder_never_writes_through_a_link(tmp_path: Path, drill: lis
     file with the metrics and appended the log to the other (rc 0). Refused before anything is written."""
     folder = tmp_path / "run"
     common = [*FAST, *drill, "trainer.max_steps=2", "export_hf=false"]
-    result = degen_train(*common, f"hydra.run.dir={folder}")
+    result = command("degen-train", *common, f"hydra.run.dir={folder}")
     assert result.returncode == 0, result.stderr[-3000:]
     outside = {name: tmp_path / f"victim_{name}.txt" for name in ("metrics", "log")}
     for name, path in outside.items():
@@ -307,7 +308,7 @@ def test_a_resumed_folder_never_writes_through_a_link(tmp_path: Path, drill: lis
     for link, target in ((folder / "logs" / "metrics.csv", outside["metrics"]), (folder / "train.log", outside["log"])):
         link.unlink()
         link.symlink_to(target)
-    result = degen_train(*common, "trainer.max_steps=4", f"hydra.run.dir={folder}", "ckpt_path=last")
+    result = command("degen-train", *common, "trainer.max_steps=4", f"hydra.run.dir={folder}", "ckpt_path=last")
     assert result.returncode != 0
     assert f"{folder} holds symbolic links (" in result.stderr and "never through a link" in result.stderr
     assert all(path.read_text() == f"someone's {name} file\n" for name, path in outside.items())

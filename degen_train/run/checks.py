@@ -1,0 +1,182 @@
+"""Stage 1 of a run: everything the config alone can tell, before any data, weights or file is touched.
+
+``check(cfg)`` validates the config against the typed schema once (config/schema.py), then asks each section the
+questions only its component can answer, in the order a user meets them: the losses, the hardware, the inputs the
+run reads, the schedule, the folders it writes, and what it resumes or branches from. It returns a ``RunPlan``: the
+checked config (typed, and as the DictConfig Hydra instantiates from) and every fact the later stages need. Nothing
+is written; a failure is one message naming the key and what to do.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from degen_train.callbacks.weight_averaging import check_weight_averaging_fits
+from degen_train.config.schema import TrainConfig, checked_config, validate_config
+from degen_train.core.paths import check_output_folder, refuse_links_in
+from degen_train.data.mixture import mixture_sources
+from degen_train.devices.precision import check_precision
+from degen_train.devices.threads import local_process_count, use_threads
+from degen_train.finetune.grid import protocol_from
+from degen_train.finetune.tasks import load_glue_task
+from degen_train.losses.accumulation import accumulation_warnings
+from degen_train.losses.catalog import build_terms
+from degen_train.losses.contract import LossTerm
+from degen_train.metrics.perplexity import read_documents
+from degen_train.metrics.probes import read_sts, read_wic
+from degen_train.models.backbone import model_family
+from degen_train.models.compile import check_compile_available
+from degen_train.optim import steps_past_the_schedule
+from degen_train.run.branching import BRANCH_MAY_CHANGE, branch_changes, start_branch
+from degen_train.run.build import data_format_for, deterministic_environment, resolved_config
+from degen_train.run.hub import check_push
+from degen_train.run.resume import (
+    RESUME_CHOICES,
+    check_checkpoint_matches,
+    check_resume,
+    finished_summary,
+    resolve_checkpoint,
+)
+from degen_train.storage.checkpoints import refuse_lightning_hpc_checkpoints
+from degen_train.storage.runlock import refuse_writes_into_other_runs
+
+log = logging.getLogger("degen_train")
+
+
+@dataclass
+class RunPlan:
+    """What the check stage found: the run's settings, checked, and what the later stages start from."""
+
+    cfg: DictConfig  # the checked config, every listed key present (what Hydra instantiates the trainer parts from)
+    config: TrainConfig  # the same, typed: the sections handed to the components (config.data, config.model, ...)
+    run_dir: Path
+    terms: dict[str, LossTerm]
+    weights: dict[str, float]
+    family: str  # encoder | decoder
+    data_format: str  # mlm | mlm_nsp | causal
+    glue_tasks: list[Any] = field(default_factory=list)  # eval.glue's tasks, read
+    branch: dict[str, Any] | None = None  # branch_from's parent and step
+    checkpoint: Path | None = None  # what the run resumes from
+    saved: dict[str, Any] = field(default_factory=dict)  # the checkpoint's own record
+    finished: dict[str, Any] | None = None  # the summary of a run that finished before: nothing to do
+
+
+def check(cfg: DictConfig, *, model_choice: str = "model") -> RunPlan:
+    """Stage 1: the checked config and every fact the other stages need; raises naming the first problem found."""
+    cfg = checked_config(cfg)  # from here on, every listed key is present with its checked value (schema.py)
+    config = validate_config(cfg)
+    run_dir = Path(cfg.run_dir)
+    deterministic_environment(cfg)  # before any CUDA work
+    use_threads(cfg.threads, local_process_count(cfg.trainer))
+    terms, weights = build_terms({"objective": cfg.objective, "regularizer": cfg.regularizer})
+    family = model_family(config.model)
+    data_format = data_format_for(terms, family, model_choice)
+    plan = RunPlan(cfg, config, run_dir, terms, weights, family, data_format)
+    if config.prepare_only:  # a preparation writes only the cache: no run folder to check
+        return plan
+    check_losses(plan)
+    check_hardware(cfg)
+    plan.glue_tasks = check_inputs(cfg, family)
+    check_schedule_and_data(cfg)
+    check_folders(cfg, run_dir)
+    check_resume_or_branch(plan)
+    return plan
+
+
+def check_losses(plan: RunPlan) -> None:
+    """objective, regularizer: what accumulation cannot give a term that mixes samples, said at start."""
+    for warning in accumulation_warnings(plan.terms, plan.weights, int(plan.cfg.trainer.accumulate_grad_batches)):
+        log.warning(warning)
+
+
+def check_hardware(cfg: DictConfig) -> None:
+    """model.compile, trainer.precision, callbacks.weight_averaging × strategy: what this machine can run."""
+    if cfg.model.compile:
+        check_compile_available("cuda" if cfg.trainer.get("accelerator") in ("gpu", "cuda") else "cpu")
+    check_precision(cfg)  # a precision this hardware emulates is refused here, not after hours of slow steps
+    check_weight_averaging_fits(cfg.callbacks, cfg.get("strategy"))
+
+
+def check_inputs(cfg: DictConfig, family: str) -> list[Any]:
+    """eval, push_to_hub: the files the run will read at its end, read now (a typo fails before training, not
+    after); returns eval.glue's tasks, read and checked."""
+    for path in cfg.eval.sts:
+        read_sts(path)
+    for wic in (cfg.eval.wic, cfg.eval.wic_fit):
+        if wic:
+            read_wic(wic)
+    if cfg.eval.w8a8:  # too short for any tokenizer (a token covers at least a character): refused before data
+        check_w8a8_text(cfg, None, family)
+    check_push(cfg.push_to_hub)
+    if not cfg.eval.glue:  # needs export_hf and eval.glue_dir: checked in schema.py
+        return []
+    protocol_from(OmegaConf.to_container(cfg.eval.finetune, resolve=True))
+    return [load_glue_task(name, cfg.eval.glue_dir) for name in cfg.eval.glue]
+
+
+def check_schedule_and_data(cfg: DictConfig) -> None:
+    """scheduler × trainer.max_steps, data.sources: a run past its schedule, a mixture's weights and labels."""
+    past = steps_past_the_schedule(cfg.scheduler, int(cfg.trainer.max_steps))
+    if past:  # e.g. a finished run resumed with a larger trainer.max_steps: it would train at rate 0
+        raise ValueError(past)
+    if cfg.data.sources:
+        mixture_sources(cfg.data)  # weights, labels and keys checked before any corpus is read
+        if cfg.data.overfit_batches:
+            raise ValueError("data.overfit_batches overfits the batches of one corpus: not with data.sources")
+
+
+def check_folders(cfg: DictConfig, run_dir: Path) -> None:
+    """run_dir and where the run writes: a folder that can be one, holding no links, not inside another run."""
+    check_output_folder(run_dir, "run_dir")
+    refuse_links_in(run_dir)  # a resumed folder is written and appended to: only its own regular files
+    refuse_writes_into_other_runs(cfg, run_dir)
+    refuse_lightning_hpc_checkpoints(run_dir)
+
+
+def check_resume_or_branch(plan: RunPlan) -> None:
+    """ckpt_path, branch_from: what the run starts from, and that its settings continue that run."""
+    cfg = plan.cfg
+    plan.branch = start_branch(cfg, plan.run_dir)  # branch_from=RUN@STEP: the parent's checkpoint and tokenizer
+    plan.finished = finished_summary(plan.run_dir, cfg) if cfg.ckpt_path in RESUME_CHOICES else None
+    if plan.finished is not None:
+        return
+    plan.checkpoint = resolve_checkpoint(cfg.ckpt_path, plan.run_dir)
+    if plan.checkpoint is None:
+        return
+    header = check_checkpoint_matches(plan.checkpoint, cfg, list(plan.terms))
+    plan.saved = {**header["degen_train"], "global_step": header.get("global_step", 0)}
+    recorded = (plan.saved.get("provenance") or {}).get("config")
+    free = BRANCH_MAY_CHANGE if plan.branch else ()
+    changes = check_resume(recorded, resolved_config(cfg), plan.checkpoint, also_free=free)
+    if plan.branch is not None and plan.checkpoint == Path(plan.branch["checkpoint"]):  # its parent plus these
+        changes = branch_changes(changes)
+        what = f"branch of {plan.branch['run']}@{plan.branch['step']}: the parent's settings"
+        log.info("%s, with %s", what, f"{len(changes)} change(s):\n  " + "\n  ".join(changes) if changes else
+                 "no change")  # fmt: skip
+    else:
+        for change in changes:
+            log.warning("resume changes %s (recorded in config_history/)", change)
+
+
+def check_w8a8_text(cfg: DictConfig, tokenizer: Any, family: str) -> None:
+    """eval.w8a8's text holds enough blocks for the probe the export will get (degen-eval --w8a8's settings)."""
+    import dataclasses
+
+    from degen_train.metrics.quantization import SETTINGS
+    from degen_train.metrics.w8a8_probe import enough_blocks, enough_tokens
+
+    documents = read_documents(cfg.eval.w8a8, what="eval.w8a8 text file")
+    settings = SETTINGS["decoder" if family == "decoder" else "encoder"]
+    settings = dataclasses.replace(settings, block=min(settings.block, int(cfg.model.max_position)))
+    try:
+        if tokenizer is None:  # at most one token per character, plus one per document: an upper bound
+            enough_tokens(sum(map(len, documents)) + len(documents), settings=settings)
+        else:
+            enough_blocks(tokenizer, documents, decoder=family == "decoder", settings=settings)
+    except ValueError as error:
+        raise ValueError(f"eval.w8a8={cfg.eval.w8a8}: {error}") from None
