@@ -157,3 +157,65 @@ def test_streaming_gives_the_same_blocks_as_loading(tmp_path: Path) -> None:
         seed=0,
     )
     assert 0 < len(split.validation) < len(split.train)
+
+
+def lab_corpus(folder: Path, *, files: int = 4, paragraphs: int = 30, blank: str = " ") -> Path:
+    """A folder of text files whose paragraphs are separated by lines holding one space (as WikiText writes them)."""
+    import random
+
+    rng = random.Random(0)
+    words = "the of cone embedding token rare frequent vector space model training loss isotropy spectrum".split()
+    folder.mkdir(parents=True, exist_ok=True)
+    for number in range(files):
+        body = [" ".join(rng.choice(words) for _ in range(rng.randint(8, 20))) + " ." for _ in range(paragraphs)]
+        (folder / f"part{number}.txt").write_text(f"\n{blank}\n".join(body) + "\n")
+    return folder
+
+
+def test_a_folder_of_text_files_is_read_as_paragraphs_and_held_out_as_asked(tmp_path: Path) -> None:
+    """Issue 47.1: four .txt files whose blank lines hold a space were read as one document each, so validation was
+    one whole file (25% for 10% asked) and NSP drew its negatives from 4 documents."""
+    from degen_train.data.corpus import held_out
+
+    folder = lab_corpus(tmp_path / "lab")
+    corpus = load_corpus(data_cfg("data=text", f"data.path={folder}"))
+    assert len(corpus.train) == 4 * 30 and corpus.train["text"][0].endswith(" .")
+    train, validation = held_out(corpus.train, 0.1, seed=0)
+    lengths = [len(t) for t in corpus.train["text"]]
+    share = sum(len(t) for t in validation["text"]) / sum(lengths)
+    assert abs(share - 0.1) <= max(lengths) / sum(lengths)  # to within one document
+    assert len(train) + len(validation) == 120 and not set(train["text"]) & set(validation["text"])
+
+
+def test_a_file_that_comes_out_as_one_document_is_named(tmp_path: Path) -> None:
+    """Issue 47.1: docs/data.md said a file that comes out as one document is refused; only a whole corpus of one
+    document was. Each file is checked: lines without a blank line between them are not paragraphs."""
+    folder = lab_corpus(tmp_path / "lab", files=2)
+    (folder / "notes.txt").write_text("one line\nanother line\na third line\n")
+    said = rf"{folder}/notes.txt comes out as one document \(data.document_unit=paragraph: no blank line between its 3"
+    with pytest.raises(ValueError, match=said + r" lines\). Set data.document_unit=line"):
+        load_corpus(data_cfg("data=text", f"data.path={folder}"))
+    assert len(load_corpus(data_cfg("data=text", f"data.path={folder}", "data.document_unit=document")).train) == 3
+
+
+def test_a_vocabulary_too_large_for_the_corpus_is_named_with_the_size_that_fits(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 47.1: data=text's 30,522-entry vocabulary on a small corpus left a tiny model barely trained, with no
+    word. Said before training, with the size its text supports (entries seen at least 10 times)."""
+    import logging
+    import random
+
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(7)) for _ in range(3000)]
+    rng.shuffle(words := words * 3)  # 3,000 words seen three times each: a vocabulary of thousands, each entry rare
+    folder = tmp_path / "lab"
+    folder.mkdir()
+    (folder / "words.txt").write_text("\n \n".join(" ".join(words[i : i + 30]) for i in range(0, len(words), 30)))
+    with caplog.at_level(logging.WARNING):
+        prepare_data(data_cfg("data=text", f"data.path={folder}", f"data.cache_dir={tmp_path / 'cache'}"),
+                     family="encoder", data_format="mlm", seed=0)  # fmt: skip
+    said = next(r.getMessage() for r in caplog.records if "is large for this corpus" in r.getMessage())
+    assert said.startswith("data.tokenizer.vocab_size=30522 is large for this corpus: of the tokenizer's")
+    fits = int(said.rsplit("data.tokenizer.vocab_size=", 1)[1])
+    assert fits % 64 == 0 and 64 <= fits < 30522

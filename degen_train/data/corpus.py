@@ -15,10 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import numpy as np
+import pyarrow.compute
 
 from degen_train.config.schema import DataConfig, data_section
 from degen_train.core.io import atomic_write_text, cache_key, file_sha256
 from degen_train.data.builtin_corpus import builtin_documents
+from degen_train.data.text_files import UNIT_MEANS, check_each_file, text_documents
 from degen_train.data.unreadable import unreadable_corpus_error
 
 log = logging.getLogger(__name__)
@@ -87,12 +90,15 @@ def _load_local(cfg: Any, path_value: str | None, key: str) -> tuple[Any, str, l
         raise ValueError(f"data.document_unit={unit!r} is not one of {', '.join(DOCUMENT_UNITS)}")
     data_files = [str(f) for f in files]
     kwargs: dict[str, Any] = {"split": "train", "streaming": bool(cfg.streaming)}
-    if kind == "text":
-        kwargs["sample_by"] = unit
-    elif kind == "csv" and files[0].suffix.lower() == ".tsv":
+    if kind == "csv" and files[0].suffix.lower() == ".tsv":
         kwargs["delimiter"] = "\t"
+    if kind == "text":
+        check_each_file(files, unit, f"{key}={path}")  # a file that comes out as one document, named
     try:
-        dataset = datasets.load_dataset(kind, data_files=data_files, **kwargs)
+        if kind == "text":  # blank lines of spaces count as blank (text_files.py)
+            dataset = text_documents(files, unit, streaming=bool(cfg.streaming))
+        else:
+            dataset = datasets.load_dataset(kind, data_files=data_files, **kwargs)
     except Exception as error:  # noqa: BLE001 - reworded: the bad file and line, or the full disk, by name
         raise unreadable_corpus_error(error, files, kind, f"{key}={path}") from error
     if kind != "text":
@@ -117,13 +123,6 @@ def count_lines(files: list[Path], chunk_size: int = 1 << 20) -> int:
     return lines
 
 
-UNIT_MEANS = {
-    "line": "each line is a document",
-    "paragraph": "paragraphs are separated by blank lines",
-    "document": "each file is one document",
-}
-
-
 def describe_documents(documents: int, files: list[Path], unit: str) -> str:
     """What data.document_unit made of text files: documents, files, lines, size."""
     lines = count_lines(files)
@@ -132,6 +131,26 @@ def describe_documents(documents: int, files: list[Path], unit: str) -> str:
         f"{documents} document{'s' * (documents != 1)} (data.document_unit={unit}: {UNIT_MEANS[unit]}) in "
         f"{len(files)} file{'s' * (len(files) != 1)}, {lines} lines, {size:.1f} MiB"
     )
+
+
+def held_out(documents: Any, fraction: float, *, seed: int) -> tuple[Any, Any]:
+    """(train, validation) documents: the validation set is the documents, in a seeded random order, whose text
+    first reaches ``fraction`` of the corpus's characters, so the held-out share is the one asked for to within one
+    document (a document count would hold out 25% of a folder of four files for 10% asked). At least one document
+    on each side; the share held out is logged beside the one asked for."""
+    lengths = pyarrow.compute.utf8_length(documents.with_format("arrow")["text"]).to_numpy().astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(documents))
+    reached = np.cumsum(lengths[order]) >= fraction * lengths.sum()
+    count = min(max(int(np.argmax(reached)) + 1, 1), len(documents) - 1)
+    validation, train = order[:count], order[count:]
+    share = lengths[validation].sum() / max(lengths.sum(), 1)
+    log.info("validation: %d of %d documents, %.1f%% of the text (data.validation_fraction=%g)", count,
+             len(documents), 100 * share, fraction)  # fmt: skip
+    if share > 2 * fraction:
+        log.warning("the validation split holds %.1f%% of the text for data.validation_fraction=%g: one document "
+                    "is that large (%d documents in all); give data.validation_path, or cut the corpus finer "
+                    "(data.document_unit)", 100 * share, fraction, len(documents))  # fmt: skip
+    return documents.select(train), documents.select(validation)
 
 
 def too_few_documents(corpus: Corpus, cfg: Any) -> str:

@@ -19,7 +19,7 @@ from degen_train.config.schema import DataConfig, data_section
 from degen_train.core.io import cache_key
 from degen_train.core.rng import VALIDATION_SEED_OFFSET
 from degen_train.data.collate import CausalLMCollator, MaskedLMCollator
-from degen_train.data.corpus import load_corpus, too_few_documents
+from degen_train.data.corpus import held_out, load_corpus, too_few_documents
 from degen_train.data.examples import build_examples
 from degen_train.data.mixture import (
     MixtureBatchSampler,
@@ -31,7 +31,7 @@ from degen_train.data.mixture import (
 )
 from degen_train.data.node_parts import missing_parts, parts_folder, tokenize_part
 from degen_train.data.sampling import PositionedExamples, ShardedBatches, StepBatchSampler
-from degen_train.data.tokenizer import get_tokenizer, load_tokenizer, tokenizer_identity
+from degen_train.data.tokenizer import get_tokenizer, load_tokenizer, tokenizer_identity, vocabulary_too_large
 from degen_train.data.windows import AccumulationWindows
 from degen_train.devices.collectives import is_distributed
 from degen_train.devices.threads import usable_cpus
@@ -78,6 +78,10 @@ def prepare_data(
     log.info(
         "examples: %d train, %d validation (%s, block %d)", len(train), len(validation), data_format, cfg.block_size
     )
+    if not cfg.tokenizer.path and run_tokenizer is None:  # trained here on the corpus: is it the corpus's size?
+        too_large = vocabulary_too_large(train, tokenizer, asked=cfg.tokenizer.vocab_size)
+        if too_large:
+            log.warning(too_large)
     return PreparedData(train, validation, tokenizer, corpus.provenance)
 
 
@@ -168,8 +172,7 @@ def _split_documents(cfg: Any, corpus: Any, tokenizer: Any) -> tuple[tuple[Any, 
         count = int(cfg.validation_documents)
         train_docs, validation_docs = corpus.train.skip(count), corpus.train.take(count)
     else:
-        split = corpus.train.train_test_split(test_size=cfg.validation_fraction, seed=int(cfg.split_seed))
-        train_docs, validation_docs = split["train"], split["test"]
+        train_docs, validation_docs = held_out(corpus.train, cfg.validation_fraction, seed=int(cfg.split_seed))
     identity = cache_key(
         corpus.identity,
         tokenizer_identity(tokenizer),
@@ -177,6 +180,7 @@ def _split_documents(cfg: Any, corpus: Any, tokenizer: Any) -> tuple[tuple[Any, 
         cfg.split_seed,
         cfg.streaming,
         cfg.validation_documents,
+        "held out by text share",  # the split of held_out (before: by document count)
     )
     return (train_docs, identity + ":train"), (validation_docs, identity + ":validation")
 
