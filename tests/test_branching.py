@@ -28,8 +28,10 @@ def test_a_branch_at_the_stable_phase_equals_one_wsd_run(tmp_path: Path, small_c
     assert a.keys() == b.keys() and max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-6
     rates = logged(branch, "lr-AdamW/pg1")
     assert sorted(rates) == [6, 7, 8, 9] and rates[7] < rates[6] == logged(single, "lr-AdamW/pg1")[5]  # decaying
+    start = summary["branched_from"].pop("validation")  # the parent's weights at step 6, validated by the branch
     assert summary["branched_from"] == {"run": str(parent.resolve()), "step": 6, "checkpoint": str(
         parent.resolve() / "checkpoints" / "step=00000006.ckpt")}  # fmt: skip
+    assert start["val/loss"] == pytest.approx(logged(parent, "val/loss")[5])  # validated after update 6: stamped 5
     assert json.loads((branch / "summary.json").read_text())["branched_from"]["step"] == 6
     assert {p.name: p.read_bytes() for p in (parent / "checkpoints").iterdir()} == before
 
@@ -127,3 +129,23 @@ def test_a_branch_whose_decay_would_start_before_it_is_refused(tmp_path: Path, s
                                          r"scheduler.decay_steps=1"):  # fmt: skip
         run(tmp_path / "branch", f"branch_from={parent}@12", "trainer.max_steps=13")
     run(tmp_path / "branch", f"branch_from={parent}@12", "trainer.max_steps=13", "scheduler.decay_steps=1")
+
+
+def test_a_branch_table_shows_the_parent_at_the_branch_step_when_the_parent_did_not_validate_there(
+    tmp_path: Path, small_corpus: Path
+) -> None:
+    """Issue 47.6: the parent row was all NaN ("validated after update ?") when the parent had not validated at the
+    branch step. A branch validates its starting weights itself and records them (summary.json's branched_from)."""
+    from degen_train.cli.report import report
+
+    parent, cooldowns = tmp_path / "stable", tmp_path / "cooldowns"
+    run(parent, *wsd(small_corpus), "trainer.max_steps=8", "trainer.val_check_interval=8", "export_hf=false")
+    assert min(logged(parent, "val/loss")) == 7  # no validation before update 8
+    run(cooldowns / "a", f"branch_from={parent}@4", "trainer.max_steps=6", "scheduler.decay_steps=2")
+    (_, rows), *_ = report([cooldowns], run_analysis=False)["branches"].items()
+    parent_row, branch_row = rows
+    assert parent_row["run"] == "stable (parent, validated after update 4)"
+    assert parent_row["val_objective_loss"] == pytest.approx(json.loads((cooldowns / "a" / "summary.json").read_text(
+        ))["branched_from"]["validation"]["val/mlm/loss"])  # fmt: skip
+    assert branch_row["val_objective_loss change"] == pytest.approx(branch_row["val_objective_loss"] -
+                                                                     parent_row["val_objective_loss"])  # fmt: skip

@@ -107,6 +107,30 @@ def check_degen_train(arguments: list[str], earlier: dict[str, list[str]]) -> No
     validate_config(load_config(arguments))
 
 
+def hydra_reads(arguments: list[str], earlier: dict[str, list[str]], folder: Path) -> None:
+    """The command as printed, through degen-train's own assembly (a branch's parent's overrides read from its
+    folder, Hydra's flags kept before the overrides) and Hydra's own argument parser: issue 47.2's documented
+    cooldown sweep (`-m branch_from=…`) failed there with "unrecognized arguments"."""
+    import json
+    import os
+
+    from hydra._internal.utils import get_args_parser
+
+    from degen_train.cli.train import command_line
+
+    if arguments[:1] in (["--list"], ["--reproduce"]):
+        return
+    for run_dir, recorded in earlier.items():  # the page's earlier runs, as folders of their own
+        (folder / run_dir).mkdir(parents=True, exist_ok=True)
+        (folder / run_dir / "overrides.json").write_text(json.dumps(recorded))
+    cwd = os.getcwd()
+    os.chdir(folder)  # the command's relative folders are made here, not in the checkout
+    try:
+        get_args_parser().parse_args(command_line(arguments))
+    finally:
+        os.chdir(cwd)
+
+
 def makefile_targets() -> set[str]:
     text = (REPO / "Makefile").read_text()
     return set(re.findall(r"^([a-z][a-z-]*):", text, flags=re.MULTILINE))
@@ -121,7 +145,7 @@ RUNS_BY_PAGE: dict[Path, dict[str, list[str]]] = {}
 
 
 @pytest.mark.parametrize(("page", "number", "words"), ALL, ids=[f"{p.name}:{n}" for p, n, _ in ALL])
-def test_each_command_shown_is_accepted_as_written(page: Path, number: int, words: list[str],
+def test_each_command_shown_is_accepted_as_written(page: Path, number: int, words: list[str], tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     monkeypatch.chdir(REPO)
     program, arguments = words[0], words[1:]
@@ -134,6 +158,7 @@ def test_each_command_shown_is_accepted_as_written(page: Path, number: int, word
                 if before[0] == "degen-train" and before[1:2] not in (["--list"], ["--reproduce"]):
                     check_degen_train(before[1:], earlier)
         check_degen_train(arguments, earlier)
+        hydra_reads(arguments, earlier, tmp_path)
     elif program in ("degen-finetune", "degen-eval", "degen-analyze", "degen-report", "degen-convert"):
         module = {"degen-finetune": "finetune", "degen-eval": "evaluate", "degen-analyze": "analyze",
                   "degen-report": "report", "degen-convert": "convert"}[program]  # fmt: skip

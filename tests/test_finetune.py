@@ -236,7 +236,7 @@ def test_a_decoder_export_fine_tunes_through_its_last_token(tmp_path: Path) -> N
     protocol = Protocol(epochs=1, batch_size=8, max_length=32)
     model, tokenizer, info = fit_classifier(tmp_path / "gpt" / "hf", task, lr=1e-4, seed=1, protocol=protocol)
     assert type(model).__name__ == "GPT2ForSequenceClassification" and model.config.pad_token_id is not None
-    assert info["steps"] == 2 and 0 <= score_classifier(model, tokenizer, task, protocol)["dev"]["accuracy"] <= 100
+    assert info["steps"] == 2 and 0 <= score_classifier(model, tokenizer, task, protocol)[0]["dev"]["accuracy"] <= 100
 
 
 def test_glue_tasks_table_is_complete() -> None:

@@ -18,7 +18,8 @@ from degen_train.core.io import atomic_write_bytes, atomic_write_text
 from degen_train.core.paths import writable_folder
 from degen_train.report.branches import branch_table
 from degen_train.report.figures import cone_images, loss_curves, metric_against_swept, tradeoff
-from degen_train.report.runs_table import SWEPT, best_settings, collect, find_runs, headline_columns, seed_groups
+from degen_train.report.rankings import best_settings
+from degen_train.report.runs_table import SWEPT, collect, find_runs, headline_columns, seed_groups
 
 log = logging.getLogger("degen_train.report")
 PLOTTED = ("val_objective_loss", "val_perplexity", "isotropy/embedding/mean_cosine", "isotropy/embedding/isoscore")
@@ -86,7 +87,10 @@ def report(
     cones = cone_images(table)
     figures = save_figures(out_dir / "figures", {**{k: v for k, v in images.items() if v}, **cones})
     text = [f"# Sweep report\n\nCommon overrides: {settings}\n", *(f"- {p}" for p in problems)]
-    text += ["## Best setting per metric\n", *(f"- {line}" for line in best), ""] if best else []
+    alike = ("Losses are ranked among runs trained on the same objective and perplexities among runs whose perplexity "
+             "is of the same head (the columns objective and val_perplexity_of); where objectives differ, a loss every "
+             "run has is ranked too.\n")  # fmt: skip
+    text += ["## Best setting per metric\n", alike, *(f"- {line}" for line in best), ""] if best else []
     text += ["## Headline\n", shown(headline).to_markdown(index=False, floatfmt=".4g"), ""]
     branches = branch_table(table, [Path(p) for p in paths])  # cooldowns branched with branch_from=RUN@STEP
     for heading, frame in branches:

@@ -45,6 +45,46 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     return None if "prepared" in summary else search_objective(summary, cfg.search)
 
 
+# Hydra's own flags (hydra/_internal/utils.py get_args_parser) that take a value: the value is the next argument.
+FLAGS_WITH_VALUE = {"-c", "--cfg", "-p", "--package", "-cp", "--config-path", "-cn", "--config-name", "-cd",
+                    "--config-dir", "--experimental-rerun", "-sc", "--shell-completion"}  # fmt: skip
+INFO_TOPICS = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}  # --info's optional value
+
+
+def split_flags(arguments: list[str]) -> tuple[list[str], list[str]]:
+    """(Hydra's flags with their values, the overrides), wherever a user put the flags: `-m` first or last."""
+    flags: list[str] = []
+    overrides: list[str] = []
+    remaining = iter(arguments)
+    for argument in remaining:
+        if not argument.startswith("-"):  # an override (key=value, +key=value, ~key)
+            overrides.append(argument)
+            continue
+        flags.append(argument)
+        if argument in FLAGS_WITH_VALUE:
+            flags.append(next(remaining, ""))
+        elif argument in ("-i", "--info"):
+            following = next(remaining, None)
+            if following in INFO_TOPICS:
+                flags.append(following)
+            elif following is not None:
+                overrides.append(following)
+    return flags, overrides
+
+
+def command_line(arguments: list[str]) -> list[str]:
+    """The arguments Hydra reads for these of degen-train: a branch's parent's overrides first (read as data), then
+    this command's, any Trainer argument open as trainer.KEY, Hydra's flags before them all. Raises ValueError or
+    NotADirectoryError naming a bad setting, before Hydra composes anything."""
+    flags, overrides = split_flags(arguments)
+    overrides = inherited_overrides(overrides)  # a branch is its parent plus what this command changes
+    overrides = open_trainer_keys(overrides)  # any Trainer argument as trainer.KEY=VALUE
+    refuse_unknown_term_options(overrides)  # a loss option's typo named with the close ones, not "use +key"
+    refuse_unquoted_equals(overrides)  # ckpt_path=RUN/checkpoints/step=00000002.ckpt: say how to quote it
+    check_output_folders_in(overrides)
+    return [*flags, *overrides]
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] in ("--list", "--reproduce"):
         if sys.argv[1] == "--list":
@@ -58,15 +98,8 @@ def main() -> None:
 
         sys.argv = [sys.argv[0], *reproduce_argv(sys.argv[2], sys.argv[3:])]
     silence_known_noise()
-    try:  # a branch is its parent plus what this command changes: the parent's overrides go first
-        sys.argv = [sys.argv[0], *inherited_overrides(sys.argv[1:])]
-    except ValueError as error:
-        sys.exit(f"degen-train: error: {error}")
-    sys.argv = [sys.argv[0], *open_trainer_keys(sys.argv[1:])]  # any Trainer argument as trainer.KEY=VALUE
-    refuse_unknown_term_options(sys.argv[1:])  # a loss option's typo named with the close ones, not "use +key"
-    refuse_unquoted_equals(sys.argv[1:])  # ckpt_path=RUN/checkpoints/step=00000002.ckpt: say how to quote it
     try:
-        check_output_folders_in(sys.argv[1:])
+        sys.argv = [sys.argv[0], *command_line(sys.argv[1:])]
     except (NotADirectoryError, ValueError) as error:
         sys.exit(f"degen-train: error: {error}")
     _hydra_main()

@@ -161,7 +161,7 @@ class TrainerConfig(BaseModel):
     accumulate_grad_batches: int = Field(ge=1)
     log_every_n_steps: int = Field(ge=1)
     gradient_clip_val: float | None = Field(default=None, ge=0)
-    val_check_interval: int | float | None = Field(default=None, gt=0)
+    val_check_interval: Annotated[int | float, Field(gt=0)] | Literal["auto"] | None = None
 
 
 class OptimizerConfig(BaseModel):

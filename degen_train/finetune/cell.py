@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader, Sampler
 
 import degen_train.models  # noqa: F401 - registers the degen_<arch> types of exports with an attention variant
 from degen_train.core.io import atomic_directory
+from degen_train.finetune.baselines import predicted_classes, task_baselines
 from degen_train.finetune.metrics import split_metrics, task_score
 from degen_train.finetune.tasks import Split, Task
 
@@ -344,14 +345,16 @@ def fit_classifier(
     return model, tokenizer, info
 
 
-def score_classifier(model: Any, tokenizer: Any, task: Task, protocol: Protocol) -> dict[str, dict[str, float]]:
-    """Dev metrics of each dev split (dropout off)."""
-    collate, dev = collator_for(tokenizer, protocol), {}
+def score_classifier(model: Any, tokenizer: Any, task: Task, protocol: Protocol) -> tuple[dict, bool]:
+    """(dev metrics of each dev split, whether every dev row of every split got one and the same class), dropout
+    off."""
+    collate, dev, classes = collator_for(tokenizer, protocol), {}, set()
     for name, split in task.dev.items():
         rows = encode_split(split, tokenizer, protocol.max_length)
         predictions = predict(model, rows, collate, protocol.eval_batch_size, task.num_labels == 1)
         dev[name] = split_metrics(task.layout.metrics, predictions, split.labels)
-    return dev
+        classes.add(predicted_classes(predictions, regression=task.num_labels == 1))
+    return dev, classes == {1}
 
 
 def finetune_cell(
@@ -361,10 +364,10 @@ def finetune_cell(
     """Fine-tune ``model_dir`` on ``task`` at ``lr`` with ``seed``; returns dev metrics, timing and the settings.
     ``save_to``: also write the fine-tuned model and its tokenizer there (for degen-analyze: geometry after)."""
     model, tokenizer, info = fit_classifier(model_dir, task, lr=lr, seed=seed, protocol=protocol, processes=processes)
-    dev = score_classifier(model, tokenizer, task, protocol)
+    dev, one_class = score_classifier(model, tokenizer, task, protocol)
     if save_to is not None:
         with atomic_directory(save_to, replace=True) as staging:
             model.save_pretrained(str(staging))
             tokenizer.save_pretrained(str(staging))
     return {"task": task.layout.name, "lr": lr, "seed": seed, "dev": dev, "score": task_score(dev), **info,
-            "protocol": asdict(protocol)}  # fmt: skip
+            "one_class": one_class, "baselines": task_baselines(task), "protocol": asdict(protocol)}  # fmt: skip

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from degen_train.core.io import atomic_write_json, atomic_write_text
+from degen_train.finetune.baselines import one_class_note
 from degen_train.finetune.cell import STOP_ASKED, CellsInterrupted, Processes, Protocol, finetune_cell
 from degen_train.finetune.metrics import average_of
 from degen_train.finetune.tasks import Task
@@ -125,6 +126,8 @@ def summarize(results: dict[str, list[dict[str, Any]]], settings: dict[str, Any]
                         for k, v in metrics.items()},  # fmt: skip
             "scores_by_lr": {f"{lr:g}": scores for lr, scores in rates.items()},
             "examples_per_second": statistics.fmean(c["examples_per_second"] for c in cells),
+            "baselines": next((c["baselines"] for c in cells if "baselines" in c), None),  # the task's, whatever cell
+            "one_class": one_class_note(group),  # the chosen rate's cells that predicted one class, or None
         }
     averaged = average_of({k: v["mean"] for k, v in tasks.items()})
     grid = {name: {"learning_rates": sorted({float(c["lr"]) for c in cells}),
@@ -136,15 +139,24 @@ def summarize(results: dict[str, list[dict[str, Any]]], settings: dict[str, Any]
 
 def format_summary(summary: dict[str, Any]) -> str:
     """A markdown table: one row per task, the chosen rate, mean ± std of its score and of each metric."""
-    lines = ["| task | lr | score (mean ± std) | metrics | seeds |", "| --- | --- | --- | --- | --- |"]
+    lines = ["| task | lr | score (mean ± std) | majority class | chance | metrics | seeds |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for name, task in summary["tasks"].items():
         metrics = ", ".join(f"{k.split('/', 1)[1] if k.startswith('dev/') else k} {v['mean']:.1f} ± {v['std']:.1f}"
                             for k, v in task["metrics"].items())  # fmt: skip
-        lines.append(f"| {name} | {task['chosen_lr']:g} | {task['mean']:.1f} ± {task['std']:.1f} | {metrics} | "
-                     f"{task['seeds']} |")  # fmt: skip
+        base = task.get("baselines") or {}
+        majority = f"{base['majority']:.1f} ({base['majority_label']})" if base else "–"
+        chance = f"{base['chance']:.1f}" if base else "–"
+        flag = f" ⚑ {task['one_class']}" if task.get("one_class") else ""
+        lines.append(f"| {name} | {task['chosen_lr']:g} | {task['mean']:.1f} ± {task['std']:.1f}{flag} | {majority} | "
+                     f"{chance} | {metrics} | {task['seeds']} |")  # fmt: skip
     if summary["average"] is not None:
         label = summary.get("average_label", "average")
-        lines.append(f"| **{label}** | | **{summary['average']:.1f}** | | |")
+        lines.append(f"| **{label}** | | **{summary['average']:.1f}** | | | | |")
+    lines += ["", "Majority class: the training split's most frequent label predicted for every dev row (a "
+                  "regression task: the training mean, correlation 0); chance: labels drawn uniformly at random. A "
+                  "score at or near them is a model that learned nothing; ⚑ marks cells whose predictions were one "
+                  "class for every dev row."]  # fmt: skip
     lines += ["", "Covers every finished cell in this folder: " + "; ".join(
         f"{name} {len(g['learning_rates'])} rate(s) × seeds {','.join(map(str, g['seeds']))} ({g['cells']} cells)"
         for name, g in (summary.get("grid") or {}).items()) + "."] if summary.get("grid") else []  # fmt: skip
@@ -172,5 +184,6 @@ def finetune_export(model_dir: Path, tasks: Sequence[Task], settings: dict[str, 
     protocol, rates, seeds = protocol_from(settings)
     summary = run_grid(model_dir, tasks, learning_rates=rates, seeds=seeds, protocol=protocol, out=out,
                        processes=Processes())  # fmt: skip
-    scores = {name: {"mean": t["mean"], "std": t["std"], "lr": t["chosen_lr"]} for name, t in summary["tasks"].items()}
+    scores = {name: {"mean": t["mean"], "std": t["std"], "lr": t["chosen_lr"], "baselines": t.get("baselines"),
+                     "one_class": t.get("one_class")} for name, t in summary["tasks"].items()}  # fmt: skip
     return {"tasks": scores, "average": summary["average"], "seeds": len(seeds), "folder": str(out)}

@@ -59,6 +59,23 @@ def readable_parent(parent: Path, given: Sequence[Path]) -> bool:
     return inside or is_own(parent)
 
 
+def recorded_start(record: dict, step: int) -> dict[str, float]:
+    """What a branch recorded of its start (summary.json's branched_from.validation: the parent's weights at the branch
+    step, validated as the branch validates), in the branch table's columns; {} for a branch made before it did."""
+    validation = (branch_of(Path(record["path"])) or {}).get("validation") or {}
+    if "val/loss" not in validation:
+        return {}
+    found = {"validated_at": step, "val_loss": validation["val/loss"]}
+    objective = str(record.get("objective") or "").split("+") if record.get("objective") else []
+    own = [validation.get(f"val/{term}/loss") for term in objective]
+    if objective and None not in own:
+        found["val_objective_loss"] = sum(own)
+    perplexity_of = record.get("val_perplexity_of")
+    if perplexity_of and validation.get(f"val/{perplexity_of}") is not None and validation[f"val/{perplexity_of}"] < 50:
+        found["val_perplexity"] = math.exp(validation[f"val/{perplexity_of}"])
+    return found
+
+
 def branch_table(table: pd.DataFrame, given: Sequence[Path] = ()) -> list[tuple[str, pd.DataFrame]]:
     """One (heading, table) per parent@step: the parent's row at the branch step, then each branch's final row,
     its swept values and the change of its objective's own validation loss from the parent's. A parent outside the
@@ -74,7 +91,10 @@ def branch_table(table: pd.DataFrame, given: Sequence[Path] = ()) -> list[tuple[
     for (parent, step), branches in sorted(groups.items()):
         readable = readable_parent(Path(parent), given)
         start = parent_at(Path(parent), step) if readable else {}
-        said = (f"validated after update {start.get('validated_at', '?')}" if readable else
+        recorded = recorded_start(branches[0], step)  # the branch's own validation of where it started
+        start = {**start, **recorded}
+        said = (f"validated after update {start['validated_at']}" if "validated_at" in start else
+                "no validation at or before the branch step" if readable else
                 "not read: outside the folders given and not a run of yours")  # fmt: skip
         rows = [{"run": f"{Path(parent).name} (parent, {said})", **{k: start[k] for k in COMPARED if k in start}}]
         for record in branches:

@@ -25,7 +25,9 @@ HEADLINE = {
     "wic/accuracy": "max",
     "glue/average": "max",
 }
-SUMMARY_KEYS = ("final_step", "val_loss", "val_perplexity", "train_loss", "tokens_per_s", "mfu", "mfu_total")
+SUMMARY_KEYS = ("final_step", "val_loss", "val_perplexity", "val_perplexity_of", "train_loss", "tokens_per_s", "mfu",
+                "mfu_total")  # fmt: skip
+ALIKE = ("objective", "val_perplexity_of")  # what runs must share for their losses to be ranked together
 
 
 def find_runs(paths: Sequence[str | Path]) -> list[Path]:
@@ -114,7 +116,12 @@ def run_row(run: Path) -> dict[str, Any]:
         wic = evaluation["wic"]["raw"]
         row["wic/accuracy"] = wic.get("accuracy", wic.get("accuracy_threshold_fitted_on_scored_items"))
     glue = summary.get("glue") or {}  # eval.glue: each task's dev score (mean over fine-tuning seeds), the average
-    row |= {f"glue/{task}": scores["mean"] for task, scores in (glue.get("tasks") or {}).items()}
+    for task, scores in (glue.get("tasks") or {}).items():
+        row[f"glue/{task}"] = scores["mean"]
+        base = scores.get("baselines") or {}
+        row |= {f"glue/{task} {kind}": base[kind] for kind in ("majority", "chance") if kind in base}
+        if scores.get("one_class"):  # the score is a class's share, not what the model learned
+            row[f"glue/{task} flag"] = scores["one_class"]
     if glue.get("average") is not None:
         row["glue/average"] = glue["average"]
     return row
@@ -161,7 +168,7 @@ def headline_columns(columns: Sequence[str]) -> list[str]:
     """The few columns a reader compares: the setting, the objective's own loss and perplexity, the geometry and
     the probes (the full table has the rest)."""
     columns = list(columns)
-    keep = ("run", "status", "seeds", "objective", "val_objective_loss", "val_perplexity")
+    keep = ("run", "status", "seeds", "objective", "val_objective_loss", "val_perplexity", "val_perplexity_of")
     keep += ("average/val_objective_loss", "average/val_perplexity")
     keep += ("isotropy/embedding/mean_cosine", "isotropy/embedding/isoscore", "wic/accuracy", "glue/average")
     chosen = []
@@ -187,21 +194,7 @@ def seed_groups(table: pd.DataFrame) -> pd.DataFrame:
     stats.columns = [f"{metric} {stat}" for metric, stat in stats.columns]
     stats.insert(0, "seeds", groups.size())
     ordered = [f"{c} {s}" for c in headline_order(numeric) for s in ("mean", "std")]
-    return stats[["seeds", *ordered]].reset_index()
-
-
-def best_settings(grouped: pd.DataFrame, table: pd.DataFrame) -> list[str]:
-    """One line per headline metric: the setting with the best mean (or the best run when there are no seeds)."""
-    source, suffix = (grouped, " mean") if not grouped.empty else (table, "")
-    swept = [c for c in source.columns if str(c).startswith(SWEPT)]
-    lines = []
-    for metric, direction in HEADLINE.items():
-        column = metric + suffix
-        if column not in source.columns or source[column].isna().all() or len(source) < 2:
-            continue
-        best = source.loc[source[column].idxmin() if direction == "min" else source[column].idxmax()]
-        setting = ", ".join(f"{c.removeprefix(SWEPT)}={best[c]}" for c in swept) or str(best.get("run"))
-        spread = f" ± {best[metric + ' std']:.3g}" if suffix and pd.notna(best.get(metric + " std")) else ""
-        better = "lower" if direction == "min" else "higher"
-        lines.append(f"{metric} ({better} is better): {setting} — {best[column]:.4g}{spread}")
-    return lines
+    alike = [c for c in ALIKE if c in finished]  # what a setting's runs share: the objective, the perplexity's head
+    for column in alike:
+        stats[column] = groups[column].first()
+    return stats[["seeds", *alike, *ordered]].reset_index()

@@ -73,6 +73,8 @@ def build_trainer(cfg: DictConfig, *, interactive: bool | None = None) -> pl.Tra
         overrides["enable_progress_bar"] = False
     if bar_wanted and not interactive:
         callbacks.append(PlainProgress(every_n_steps=cfg.trainer.log_every_n_steps))
+    if cfg.trainer.get("val_check_interval") == "auto":
+        overrides["val_check_interval"] = validation_interval(cfg.trainer)
     loggers = [instantiate(c) for c in (cfg.logger or {}).values() if c is not None]
     if not loggers:  # logger=none: nothing for a learning-rate monitor to write to
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
@@ -84,6 +86,16 @@ def build_trainer(cfg: DictConfig, *, interactive: bool | None = None) -> pl.Tra
         plugins=[checkpoint_io(cfg), *slurm_without_auto_requeue()],  # staged, verified, weights-only checkpoints
         **overrides,
     )
+
+
+AUTO_VALIDATIONS, LONGEST_INTERVAL = 5, 100
+
+
+def validation_interval(trainer: DictConfig) -> int:
+    """trainer.val_check_interval=auto: the training batches between validations, every max_steps / 5 updates and at
+    most every 100 (a 60-step run validates at 12, 24, ... instead of once at its end)."""
+    updates = min(LONGEST_INTERVAL, max(1, int(trainer.max_steps) // AUTO_VALIDATIONS))
+    return updates * int(trainer.accumulate_grad_batches)
 
 
 def on_gpu(cfg: DictConfig) -> bool:

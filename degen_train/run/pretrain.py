@@ -201,6 +201,8 @@ def fit(plan: RunPlan, built: Built) -> tuple[dict, dict]:
     """4. Train, then validate once more; (the last train metrics, the final validation's)."""
     cfg, checkpoint = plan.cfg, plan.checkpoint
     trainer, module = built.trainer, built.module
+    if plan.branch is not None and checkpoint == Path(plan.branch["checkpoint"]):  # a new branch: where it starts
+        plan.branch["validation"] = _validated_start(built, checkpoint)
     trainer.fit(module, datamodule=built.datamodule, ckpt_path=str(checkpoint) if checkpoint else None)
     train_metrics = {**module.last_train_metrics, **trainer.callback_metrics}
     train_metrics = {k: float(v) for k, v in train_metrics.items()}
@@ -214,6 +216,18 @@ def fit(plan: RunPlan, built: Built) -> tuple[dict, dict]:
         trainer.fit_loop.epoch_loop._batches_that_stepped = trainer.global_step
         val_metrics = trainer.validate(module, datamodule=built.datamodule, verbose=False)[0]
     return train_metrics, val_metrics
+
+
+def _validated_start(built: Built, checkpoint: Path) -> dict[str, float]:
+    """The parent's weights at the branch step, validated as the branch validates (its loggers left out: the branch's
+    curve starts at its own first validation): the branch table's parent row, whatever the parent's own cadence."""
+    trainer = built.trainer
+    loggers, trainer.loggers = trainer.loggers, []
+    try:
+        metrics = trainer.validate(built.module, datamodule=built.datamodule, ckpt_path=str(checkpoint), verbose=False)
+    finally:
+        trainer.loggers = loggers
+    return {key: float(value) for key, value in (metrics[0] if metrics else {}).items()}
 
 
 def _add_run_facts(cfg: DictConfig, summary: dict, built: Built, branch: dict[str, Any] | None) -> None:

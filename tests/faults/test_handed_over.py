@@ -513,7 +513,7 @@ def test_a_report_reads_a_branchs_parent_only_where_it_was_asked_to(tmp_path: Pa
     (heading, rows), = branch_table(table, [sweep])
     assert rows.iloc[0]["run"] == "elsewhere (parent, not read: outside the folders given and not a run of yours)"
     (heading, rows), = branch_table(table, [sweep, elsewhere])
-    assert "validated after update" in rows.iloc[0]["run"]
+    assert rows.iloc[0]["run"] == "elsewhere (parent, no validation at or before the branch step)"  # read: none
 
 
 def test_a_config_recorded_before_the_modules_moved_names_them_as_they_are_now(
