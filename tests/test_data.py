@@ -219,3 +219,16 @@ def test_a_vocabulary_too_large_for_the_corpus_is_named_with_the_size_that_fits(
     assert said.startswith("data.tokenizer.vocab_size=30522 is large for this corpus: of the tokenizer's")
     fits = int(said.rsplit("data.tokenizer.vocab_size=", 1)[1])
     assert fits % 64 == 0 and 64 <= fits < 30522
+
+
+def test_a_save_to_disk_folder_is_a_corpus(tmp_path: Path) -> None:
+    """Issue 47.8: a local HF save_to_disk dataset was not covered. data=text data.path=FOLDER reads it (a DatasetDict:
+    its data.split), through data.text_column."""
+    import datasets
+
+    rows = [f"document {i} says something about cones and rare tokens." for i in range(40)]
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"body": rows})}).save_to_disk(str(tmp_path / "saved"))
+    corpus = load_corpus(data_cfg("data=text", f"data.path={tmp_path / 'saved'}", "data.text_column=body"))
+    assert corpus.train["text"] == rows and corpus.provenance["files"]
+    with pytest.raises(ValueError, match=r"saved holds the splits train, not data.split=test"):
+        load_corpus(data_cfg("data=text", f"data.path={tmp_path / 'saved'}", "data.split=test"))

@@ -65,6 +65,9 @@ def load_corpus(section: DataConfig | Any) -> Corpus:
     return _load_hub(cfg)
 
 
+SAVED_MARKS = ("state.json", "dataset_dict.json")  # what datasets' save_to_disk writes beside its tables
+
+
 def _load_local(cfg: Any, path_value: str | None, key: str) -> tuple[Any, str, list[Path]]:
     if not path_value:
         raise ValueError(f"{key} is not set: give a file or directory, e.g. {key}=corpus.txt")
@@ -72,6 +75,8 @@ def _load_local(cfg: Any, path_value: str | None, key: str) -> tuple[Any, str, l
     if not path.exists():
         where = f" ({cfg.missing_hint})" if cfg.missing_hint else ""
         raise FileNotFoundError(f"{key}={path} does not exist{where}")
+    if path.is_dir() and any((path / mark).is_file() for mark in SAVED_MARKS):
+        return _load_saved(cfg, path, key)
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     known = {**TEXT_SUFFIXES, **TABLE_SUFFIXES}
     files = [f for f in files if f.suffix.lower() in known] if path.is_dir() else files
@@ -108,6 +113,24 @@ def _load_local(cfg: Any, path_value: str | None, key: str) -> tuple[Any, str, l
         log.info("corpus %s=%s: %s", key, path, describe_documents(len(dataset), files, unit))
     stats = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
     return dataset, cache_key("local", unit, cfg.text_column, *stats), files
+
+
+def _load_saved(cfg: Any, path: Path, key: str) -> tuple[Any, str, list[Path]]:
+    """A folder written by datasets' ``save_to_disk``: a Dataset, or the split ``data.split`` of a DatasetDict (the
+    held-out share is cut from it unless data.validation_path names another such folder)."""
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except Exception as error:  # noqa: BLE001 - reworded, naming the folder
+        raise ValueError(f"{key}={path} looks like a save_to_disk folder but does not load ({error})") from None
+    if isinstance(loaded, datasets.DatasetDict):
+        if cfg.split not in loaded:
+            raise ValueError(f"{key}={path} holds the splits {', '.join(loaded)}, not data.split={cfg.split}")
+        loaded = loaded[cfg.split]
+    dataset = _drop_empty(_select_text_column(loaded, cfg.text_column, str(path)), str(path), streaming=False)
+    files = sorted(p for p in path.rglob("*.arrow") if p.is_file())
+    log.info("corpus %s=%s: %d documents (a save_to_disk folder, column %s)", key, path, len(dataset), cfg.text_column)
+    stats = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+    return dataset, cache_key("saved", cfg.split, cfg.text_column, *stats), files
 
 
 def count_lines(files: list[Path], chunk_size: int = 1 << 20) -> int:

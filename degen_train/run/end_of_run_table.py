@@ -38,6 +38,18 @@ def hydra_quoted(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def processes_row(summary: dict[str, Any]) -> str:
+    """Where the run computed: processes (nodes × devices per node), the strategy, the precision and the device kind
+    (the first thing to check on a new node: debug=smoke)."""
+    config = summary.get("config") or {}
+    trainer, strategy = config.get("trainer") or {}, config.get("strategy") or {}
+    world = (summary.get("provenance") or {}).get("world_size", 1)
+    name = strategy.get("name") or str(strategy.get("_target_", "auto")).rsplit(".", 1)[-1]
+    layout = f"{trainer.get('num_nodes', 1)} node(s) × {trainer.get('devices', 1)} device(s)"
+    return (f"{world} ({layout}), strategy {name}, precision {trainer.get('precision')}, accelerator "
+            f"{trainer.get('accelerator')}")  # fmt: skip
+
+
 def end_of_run_table(summary: dict[str, Any], run_dir: Path, overrides: list[str]) -> str:
     """A short two-column table; the commands are copy-pasteable (shell-quoted)."""
     run = run_dir.resolve()
@@ -65,6 +77,7 @@ def end_of_run_table(summary: dict[str, Any], run_dir: Path, overrides: list[str
         ("perplexity", f"{_number(summary.get('val_perplexity'))} (exp of {summary.get('val_perplexity_of')})"),
         *average_row(summary.get("weight_averaging") or {}),
         ("speed", speed),
+        ("processes", processes_row(summary)),
         (
             "geometry",
             f"embedding mean cosine {_number(iso.get('isotropy/embedding/mean_cosine'))}, "

@@ -1,0 +1,46 @@
+"""The sbatch template (conf/cluster/degen-train.sbatch): its #SBATCH options are sbatch's, and the script, run with
+SLURM's environment and a stand-in srun, launches commands degen-train composes (issue 47.7)."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+TEMPLATE = REPO / "conf" / "cluster" / "degen-train.sbatch"
+# sbatch's long options the template may use (sbatch(1)); a misspelt one would be ignored by a shell and refused by
+# sbatch only when a user submits.
+SBATCH_OPTIONS = {"job-name", "nodes", "ntasks-per-node", "gpus-per-node", "cpus-per-task", "time", "signal",
+                  "requeue", "output", "partition", "account", "mem", "gres", "exclusive"}  # fmt: skip
+
+
+def test_the_template_asks_sbatch_for_what_a_run_needs() -> None:
+    options = dict(re.findall(r"^#SBATCH --([\w-]+)(?:=(\S+))?", TEMPLATE.read_text(), flags=re.MULTILINE))
+    assert set(options) <= SBATCH_OPTIONS, set(options) - SBATCH_OPTIONS
+    assert options["signal"] == "USR1@90" and "requeue" in options  # what callbacks.preemption answers
+    assert options["ntasks-per-node"] == options["gpus-per-node"]  # one task per GPU: Lightning's SLURM layout
+
+
+def test_the_template_launches_commands_degen_train_composes(tmp_path: Path) -> None:
+    """Run with a stand-in srun that records its arguments and lets degen-train print the composed job (Hydra's
+    --cfg job: nothing trains); two nodes of 8 GPUs."""
+    srun = tmp_path / "srun"
+    srun.write_text('#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\necho "srun: $*" >> "$SRUN_LOG"\n'
+                    'exec "$@" --cfg job\n')  # fmt: skip
+    srun.chmod(srun.stat().st_mode | stat.S_IEXEC)
+    env = {**os.environ, "PATH": f"{tmp_path}:{Path(sys.executable).parent}:{os.environ['PATH']}", "SRUN_LOG":
+           str(tmp_path / "srun.log"), "SLURM_JOB_NAME": "smoke", "SLURM_JOB_ID": "7", "SLURM_NNODES": "2",
+           "SLURM_GPUS_PER_NODE": "8", "RUN_DIR": str(tmp_path / "run")}  # fmt: skip
+    result = subprocess.run(["bash", str(TEMPLATE), "recipe=bert_mlm", "model=mini"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    launched = (tmp_path / "srun.log").read_text().splitlines()
+    assert launched[0] == "srun: degen-train trainer=gpu prepare_only=true recipe=bert_mlm model=mini"
+    assert launched[1].startswith("srun: degen-train trainer=gpu strategy=ddp trainer.devices=8 trainer.num_nodes=2")
+    assert "prepare_only: true" in result.stdout and "num_nodes: 2" in result.stdout and "devices: 8" in result.stdout
+    assert "precision: bf16-mixed" in result.stdout and "hidden_size: 256" in result.stdout
