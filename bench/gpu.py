@@ -1,9 +1,12 @@
 """make bench-gpu: degen-train on one GPU beside a careful hand-written loop, in one process, one sitting.
 
-Parts (``python bench/run.py gpu [PART ...]``, each well under ten minutes on an H100):
-  throughput   BERT-base MLM 128×128 and GPT-2 small MLE 16×1024: the hand loop eager and compiled, degen-train
-               eager and with model.compile=true (tokens/s of the steady steps, MFU)
-  compile_where the hand loop eager, with its blocks compiled in place (model.compile's way) and whole
+Parts (``python bench/run.py gpu [PART ...]``; without one, SITTING: throughput, end_to_end, terms, about 7 minutes):
+  throughput   BERT-base MLM 128×128 and GPT-2 small MLE 16×1024, one model in every loop (degen-train's, its
+               vocabulary and dropout): the hand loops (BERT: the HF default, head at every position, and the careful
+               one, head at the labelled rows; bench/hand_loop.py) eager and compiled, degen-train eager and with
+               model.compile=true; steady tokens/s after a warm-up that holds compilation, MFU from the runs' own FLOP
+               function, compile and start-up seconds
+  compile_where the careful hand loop eager, with its blocks compiled in place (model.compile's way) and whole
   levers       what each GPU lever gives on BERT-base: loader workers 0 vs auto, the divergence check on the host
                (optimizer.fused=false) vs deferred, checkpoints in the step vs on a writer thread; on GPT-2 small,
                the chunked output layer (objective.mle.chunk_size=1024, the default) vs whole logits
@@ -36,15 +39,15 @@ from typing import Any
 import torch
 
 from bench.common import RESULTS, corpus_overrides
+from bench.hand_loop import MODES, hand_loop
 from degen_train.config import load_config
-from degen_train.models.compile import compile_blocks
+from degen_train.metrics.steady import WARMUP_STEPS, hour_long_rate
 from degen_train.run.pretrain import train
 from degen_train.storage.checkpoints import load_checkpoint_file
 
 ON_CPU = os.environ.get("DEGEN_BENCH_GPU_ON_CPU") == "1"  # a dry run of the code paths, at toy sizes
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "gpu.md"  # the manual's GPU page holds the table
 TABLE_START, TABLE_END = "<!-- gpu-table:start -->", "<!-- gpu-table:end -->"
-H100_BF16_PEAK = 989e12  # dense bf16 FLOP/s of an H100 SXM: the hand loop's MFU denominator, as the runs' own
 
 
 def sizes() -> dict[str, Any]:
@@ -54,69 +57,39 @@ def sizes() -> dict[str, Any]:
     return {"bert": ("base", 128, 128), "gpt2": ("gpt2_small", 16, 1024), "steps": 60, "small": "small", "long": 300}
 
 
-# --- the reference: the loop a careful user writes by hand ------------------------------------------------------
+# --- the reference: the same model in loops written by hand (bench/hand_loop.py) ----------------------------------
 
 
-def hand_loop(kind: str, batch: int, length: int, *, compiled: bool, steps: int, blocks_only: bool = False
-              ) -> dict[str, float]:  # fmt: skip
-    """An HF model from its config, bf16 autocast, fused AdamW, SDPA, clipping, random tokens: tokens/s and MFU.
-    ``compiled``: the whole model through torch.compile; ``blocks_only``: its blocks compiled in place instead, as
-    model.compile does (models.compile.compile_blocks)."""
-    from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
+def reference_model(kind: str) -> tuple[Any, int, int]:
+    """(a fresh HF model, batch, length): the model degen-train builds for the measured recipe and shape, from the
+    same config and the run's own tokenizer (its vocabulary), so that both loops train one model."""
+    from degen_train.data.datamodule import prepare_data
+    from degen_train.models.backbone import build_hf_model
 
+    name, batch, length = sizes()[kind]
+    recipe, family, data_format = RECIPES[kind]
+    cfg = load_config([*corpus_overrides(), f"recipe={recipe}", *steady(name, batch, length, 1)])
+    data = prepare_data(cfg.data, family=family, data_format=data_format, seed=0)
     torch.manual_seed(0)
+    model = build_hf_model(cfg.model, tokenizer=data.tokenizer, with_nsp_head=False, sequence_length=length)
+    return model, batch, length
+
+
+def reference(kind: str, mode: str, *, compiled: bool, blocks_only: bool = False) -> dict[str, Any]:
+    model, batch, length = reference_model(kind)
     device = torch.device("cpu" if ON_CPU else "cuda")
-    width, depth = (64, 2) if ON_CPU else (768, 12)
-    if kind == "bert":
-        config = BertConfig(vocab_size=30522, hidden_size=width, num_hidden_layers=depth,
-                            num_attention_heads=width // 64, intermediate_size=4 * width,
-                            attn_implementation="sdpa")  # fmt: skip
-        model = BertForMaskedLM(config)
-    else:
-        config = GPT2Config(vocab_size=50257, n_positions=max(1024, length), n_embd=width, n_layer=depth,
-                            n_head=width // 64, attn_implementation="sdpa")  # fmt: skip
-        model = GPT2LMHeadModel(config)
-    model.to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
-    forward = torch.compile(model) if compiled and not blocks_only else model
-    if compiled and blocks_only:
-        compile_blocks(model)
-    parameters = sum(p.numel() for p in model.parameters())
-
-    def one_step() -> None:
-        ids = torch.randint(5, config.vocab_size, (batch, length), device=device)
-        labels = ids.clone()
-        if kind == "bert":
-            chosen = torch.rand(batch, length, device=device) < 0.15
-            labels = torch.where(chosen, ids, -100)
-            ids = ids.masked_fill(chosen, 4)
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            loss = forward(input_ids=ids, labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    seconds = _timed(one_step, steps=steps, warmup=10 if not ON_CPU else 1, device=device)
-    rate = batch * length * steps / seconds
-    flops_per_token = 6 * parameters + 12 * depth * width * length
-    return {"tokens_per_s": rate, "mfu": rate * flops_per_token / H100_BF16_PEAK}
+    return hand_loop(model, kind=kind, mode=mode, batch=batch, length=length, steps=sizes()["steps"], device=device,
+                     compiled=compiled, blocks_only=blocks_only, peak=device_peak(device))  # fmt: skip
 
 
-def _timed(step: Callable[[], None], *, steps: int, warmup: int, device: torch.device) -> float:
-    for _ in range(warmup):
-        step()
-    _synchronize(device)
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    _synchronize(device)
-    return time.perf_counter() - start
+def device_peak(device: torch.device) -> float:
+    """The bf16 peak the runs divide by (degen_train.metrics.flops.peak_flops): one definition of MFU for both."""
+    from degen_train.metrics.flops import peak_flops
+
+    return peak_flops(device, torch.bfloat16 if device.type == "cuda" else torch.float32, None)[0]
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+RECIPES = {"bert": ("bert_mlm", "encoder", "mlm"), "gpt2": ("gpt2_mle", "decoder", "causal")}
 
 
 # --- degen-train runs ---------------------------------------------------------------------------------------------
@@ -126,8 +99,8 @@ def ours(run_dir: Path, *overrides: str, keep: bool = False) -> dict[str, Any]:
     """One degen-train run in this process (data cached first, so its preparation is not timed): the summary's
     steady tokens/s and MFU, the wall time of the whole run, and the tokens it trained. The run folder is deleted
     afterwards unless ``keep``: BERT-base checkpoints with their optimizer state filled the GPU machine's disk."""
-    common = [*corpus_overrides(), "trainer=cpu" if ON_CPU else "trainer=gpu", "export_hf=false",
-              "trainer.enable_progress_bar=false", "logger=csv"]  # fmt: skip
+    common = [*corpus_overrides(), "trainer=cpu" if ON_CPU else "trainer=gpu", "export_hf=false", "logger=csv",
+              "trainer.enable_progress_bar=false", "callbacks.throughput.count_total_flops=true"]  # fmt: skip
     train(load_config([*common, *overrides, "prepare_only=true"], run_dir=run_dir / "prepare"))
     cfg = load_config([*common, *overrides], run_dir=run_dir)
     start = time.perf_counter()
@@ -136,16 +109,23 @@ def ours(run_dir: Path, *overrides: str, keep: bool = False) -> dict[str, Any]:
     tokens = summary["final_step"] * int(cfg.data.batch_size) * int(cfg.data.block_size)
     if not keep:
         shutil.rmtree(run_dir, ignore_errors=True)
-    return {"tokens_per_s": summary["tokens_per_s"], "seconds_per_batch": summary["seconds_per_batch"],
-            "mfu": summary["mfu"], "wall_s": wall,
-            "end_to_end_tokens_per_s": tokens / wall, "total_flops_over_model_flops":
-            summary["total_flops_over_model_flops"]}  # fmt: skip
+    steady_rate = summary.get("steady_tokens_per_s") or summary["tokens_per_s"]
+    return {"tokens_per_s": steady_rate, "mean_tokens_per_s": summary["tokens_per_s"],
+            "seconds_per_batch": summary["seconds_per_batch"], "wall_s": wall,
+            "mfu": summary["mfu"] * steady_rate / summary["tokens_per_s"] if summary["mfu"] else None,
+            "model_flops_per_token": summary["model_flops_per_token"], "warmup_seconds": summary.get("warmup_seconds"),
+            "vocabulary": summary.get("vocabulary"), "periodic": summary.get("periodic") or {},
+            "tokens_per_batch": int(cfg.data.batch_size) * int(cfg.data.block_size),
+            "seconds_to_first_batch": summary.get("seconds_to_first_batch"),
+            "end_to_end_tokens_per_s": tokens / wall,
+            "total_flops_over_model_flops": summary["total_flops_over_model_flops"]}  # fmt: skip
 
 
 def steady(model: str, batch: int, length: int, steps: int) -> list[str]:
     """Overrides of a steady-rate run: no periodic checkpoint, monitor or validation inside the timed steps. Their
     period is one past the last step: at the last step itself they would run inside its timed interval (the
     isotropy probe did, 0.6 s eager and 2.9 s compiled on an H200, halving the compiled rate the bench reported)."""
+    steps += WARMUP_STEPS  # the warm-up (start-up, compilation) is left out of the steady window, not the run
     beyond = steps + 1  # the end-of-training probe and checkpoint still run, after the timing
     return [f"model={model}", f"data.batch_size={batch}", f"data.block_size={length}", f"model.max_position={length}",
             f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}", "trainer.limit_val_batches=1",
@@ -154,32 +134,36 @@ def steady(model: str, batch: int, length: int, steps: int) -> list[str]:
 
 
 def throughput(scratch: Path) -> dict[str, Any]:
+    """Each workload: the hand loops (BERT: the HF default and the careful one) eager and compiled, and degen-train
+    eager and with model.compile=true, on one model, one vocabulary, one batch, one FLOP count."""
     shape = sizes()
     out: dict[str, Any] = {}
-    for kind, recipe in (("bert", "bert_mlm"), ("gpt2", "gpt2_mle")):
+    for kind, (recipe, _, _) in RECIPES.items():
         model, batch, length = shape[kind]
         base = [f"recipe={recipe}", *steady(model, batch, length, shape["steps"])]
-        out[kind] = {
-            "hand_eager": hand_loop(kind, batch, length, compiled=False, steps=shape["steps"]),
-            "hand_compiled": hand_loop(kind, batch, length, compiled=True, steps=shape["steps"]),
-            "ours_eager": ours(scratch / f"{kind}_eager", *base),
-            "ours_compiled": ours(scratch / f"{kind}_compiled", *base, "model.compile=true"),
-        }
+        row: dict[str, Any] = {}
+        for mode in MODES[kind]:
+            for compiled in (False, True):
+                torch._dynamo.reset()
+                row[f"{mode}_{'compiled' if compiled else 'eager'}"] = reference(kind, mode, compiled=compiled)
+        torch._dynamo.reset()
+        row["ours_eager"] = ours(scratch / f"{kind}_eager", *base)
+        torch._dynamo.reset()
+        row["ours_compiled"] = ours(scratch / f"{kind}_compiled", *base, "model.compile=true")
+        out[kind] = row
     return out
 
 
 def compile_where(scratch: Path) -> dict[str, Any]:
-    """Where compile's gain lies: the hand loop eager, with its blocks compiled in place (what model.compile does)
-    and whole. HF's defaults as a user meets them: GPT-2 builds a KV cache in training, whose per-block state
-    recompiles its compiled blocks up to dynamo's limit (degen-train asks for no cache)."""
-    shape, out = sizes(), {}
-    for kind in ("bert", "gpt2"):
-        _, batch, length = shape[kind]
+    """Where compile's gain lies: the careful hand loop (GPT-2's, with no KV cache) eager, with its blocks compiled
+    in place (what model.compile does) and whole, each with its compile seconds."""
+    out: dict[str, Any] = {}
+    for kind in RECIPES:
+        mode = MODES[kind][-1]
         out[kind] = {}
-        for mode, compiled, blocks in (("eager", False, False), ("blocks", True, True), ("whole", True, False)):
+        for form, compiled, blocks in (("eager", False, False), ("blocks", True, True), ("whole", True, False)):
             torch._dynamo.reset()  # each form compiles from nothing
-            out[kind][mode] = hand_loop(kind, batch, length, compiled=compiled, blocks_only=blocks,
-                                        steps=shape["steps"])  # fmt: skip
+            out[kind][form] = reference(kind, mode, compiled=compiled, blocks_only=blocks)
     return out
 
 
@@ -232,12 +216,19 @@ def terms(scratch: Path) -> dict[str, Any]:
 
 
 def end_to_end(scratch: Path) -> dict[str, Any]:
-    """The defaults' periodic work (checkpoint and isotropy every 100 steps, validation, final validation)."""
+    """The defaults' periodic work (checkpoint, isotropy probe and validation every 100 updates, final validation):
+    the run's rate against its steady rate, each kind's cost per event, and what that cadence takes from an hour-long
+    run (metrics.steady.hour_long_rate: the goal is 0.95× the steady rate or better)."""
     model, batch, length = sizes()["bert"]
     steps = sizes()["long"]
     shape = [f"model={model}", f"data.batch_size={batch}", f"data.block_size={length}", f"model.max_position={length}"]
-    result = ours(scratch / "end_to_end", "recipe=bert_mlm", *shape, f"trainer.max_steps={steps}")
+    result = ours(scratch / "end_to_end", "recipe=bert_mlm", *shape, f"trainer.max_steps={steps}",
+                  "trainer.val_check_interval=100")  # what trainer.val_check_interval=auto gives an hour-long run
     result["end_to_end_over_steady"] = result["end_to_end_tokens_per_s"] / result["tokens_per_s"]
+    step = result["tokens_per_batch"] / result["tokens_per_s"]
+    costs = {kind: tally["seconds"] / tally["events"] for kind, tally in result["periodic"].items() if tally["events"]}
+    result["costs_per_event_s"] = costs
+    result["hour_long"] = hour_long_rate(step, costs, {"checkpoint": 100, "isotropy": 100, "validation": 100})
     return result
 
 
@@ -291,6 +282,12 @@ PARTS: dict[str, Callable[[Path], dict[str, Any]]] = {
 }
 
 
+# What `make bench-gpu` runs when no part is named: one sitting of a lent card (about 15 minutes with the machine's
+# start), sized from the H200 sitting of 2026-11-26 (throughput 166 s with four loops a workload, end_to_end 33 s,
+# terms 147 s): with the careful BERT loop and the warm-ups, about 7 minutes. The other parts are named to run them.
+SITTING = ("throughput", "end_to_end", "terms")
+
+
 # --- results --------------------------------------------------------------------------------------------------
 
 
@@ -303,19 +300,13 @@ def table(results: dict[str, Any]) -> str:
             lines += [f"{part}: failed ({results[part]['error'].splitlines()[0][:300]})", ""]
     results = {k: v for k, v in results.items() if not (isinstance(v, dict) and "error" in v)}
     if "throughput" in results:
-        lines += ["| workload | hand loop eager | hand loop compiled | degen-train | degen-train, model.compile | "
-                  "ours ÷ compiled hand loop |", "|---|---|---|---|---|---|"]  # fmt: skip
-        for kind, row in results["throughput"].items():
-            best = max(row["ours_eager"]["tokens_per_s"], row["ours_compiled"]["tokens_per_s"])
-            cells = [f"{row[k]['tokens_per_s'] / 1e3:,.0f}k" for k in ("hand_eager", "hand_compiled", "ours_eager",
-                                                                    "ours_compiled")]  # fmt: skip
-            lines.append(f"| {kind} | {' | '.join(cells)} | {best / row['hand_compiled']['tokens_per_s']:.2f}× |")
-        lines.append("")
+        lines += throughput_lines(results["throughput"])
     if "compile_where" in results:
         for kind, row in results["compile_where"].items():
-            rates = {mode: row[mode]["tokens_per_s"] for mode in ("eager", "blocks", "whole")}
-            lines.append(f"Hand loop, {kind}: eager {rates['eager'] / 1e3:,.0f}k, blocks compiled in place "
-                         f"{rates['blocks'] / 1e3:,.0f}k, whole model compiled {rates['whole'] / 1e3:,.0f}k tokens/s.")
+            forms = ", ".join(f"{f} {row[f]['tokens_per_s'] / 1e3:,.0f}k (warm-up {row[f]['warmup_seconds']:.0f} s)"
+                              for f in ("eager", "blocks", "whole"))  # fmt: skip
+            lines.append(f"Hand loop, {kind}, steady tokens/s: {forms}; blocks = compiled in place (model.compile's "
+                         f"way), whole = the whole model compiled.")  # fmt: skip
         lines.append("")
     if "levers" in results:
         lines += ["| lever | tokens/s | vs its defaults |", "|---|---|---|"]
@@ -333,6 +324,11 @@ def table(results: dict[str, Any]) -> str:
         row = results["end_to_end"]
         lines += [f"End to end (checkpoints, monitors, final validation): {row['end_to_end_over_steady']:.2f}× "
                   f"the steady rate.", ""]  # fmt: skip
+        if row.get("hour_long"):
+            costs = ", ".join(f"{kind} {seconds:.2f} s" for kind, seconds in row["costs_per_event_s"].items())
+            rate = row["hour_long"]["over_steady"]
+            lines += [f"Periodic work per event: {costs}. At the defaults' cadence (each every 100 updates) an "
+                      f"hour-long run trains at {rate:.3f}× the steady rate.", ""]  # fmt: skip
     if "exactness" in results:
         row = results["exactness"]
         lines.append(f"Default mode: repeats differ by {row['default']['repeat_max_abs_diff']:.1e}, a resume by "
@@ -347,6 +343,33 @@ def table(results: dict[str, Any]) -> str:
         lines.append(f"FSDP2 on one card: {row['fsdp2']['tokens_per_s'] / one:.2f}× the single-device run "
                      f"({row['fsdp2_bf16_params']['tokens_per_s'] / one:.2f}× with bf16 parameters).")  # fmt: skip
     return "\n".join(lines).rstrip() + "\n"
+
+
+LOOPS = {"hf_default": "HF default loop", "careful": "careful loop", "ours": "degen-train"}
+
+
+def throughput_lines(rows: dict[str, Any]) -> list[str]:
+    """One line per workload and loop: what it ran (vocabulary, model FLOPs per token at the positions its head runs
+    on), eager and compiled steady tokens/s and MFU, the compile seconds and the seconds to a run's first batch;
+    each workload's degen-train rates over the careful (BERT) or HF (GPT-2) compiled loop's."""
+    lines = ["Steady rates: the median step after a warm-up of the first steps, which hold start-up and compilation "
+             "(their excess over steady steps is the compile column).", "",
+             "| workload | loop | vocabulary | model FLOPs/token | eager tokens/s (MFU) | compiled tokens/s (MFU) | "
+             "compile s | to first batch s |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for kind, row in rows.items():
+        for loop in (*MODES[kind], "ours"):
+            eager, compiled = row[f"{loop}_eager"], row[f"{loop}_compiled"]
+            vocabulary, first = eager["vocabulary"], compiled.get("seconds_to_first_batch")
+            to_first = f"{first:.0f}" if first else "–"
+            rates = [f"{r['tokens_per_s'] / 1e3:,.0f}k ({r['mfu'] or 0:.1%})" for r in (eager, compiled)]
+            compile_s = (compiled.get("warmup_seconds") or 0) - (eager.get("warmup_seconds") or 0)
+            lines.append(f"| {kind} | {LOOPS[loop]} | {vocabulary:,} | {eager['model_flops_per_token'] / 1e6:,.0f}M | "
+                         f"{rates[0]} | {rates[1]} | {compile_s:.0f} | {to_first} |")  # fmt: skip
+        best = max(row["ours_eager"]["tokens_per_s"], row["ours_compiled"]["tokens_per_s"])
+        anchor = MODES[kind][-1]
+        lines.append(f"| {kind} | degen-train ÷ {LOOPS[anchor]} compiled | | | | "
+                     f"{best / row[f'{anchor}_compiled']['tokens_per_s']:.2f}× | | |")  # fmt: skip
+    return [*lines, ""]
 
 
 def write_page_table(text: str, page: Path = PAGE) -> bool:
@@ -364,7 +387,7 @@ def main(argv: list[str]) -> int:
     if not torch.cuda.is_available() and not ON_CPU:
         print("bench-gpu: no CUDA device on this machine; run it where one is (nothing was measured)")
         return 2
-    wanted = argv or list(PARTS)
+    wanted = argv or list(SITTING)
     unknown = [p for p in wanted if p not in PARTS]
     if unknown:
         print(f"bench-gpu: unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")

@@ -162,15 +162,21 @@ def test_bench_gpu_table_and_page_markers(tmp_path: Path) -> None:
     from bench.gpu import TABLE_END, TABLE_START, table, write_page_table
 
     row = {"tokens_per_s": 2e5, "mfu": 0.1, "total_flops_over_model_flops": 1.0, "time_vs_plain": 1.02,
-           "end_to_end_tokens_per_s": 1.9e5, "end_to_end_over_steady": 0.95}  # fmt: skip
+           "end_to_end_tokens_per_s": 1.9e5, "end_to_end_over_steady": 0.95, "vocabulary": 30522,
+           "model_flops_per_token": 5.46e8, "warmup_seconds": 2.0, "seconds_to_first_batch": 9.0}  # fmt: skip
+    compiled = {**row, "tokens_per_s": 2.4e5, "warmup_seconds": 32.0}
+    loops = ("hf_default", "careful", "ours")
     results = {"card": "NVIDIA H100 80GB HBM3", "torch": "2.11", "command": "python bench/run.py gpu", "date": "x",
-               "throughput": {"bert": {k: row for k in ("hand_eager", "hand_compiled", "ours_eager", "ours_compiled")}},
-               "compile_where": {"bert": {"eager": row, "blocks": {**row, "tokens_per_s": 2.4e5}, "whole": row}},
+               "throughput": {"bert": {**{f"{k}_eager": row for k in loops}, **{f"{k}_compiled": compiled
+                                                                                for k in loops}}},
+               "compile_where": {"bert": {"eager": row, "blocks": compiled, "whole": row}},
                "end_to_end": row, "terms": {"error": "OSError: [Errno 28] no space left\nmore"}}  # fmt: skip
     text = table(results)
-    assert "NVIDIA H100 80GB HBM3" in text and "| bert | 200k | 200k | 200k | 200k | 1.00× |" in text
+    assert "NVIDIA H100 80GB HBM3" in text
+    assert "| bert | careful loop | 30,522 | 546M | 200k (10.0%) | 240k (10.0%) | 30 | 9 |" in text  # what both ran
+    assert "| bert | degen-train ÷ careful loop compiled | | | | 1.00× | | |" in text
     assert "terms: failed (OSError: [Errno 28] no space left)" in text and "| term |" not in text  # a failed part
-    assert "Hand loop, bert: eager 200k, blocks compiled in place 240k, whole model compiled 200k tokens/s." in text
+    assert "Hand loop, bert, steady tokens/s: eager 200k (warm-up 2 s), blocks 240k (warm-up 32 s)" in text
     page = tmp_path / "gpu.md"
     page.write_text(f"intro\n{TABLE_START}\nold\n{TABLE_END}\nrest\n")
     assert write_page_table(text, page)
@@ -185,3 +191,55 @@ def test_bench_gpu_runs_its_code_on_the_cpu(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     table = (tmp_path / "gpu_dry_run.md").read_text()
     assert "on CPU (dry run)" in table and "End to end (checkpoints, monitors, final validation):" in table
+
+
+def test_the_warm_up_stays_outside_the_steady_window() -> None:
+    """Issue 45.3: with model.compile working, the blocks compile during the first steps, tens of seconds inside a
+    ~2.5 s window: a mean over all steps would report compilation as a slowdown. The steady rate is the median after
+    the warm-up; the warm-up's excess is reported beside it (the compile column)."""
+    from degen_train.metrics.steady import WARMUP_STEPS, steady_window
+
+    seconds = [30.0, 12.0] + [0.1] * (WARMUP_STEPS - 2) + [0.1, 0.12, 0.1, 0.09, 0.1]
+    window = steady_window(seconds)
+    assert window.median_seconds == 0.1 and window.timed_steps == 5
+    assert window.warmup_seconds == pytest.approx(30 + 12 + 0.1 * (WARMUP_STEPS - 2) - 0.1 * WARMUP_STEPS)
+    assert steady_window([5.0, 1.0, 1.0]).median_seconds == 1.0  # a short run: all but its first step
+    assert steady_window([]) is None
+
+
+def test_the_hand_loops_train_the_runs_model_and_count_flops_as_the_runs_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45.1: the hand loop built GPT2Config(vocab_size=50257) while degen-train's "GPT-2 small" had the run's
+    30,522-entry vocabulary (764M against 855M FLOPs per token); the BERT hand loop scored every position, degen-train
+    the labelled 15%. Both loops now train the model degen-train builds (one vocabulary, one dropout), and their FLOPs
+    come from the one function the runs use, at the positions each loop runs its head on."""
+    import bench.gpu as gpu
+
+    monkeypatch.setattr(gpu, "ON_CPU", True)
+    monkeypatch.setenv("DEGEN_BENCH_RESULTS", str(tmp_path))
+    ours = gpu.ours(tmp_path / "ours", "recipe=gpt2_mle", *gpu.steady("gpt2_tiny", 4, 64, 2))
+    theirs = gpu.reference("gpt2", "hf_default", compiled=False)
+    assert theirs["vocabulary"] == ours["vocabulary"] and theirs["model_flops_per_token"] == pytest.approx(
+        ours["model_flops_per_token"])  # fmt: skip
+    model, _, _ = gpu.reference_model("gpt2")
+    assert model.config.resid_pdrop == model.config.attn_pdrop == 0.1  # the preset's dropout, as the run's
+    hf_default = gpu.reference("bert", "hf_default", compiled=False)
+    careful = gpu.reference("bert", "careful", compiled=False)
+    assert hf_default["vocabulary"] == careful["vocabulary"]
+    assert hf_default["model_flops_per_token"] > careful["model_flops_per_token"]  # the head at every position
+
+
+def test_periodic_work_is_tallied_and_priced_for_an_hour_long_run(tmp_path: Path) -> None:
+    """Issue 45.3: the probe, checkpoints and validation on the defaults' cadence, their share of an hour-long run."""
+    from degen_train.metrics.steady import hour_long_rate
+
+    summary = run(tmp_path, "trainer.max_steps=6", "trainer.val_check_interval=3", "export_hf=false",
+                  "callbacks.checkpoint.every_n_train_steps=3", "callbacks.isotropy.every_n_steps=3")  # fmt: skip
+    periodic = summary["periodic"]
+    assert periodic["checkpoint"]["events"] >= 2 and periodic["isotropy"]["events"] == 2
+    assert periodic["validation"]["events"] >= 2 and all(t["seconds"] > 0 for t in periodic.values())
+    # By hand: a 0.1 s step, 3 s of work every 100 steps (10 s): 360 events an hour, 1080 s: 3600 / 4680.
+    priced = hour_long_rate(0.1, {"checkpoint": 3.0}, {"checkpoint": 100})
+    assert priced["over_steady"] == pytest.approx(3600 / 4680)
+    assert priced["checkpoint_share"] == pytest.approx(1080 / 4680)

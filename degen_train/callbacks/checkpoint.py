@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,9 +33,13 @@ class RunCheckpoint(ModelCheckpoint):
         self.background = background
 
     def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        start = time.perf_counter()
         for logger in trainer.loggers:  # rows up to this step reach the disk before a resume can start here
             logger.save()
         super()._save_checkpoint(trainer, filepath)
+        for callback in trainer.callbacks:  # what the step waited for (a writer thread's share: the state's copy)
+            if hasattr(callback, "spent") and hasattr(callback, "periodic"):
+                callback.spent("checkpoint", time.perf_counter() - start)
         if trainer.is_global_zero and self.save_top_k > 0 and Path(filepath).stem != self.CHECKPOINT_NAME_LAST:
             # through the checkpoint I/O: a writer thread deletes only after the newer file is on disk
             self.rotate(Path(filepath), remove=trainer.strategy.checkpoint_io.remove_checkpoint)

@@ -18,6 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from degen_train.devices.precision import COMPUTE_DTYPE
 from degen_train.metrics.flops import body_and_head_parameters, model_flops, peak_flops
+from degen_train.metrics.steady import steady_window
 
 
 class Throughput(Callback):
@@ -48,6 +49,12 @@ class Throughput(Callback):
         self._counted_step = -1
         self._last: float | None = None
         self._excluded = 0.0  # seconds other callbacks spent measuring in this process (exclude)
+        self.step_seconds: list[float] = []  # each timed batch of this segment (metrics/steady.py)
+        # Periodic work of this segment: {kind: [events, seconds]} (validation, the isotropy probe, checkpoints)
+        self.periodic: dict[str, list[float]] = {}
+        self._validation_started: float | None = None
+        self._fit_started: float | None = None
+        self.seconds_to_first_batch: float | None = None  # fit start -> the first batch's end (this segment)
 
     def setup(self, trainer: pl.Trainer, module: pl.LightningModule, stage: str) -> None:
         model = module.backbone.model
@@ -66,6 +73,9 @@ class Throughput(Callback):
             body=body, head=head, layers=layers, hidden=hidden, batch=size, length=length, predicted=predicted
         )
         return int(tokens), int(predicted), flops
+
+    def on_train_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        self._fit_started = time.perf_counter()
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, module: pl.LightningModule, batch: dict, batch_idx: int
@@ -98,6 +108,9 @@ class Throughput(Callback):
                 self.totals[key] += value
             self.totals["seconds"] += clock - self._last
             self.totals["batches"] += 1
+            self.step_seconds.append(clock - self._last)
+        elif self._fit_started is not None and self.seconds_to_first_batch is None:
+            self.seconds_to_first_batch = now - self._fit_started
         self._last = clock
         self.marks = (self.marks + [mark])[-(self.window + 1) :]
         if len(self.marks) > 1 and logging_step(trainer):  # self.log costs ~0.3 ms a value: only when it is written
@@ -118,13 +131,26 @@ class Throughput(Callback):
         self._counting.close()  # a step that failed while counted leaves neither the counter nor the stance on
         self._counter = None
 
+    def on_validation_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        self._validation_started = time.perf_counter()
+
     def on_validation_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         self._last = None  # validation time is not training time
+        if self._validation_started is not None:
+            self.spent("validation", time.perf_counter() - self._validation_started)
+            self._validation_started = None
+
+    def spent(self, kind: str, seconds: float) -> None:
+        """Tally one event of periodic work (a validation, an isotropy probe, a checkpoint's share of the step)."""
+        tally = self.periodic.setdefault(kind, [0, 0.0])
+        tally[0] += 1
+        tally[1] += seconds
 
     def exclude(self, seconds: float) -> None:
         """Leave ``seconds`` of measuring done between two steps (the isotropy probe) out of the rates, as
         validation is left out: whichever side of this callback's mark the callback order puts it."""
         self._excluded += seconds
+        self.spent("isotropy", seconds)
 
     def state_dict(self) -> dict[str, Any]:  # a resumed run's means cover all of its segments
         return {**self.totals, "overhead": self.overhead, "measured": self._measured}
@@ -143,8 +169,16 @@ class Throughput(Callback):
         """The run's means over every step timed, for summary.json."""
         seconds = self.totals["seconds"]
         model_mfu = self.totals["model_flops"] / seconds / (self.peak * world_size) if seconds and self.peak else None
+        window = steady_window(self.step_seconds)
+        tokens_per_batch = self.totals["tokens"] / self.totals["batches"] if self.totals["batches"] else 0.0
         return {
             "tokens_per_s": self.mean_tokens_per_s,
+            # the median batch after the warm-up (metrics/steady.py): a rate that compilation does not pull down
+            "steady_tokens_per_s": tokens_per_batch / window.median_seconds if window else None,
+            "warmup_seconds": window.warmup_seconds if window else None,
+            "seconds_to_first_batch": self.seconds_to_first_batch,
+            # {kind: {events, seconds}} of this segment: what a run's cadence costs (bench: an hour-long run's share)
+            "periodic": {kind: {"events": int(n), "seconds": t} for kind, (n, t) in self.periodic.items()},
             "predicted_tokens_per_s": self.totals["predicted"] / seconds if seconds else 0.0,
             # per micro-batch: what a term costs, whatever its batches' padding (SimCSE's sentences are short)
             "seconds_per_batch": seconds / self.totals["batches"] if self.totals["batches"] else None,

@@ -234,6 +234,7 @@ def _add_run_facts(cfg: DictConfig, summary: dict, built: Built, branch: dict[st
     """What the summary adds beyond the metrics: sizes, a mixture's shares, the branch and the provenance."""
     trainer = built.trainer
     summary["parameters"] = parameter_counts(built.module.backbone.model)
+    summary["vocabulary"] = built.module.backbone.model.get_input_embeddings().num_embeddings  # the model's rows
     if built.data.sources:  # the proportions the run's batches held, beside the weights asked for
         summary["data_mixture"] = mixture_seen(built.data.sources, int(cfg.data.batch_size) * trainer.world_size,
                                                int(cfg.seed), trainer.global_step * trainer.accumulate_grad_batches)

@@ -1,0 +1,93 @@
+"""The loops a careful user writes by hand, on the model degen-train trains: the same HF model built from the same
+config (vocabulary, dropout, attention), the same batch, bf16 autocast, fused AdamW, clipping, random tokens.
+
+BERT has two: ``hf_default`` (``model(input_ids, labels=...)``: the vocabulary head at every position, what an HF
+user runs) and ``careful`` (the encoder, then the head at the labelled rows only, as MosaicBERT and degen-train do).
+GPT-2's head is at every position in both (a decoder predicts every next token); its forward builds no KV cache.
+Their FLOPs are counted by the one function the runs use (degen_train.metrics.flops.model_flops), at the positions
+each loop runs its head on, and their rate is the median step after the warm-up (degen_train.metrics.steady).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from degen_train.metrics.flops import body_and_head_parameters, model_flops
+from degen_train.metrics.steady import WARMUP_STEPS, steady_window
+from degen_train.models.compile import compile_blocks
+
+MODES = {"bert": ("hf_default", "careful"), "gpt2": ("hf_default",)}
+
+
+def hand_loop(model: Any, *, kind: str, mode: str, batch: int, length: int, steps: int, device: torch.device,
+              compiled: bool = False, blocks_only: bool = False, peak: float = 0.0) -> dict[str, Any]:  # fmt: skip
+    """One loop's steady tokens/s, its model FLOPs per token, MFU against ``peak``, and its warm-up seconds.
+    ``compiled``: the whole step's model through torch.compile; ``blocks_only``: its blocks in place instead (what
+    model.compile does, models.compile.compile_blocks)."""
+    torch.manual_seed(0)
+    model.to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=device.type == "cuda")
+    if compiled and blocks_only:
+        compile_blocks(model)
+    whole = compiled and not blocks_only
+    forward = torch.compile(model) if whole else model
+    encoder = (torch.compile(model.bert) if whole else model.bert) if mode == "careful" else None
+    vocabulary = model.get_input_embeddings().num_embeddings
+    head = model.cls if kind == "bert" else model.lm_head
+    body_weights, head_weights = body_and_head_parameters(model, head)
+    counted: list[int] = []
+
+    def step() -> None:
+        ids = torch.randint(5, vocabulary, (batch, length), device=device)
+        labels = ids.clone()
+        if kind == "bert":
+            chosen = torch.rand(batch, length, device=device) < 0.15
+            labels, ids = torch.where(chosen, ids, -100), ids.masked_fill(chosen, 4)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            if mode == "careful":  # the head at the labelled rows only
+                hidden = encoder(input_ids=ids)[0]
+                rows = labels.reshape(-1) != -100
+                logits = head(hidden.reshape(-1, hidden.shape[-1])[rows])
+                loss = F.cross_entropy(logits.float(), labels.reshape(-1)[rows])
+                counted.append(int(rows.sum()))
+            else:
+                loss = forward(input_ids=ids, labels=labels, use_cache=False).loss if kind == "gpt2" else (
+                    forward(input_ids=ids, labels=labels).loss)  # fmt: skip
+                counted.append(batch * (length - 1) if kind == "gpt2" else batch * length)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    seconds = timed_steps(step, steps=WARMUP_STEPS + steps, device=device)
+    window = steady_window(seconds)
+    config = model.config
+    predicted = sum(counted[WARMUP_STEPS:]) / max(len(counted[WARMUP_STEPS:]), 1)
+    flops = model_flops(body=body_weights, head=head_weights, layers=config.num_hidden_layers,
+                        hidden=config.hidden_size, batch=batch, length=length, predicted=int(predicted))  # fmt: skip
+    rate = batch * length / window.median_seconds
+    return {"tokens_per_s": rate, "model_flops_per_token": flops / (batch * length), "vocabulary": vocabulary,
+            "mfu": rate * flops / (batch * length) / peak if peak else None, "warmup_seconds": window.warmup_seconds,
+            "timed_steps": window.timed_steps}  # fmt: skip
+
+
+def timed_steps(step: Callable[[], None], *, steps: int, device: torch.device) -> list[float]:
+    """Each step's seconds, the device synchronised around it (a step's time is its device's, not its launch)."""
+    seconds = []
+    for _ in range(steps):
+        _synchronize(device)
+        start = time.perf_counter()
+        step()
+        _synchronize(device)
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
