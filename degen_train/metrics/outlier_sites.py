@@ -37,7 +37,7 @@ from degen_train.metrics.outliers import (
     sequence_inf_norm,
     sequence_kurtosis,
 )
-from degen_train.models.attention_variants import EXPORTED_TYPE_PREFIX
+from degen_train.models.attention_variants import EXPORTED_TYPE_PREFIX, variant_of
 
 SINK_WINDOW = 64  # Gu et al.'s prompts: 64 tokens
 BLOCKS = {"bert": 128, "opt": 512}  # validate_mlm.py --max_seq_length 128; validate_clm.py --block_size 512
@@ -253,7 +253,8 @@ def _headline(per_site: dict[str, dict], protocol: str) -> dict[str, Any]:
 
 def sinks_on_windows(model: nn.Module, tokenizer: Any, documents: list[str], *, limit: int = 256) -> dict[str, Any]:
     """Gu et al.'s sink rate (ε = 0.3) and each head's attention entropy on windows of exactly 64 tokens (encoders:
-    [CLS] 62 tokens [SEP]); eager attention for this pass (attention maps), the model's own after."""
+    [CLS] 62 tokens [SEP]); eager attention for this pass (attention maps: a variant's own, its clipped softmax, gates
+    and key/value slot included), the model's own after."""
     from degen_train.metrics.w8a8_probe import _encoder_input, token_blocks
 
     encoder = sites_of(model).protocol == "bert" and tokenizer.cls_token_id is not None
@@ -264,7 +265,7 @@ def sinks_on_windows(model: nn.Module, tokenizer: Any, documents: list[str], *, 
     before = getattr(model.config, "_attn_implementation", None)
     device = next(model.parameters()).device
     rates, entropies = [], []
-    model.set_attn_implementation("eager")
+    model.set_attn_implementation("eager" if variant_of(model) == "softmax" else "degen_eager")  # its own maps
     try:
         with torch.no_grad():
             for start in range(0, ids.size(0), 16):

@@ -35,6 +35,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from degen_train.models.attention_variants import gated, variant_probabilities
+
 BITS = 8
 MOMENTUM = 0.9  # released RunningMinMaxEstimator
 CALIBRATION_BATCHES = 16  # released act_quant.num_batches (BERT's --est_num_batches)
@@ -162,8 +164,13 @@ def _quantized_attention(
     dropout: float = 0.0,
     **_: Any,
 ) -> tuple[Tensor, Tensor]:
-    """Eager attention with its scores, probabilities and context quantized (query, key, value: (B, H, T, D))."""
+    """Eager attention as the model computes it, its variant included (a key/value bias slot, clipped softmax, a
+    gate: models/attention_variants.py), with the scores, probabilities and context quantized; the gate acts before
+    the context quantizer, as the released ``quantized_bert.py`` places it (query, key, value: (B, H, T, D))."""
     quantize = _active[-1]
+    bias = getattr(module, "attention_kv_bias", None)
+    if bias is not None:  # Sun et al.'s slot, open to every query (eager masks are explicit)
+        key, value, attention_mask = bias.prepend(key, value, attention_mask, causal=False)
     if key.size(1) != query.size(1):  # grouped-query attention: each key/value head serves several query heads
         repeat = query.size(1) // key.size(1)
         key, value = key.repeat_interleave(repeat, dim=1), value.repeat_interleave(repeat, dim=1)
@@ -174,10 +181,12 @@ def _quantized_attention(
             scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
         else:
             scores = scores + attention_mask[..., : key.size(-2)]
-    probabilities = quantize((module, "probabilities"), scores.softmax(dim=-1))
+    probabilities = variant_probabilities(module, scores).to(query.dtype)  # plain or clipped softmax
+    probabilities = quantize((module, "probabilities"), probabilities)
     probabilities = nn.functional.dropout(probabilities, p=dropout, training=module.training)
-    context = quantize((module, "context"), torch.matmul(probabilities, value))
-    return context.transpose(1, 2).contiguous(), probabilities
+    context = gated(module, torch.matmul(probabilities, value).transpose(1, 2).contiguous())  # (B, T, H, D)
+    context = quantize((module, "context"), context)
+    return context, (probabilities[..., 1:] if bias is not None else probabilities)
 
 
 def _register_attention() -> None:

@@ -141,7 +141,7 @@ def _remember_gate_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
     module.attention_gate_input = args[0] if args else kwargs["hidden_states"]
 
 
-def _gated(module: nn.Module, output: Tensor) -> Tensor:
+def gated(module: nn.Module, output: Tensor) -> Tensor:
     """The attention output (B, T, H, d) times the module's gate, when it has one."""
     gate = getattr(module, "attention_gate", None)
     if gate is None:
@@ -170,14 +170,10 @@ def degen_eager_attention(
     scores = torch.matmul(query, key.transpose(2, 3)) * (scaling if scaling is not None else query.shape[-1] ** -0.5)
     if attention_mask is not None:
         scores = scores + attention_mask
-    settings = getattr(module.config, SETTINGS_KEY)
-    if settings["variant"] == "clipped_softmax":
-        weights = clipped_softmax(scores.float(), gamma=settings["gamma"], eta=settings["eta"]).to(query.dtype)
-    else:
-        weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = variant_probabilities(module, scores).to(query.dtype)
     weights = F.dropout(weights, p=dropout, training=module.training)
     output = torch.matmul(weights, value).transpose(1, 2).contiguous()
-    return _gated(module, output), (weights[..., 1:] if bias is not None else weights)
+    return gated(module, output), (weights[..., 1:] if bias is not None else weights)
 
 
 def degen_sdpa_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, *args: Any, **kwargs: Any):
@@ -189,7 +185,22 @@ def degen_sdpa_attention(module: nn.Module, query: Tensor, key: Tensor, value: T
         key, value, mask = bias.prepend(key, value, mask, causal=causal)
         args, kwargs = (mask, *args[1:]), {**kwargs, "is_causal": False}
     output, weights = sdpa_attention_forward(module, query, key, value, *args, **kwargs)
-    return _gated(module, output), weights
+    return gated(module, output), weights
+
+
+def variant_of(model: nn.Module) -> str:
+    """The attention variant a model was built with (softmax when none): what a probe must compute too."""
+    settings = getattr(getattr(model, "config", None), SETTINGS_KEY, None) or {}
+    return str(settings.get("variant", "softmax"))
+
+
+def variant_probabilities(module: nn.Module, scores: Tensor) -> Tensor:
+    """The attention probabilities ``module`` computes from its (masked) scores: its variant's softmax, plain or
+    clipped (float32, as degen_eager_attention does)."""
+    settings = getattr(getattr(module, "config", None), SETTINGS_KEY, None) or {}
+    if settings.get("variant") == "clipped_softmax":
+        return clipped_softmax(scores.float(), gamma=settings["gamma"], eta=settings["eta"])
+    return F.softmax(scores, dim=-1, dtype=torch.float32)
 
 
 AttentionInterface.register("degen_eager", degen_eager_attention)

@@ -283,3 +283,62 @@ def test_the_released_placement_quantizes_the_residual_stream_of_a_decoder() -> 
         model(input_ids=ids)
         handle.remove()
     assert len(sums) == 1 and len(sums[0].unique()) <= 256
+
+
+@pytest.mark.parametrize(
+    ("arch", "variant"),
+    [("bert", ["model.attention_variant.name=clipped_softmax", "model.attention=eager"]),
+     ("bert", ["model.attention_variant.name=gated"]), ("bert", ["model.attention_variant.name=output_gate"]),
+     ("gpt2", ["model.attention_variant.name=gated"]), ("gpt2", ["model.attention_variant.name=kv_bias"]),
+     ("gpt2", ["model.attention_variant.name=clipped_softmax", "model.attention=eager"])],
+)  # fmt: skip
+def test_the_w8a8_probe_runs_the_variant_the_model_was_trained_with(
+    arch: str, variant: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 44.1: the probe swapped in a plain-softmax attention, so clipped softmax became plain softmax and the
+    gates and the key/value slot did not run while the float baseline kept them (a gated encoder's gap 0.19 as
+    probed, 0.003 with its gate). With the rounding made the identity, the probe computes the model exactly."""
+    from degen_train.models.backbone import build_hf_model
+    from tests.unit.test_architecture_builds import tiny
+
+    cfg, tokenizer = tiny(arch, *variant)
+    torch.manual_seed(0)
+    model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False, sequence_length=16).eval()
+    for module in model.modules():  # gates away from their initial ½ and ¼, so a probe without them shows
+        for name in ("attention_gate", "attention_kv_bias"):
+            if hasattr(module, name):
+                for parameter in getattr(module, name).parameters():
+                    torch.nn.init.normal_(parameter, std=1.0)
+    ids = torch.randint(5, len(tokenizer), (4, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        reference = model(input_ids=ids).logits
+    monkeypatch.setattr(quantization, "quantize_weight", lambda w, bits=8, **_: w)
+    monkeypatch.setattr(quantization, "quantize_activation", lambda x, low, high, bits=8: x)
+    assert (quantized_logits(model, ids) - reference).abs().max() <= 1e-5
+
+
+def test_the_sink_probe_reads_the_variants_own_attention_maps() -> None:
+    """Issue 44.1: the sink rate read attention through HF's eager attention, without the variant's gates, so every
+    layer after the first saw other inputs than the trained model's. The probe's entropies per head are now those of
+    the model's own maps (degen_eager: clipped softmax, gates, the key/value slot)."""
+    from degen_train.metrics.outlier_sites import sinks_on_windows
+    from degen_train.metrics.outliers import attention_entropy
+    from degen_train.models.backbone import build_hf_model
+    from tests.unit.test_architecture_builds import CORPUS, tiny
+
+    cfg, tokenizer = tiny("gpt2", "model.attention_variant.name=output_gate")
+    torch.manual_seed(0)
+    model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False, sequence_length=64).eval()
+    for module in model.modules():
+        if hasattr(module, "attention_gate"):
+            torch.nn.init.normal_(module.attention_gate.proj.weight, std=10.0)
+    probe = sinks_on_windows(model, tokenizer, [" ".join(CORPUS)] * 8, limit=2)
+    from degen_train.metrics.w8a8_probe import token_blocks
+
+    ids = torch.tensor(token_blocks(tokenizer, [" ".join(CORPUS)] * 8, 64)[:2])
+    model.set_attn_implementation("degen_eager")
+    with torch.no_grad():
+        maps = model(input_ids=ids, output_attentions=True).attentions
+    expected = torch.stack([attention_entropy(m.float()) for m in maps]).tolist()
+    assert probe["attention_sink_windows"] == 2
+    assert torch.allclose(torch.tensor(probe["attention_entropy_per_head"]), torch.tensor(expected), rtol=0, atol=1e-7)
