@@ -22,6 +22,7 @@ import pandas as pd  # noqa: E402
 
 from degen_train.metrics.plots import save_figure  # noqa: E402
 from degen_train.reproduce.runs import Run  # noqa: E402
+from degen_train.reproduce.verdicts import judge  # noqa: E402
 
 
 def row_of(run: Run, result: dict[str, Any]) -> dict[str, Any]:
@@ -146,28 +147,15 @@ def _format(mean: float, std: float) -> str:
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
-def verdict(rows: pd.DataFrame, column: str, base: str, other: str, *, expect: str) -> str:
-    """Compare two variants' means over seeds. expect = lower | higher: **shows** when the difference has that
-    sign and exceeds twice the larger std (never from one seed, whose noise is unknown); expect = same (a claim
-    of no cost): **holds** within 2 std or 2%; expect = not higher: as same, and any fall holds too (perplexity:
-    lower is no cost)."""
+def verdict(rows: pd.DataFrame, column: str, base: str, other: str, *, expect: str, sampling: float = 0.0) -> str:
+    """The verdict line on ``other`` against ``base`` in ``column``, by the one rule of reproduce/verdicts.py: the
+    effect beside its noise (the seed spread of both arms and ``sampling``, an evaluation set's standard error), and
+    shows, does not show or cannot tell at this scale."""
     values = {v: rows.loc[rows["variant"] == v, column].dropna() for v in (base, other)} if column in rows else {}
     if not values or any(len(v) == 0 for v in values.values()):
         return f"{column}: not measured"
-    before, after = values[base].mean(), values[other].mean()
-    spread = max(v.std(ddof=1) if len(v) > 1 else 0.0 for v in values.values())
-    difference = after - before
-    if expect in ("same", "not higher"):  # a claim of no cost; "not higher": a fall is no cost either
-        allowed = max(2 * spread, 0.02 * abs(before))
-        holds = abs(difference) <= allowed or (expect == "not higher" and difference < 0)
-        word = "holds" if holds else f"does not hold ({100 * difference / before:+.1f}%)"
-    else:
-        direction = difference < 0 if expect == "lower" else difference > 0
-        shown = direction and abs(difference) > 2 * spread
-        word = "shows" if shown else ("goes the expected way, within seed noise" if direction else "does not show")
-        if direction and any(len(v) < 2 for v in values.values()):  # no spread to judge the difference against
-            word = "goes the expected way (one seed: its noise is unknown)"
-    return f"{column}: {before:.4g} ({base}) → {after:.4g} ({other}), expected {expect}: **{word}**"
+    return judge(column, base, other, values[base].tolist(), values[other].tolist(), expect=expect,
+                 sampling=sampling).line()  # fmt: skip
 
 
 def spectrum_figure(results: list[tuple[Run, dict]], variants: list[str], path: Path) -> Path:

@@ -219,9 +219,13 @@ def glue_section(cfg: DictConfig, rows: pd.DataFrame, minilm: dict[str, Any] | N
         part_rows = rows[(rows.part == part) & rows.variant.isin([base, other])]
         if part_rows.empty or part_rows[label].isna().all():
             continue
+        sampling = dev_sampling_error(cfg, part_rows, tasks)
         sections += [f"{claim}:", mean_std_table(part_rows, columns),
                      f"Learning rate chosen per task: {chosen_rates(part_rows, columns[:-1])}.",
-                     *claims(part_rows, base, other, {label: "higher"})]  # fmt: skip
+                     *claims(part_rows, base, other, {label: "higher"}, sampling=sampling),
+                     f"The noise beside the effect adds the seed spread (where an arm has two seeds or more) and the "
+                     f"dev sets' own sampling error of the average, {sampling:.2f} points (each task's from its "
+                     f"dev split's size and metric)."]  # fmt: skip
     if minilm and minilm.get("glue"):
         reference, rates = glue_columns(minilm["glue"]), glue_rates(minilm["glue"])
         if "GLUE average" in reference:  # none when only WNLI ran: its cell then reads "–", as before
@@ -242,9 +246,26 @@ def glue_section(cfg: DictConfig, rows: pd.DataFrame, minilm: dict[str, Any] | N
     return "\n\n".join(sections)
 
 
-def claims(rows: pd.DataFrame, base: str, other: str, expectations: dict[str, str]) -> list[str]:
-    """One verdict line per column: the expected direction of ``other`` against ``base``."""
-    return ["- " + verdict(rows, column, base, other, expect=expect) for column, expect in expectations.items()]
+def claims(rows: pd.DataFrame, base: str, other: str, expectations: dict[str, str], *, sampling: float = 0.0
+           ) -> list[str]:  # fmt: skip
+    """One verdict line per column: the expected direction of ``other`` against ``base`` (``sampling``: an evaluation
+    set's standard error, added to the seeds' noise)."""
+    return ["- " + verdict(rows, column, base, other, expect=expect, sampling=sampling)
+            for column, expect in expectations.items()]  # fmt: skip
+
+
+def dev_sampling_error(cfg: DictConfig, rows: pd.DataFrame, tasks: list[str]) -> float:
+    """The GLUE dev sets' sampling error of the rows' average: each task's split size (read from cfg.shared_data's
+    GLUE folder) and mean score."""
+    from degen_train.finetune.tasks import load_glue_task
+    from degen_train.reproduce.verdicts import glue_sampling_error
+
+    scores = {}
+    for column in tasks:
+        name = column.removeprefix("GLUE ").lower().replace("-", "")
+        task = load_glue_task(name, Path(str(cfg.shared_data)) / "glue")
+        scores[name] = (float(rows[column].mean()), sum(len(split) for split in task.dev.values()))
+    return glue_sampling_error(scores)
 
 
 def scale_note(rows: pd.DataFrame, base: str, why: str) -> str:
