@@ -463,8 +463,11 @@ def test_the_run_glue_protocol_sets_every_key_to_run_glues_defaults() -> None:
     assert (name, rates, seeds) == ("run_glue", [5e-5], [42])
     assert (protocol.epochs, protocol.batch_size, protocol.max_length, protocol.padding) == (3, 8, 128, "max_length")
     assert (protocol.warmup_ratio, protocol.weight_decay, protocol.adam_eps, protocol.max_grad_norm) == (0, 0, 1e-8, 1)
-    _, rates, seeds, _ = settings("--protocol", "run_glue", "--lr", "2e-5", "--seed", "7", "--seed", "8")
+    _, rates, seeds, name = settings("--protocol", "run_glue", "--lr", "2e-5", "--seed", "7", "--seed", "8")
     assert (rates, seeds) == ([2e-5], [7, 8])
+    assert name == "run_glue, changed: learning_rates [2e-05], seeds [7, 8]"  # issue 44.2: named by what ran
+    name = settings("--lr", "5e-5", "--lr", "5e-4", "--seeds", "1", "--max-train-examples", "4000")[3]
+    assert name == "papers, changed: learning_rates [5e-05, 0.0005], seeds 1, max_train_examples 4000"
     assert settings("--seeds", "5")[2] == [1, 2, 3, 4, 5]
     with pytest.raises(ValueError, match=r"degen-finetune.seeds=0: give 1 or more seeds"):
         settings("--seeds", "0")

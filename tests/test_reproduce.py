@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from degen_train.cli.reproduce import load_settings, reproduce
-from degen_train.reproduce.page import verdict
+from degen_train.reproduce.claims import Claim
 from tests.helpers import tiny_rte
 
 
@@ -24,18 +25,20 @@ def test_settings_refuse_unknown_keys_and_parts() -> None:
 
 
 def test_the_page_says_each_verdict_by_the_one_rule() -> None:
-    """reproduce.page.verdict reads the two arms' seeds and says reproduce/verdicts.py's word with the effect and its
-    noise (tests/unit/test_verdicts.py holds the rule's own cases)."""
-    rows = pd.DataFrame({"variant": ["a"] * 3 + ["b"] * 3, "x": [1.0, 1.1, 0.9, 0.5, 0.6, 0.4]})
-    # means 1.0 → 0.5, pooled std 0.1 over 3 + 3 seeds: noise √(0.01/3 · 2) = 0.0816, two of it 0.163
-    assert verdict(rows, "x", "a", "b", expect="lower") == (
-        "x: 1 (a) → 0.5 (b), effect -0.5 ± 0.163 (two standard errors), expected lower: **shows**")  # fmt: skip
-    assert verdict(rows, "x", "a", "b", expect="higher").endswith("**does not show**")
-    assert verdict(rows, "x", "a", "b", expect="same").endswith("**does not show**")
-    assert verdict(rows, "y", "a", "b", expect="lower") == "y: not measured"
-    single = pd.DataFrame({"variant": ["a", "b"], "x": [1.0, 0.5]})  # one seed each: noise unknown
-    assert verdict(single, "x", "a", "b", expect="lower").endswith("(noise unknown), expected lower: **cannot tell "
-                                                                   "at this scale**")  # fmt: skip
+    """A claim (reproduce/claims.py) reads its two arms' seeds by (part, variant) and says reproduce/verdicts.py's
+    word with the effect and its noise (tests/unit/test_verdicts.py holds the rule's own cases)."""
+    rows = pd.DataFrame({"part": ["p"] * 6 + ["q"], "variant": ["a"] * 3 + ["b"] * 3 + ["a"],
+                         "x": [1.0, 1.1, 0.9, 0.5, 0.6, 0.4, 9.0]})  # fmt: skip
+    claim = Claim("a", "x", ("p", "a"), ("p", "b"), "lower")
+    # means 1.0 → 0.5 (part q's row of variant a is another part's), pooled std 0.1 over 3 + 3 seeds: noise
+    # √(0.01/3 · 2) = 0.0816, two of it 0.163
+    assert claim.line(rows) == (
+        "- x: 1 (a) → 0.5 (b), effect -0.5 ± 0.163 (two standard errors), expected lower: **shows**")  # fmt: skip
+    assert replace(claim, expect="higher").line(rows).endswith("**does not show**")
+    assert replace(claim, expect="same").line(rows).endswith("**does not show**")
+    assert replace(claim, column="y").line(rows) == "- y: not measured"
+    single = pd.DataFrame({"part": ["p", "p"], "variant": ["a", "b"], "x": [1.0, 0.5]})  # one seed each
+    assert claim.line(single).endswith("(noise unknown), expected lower: **cannot tell at this scale**")
 
 
 def miniature(tmp_path: Path, *, parts: str, seeds: int) -> list[str]:

@@ -1,4 +1,6 @@
 """degen-reproduce [KEY=VALUE ...]: train, analyse and probe each method's runs, then write docs/reproduce/.
+degen-reproduce summary [KEY=VALUE ...]: judge every claim again on the written pages' runs.csv, into
+docs/reproduce.md's generated summary (also done after each page is written).
 
 Settings: conf/reproduce.yaml, each changeable as KEY=VALUE (seeds=5 encoder=base steps.coco=50000 ...).
 Rerunning after a kill resumes the unfinished run and redoes nothing finished.
@@ -52,7 +54,21 @@ def reproduce(cfg: DictConfig) -> str:
     minilm = reference_model(cfg) if {"luo", "glue", "clipped_softmax", "gated_attention"} & set(cfg.parts) else None
     page = write_page(cfg, results, minilm)
     log.info("wrote %s in %.1f min", page, (time.perf_counter() - started) / 60)
+    if str(cfg.out) in cfg.summary.pages:
+        write_summary(cfg)
     return str(page)
+
+
+def write_summary(cfg: DictConfig) -> str:
+    """docs/reproduce.md's generated summary, from the pages conf/reproduce.yaml's summary lists (those written)."""
+    from pathlib import Path
+
+    from degen_train.reproduce.claims import rewrite_summary
+
+    pages = [(Path(folder), str(letters)) for folder, letters in cfg.summary.pages.items()
+             if (Path(folder) / "runs.csv").is_file()]  # fmt: skip
+    rewrite_summary(Path(str(cfg.summary.doc)), pages)
+    return str(cfg.summary.doc)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -62,8 +78,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(__doc__)
         print(OmegaConf.to_yaml(OmegaConf.load(config_dir() / "reproduce.yaml")))
         return
+    summary_only = bool(arguments) and arguments[0] == "summary"
     try:
-        cfg = load_settings(arguments)
+        cfg = load_settings(arguments[1:] if summary_only else arguments)
+        if summary_only:
+            print(write_summary(cfg))
+            return
     except ValueError as error:
         sys.exit(f"degen-reproduce: error: {error}")
     print(reproduce(cfg))

@@ -48,4 +48,15 @@ def resolve(given: dict[str, Any], *, where: str = "eval.finetune") -> tuple[Pro
     merged = {**defaults, **presets.get(name, {}), **given}
     protocol = Protocol(**{k: merged[k] for k in Protocol.__dataclass_fields__})
     protocol.check()
-    return protocol, [float(x) for x in merged["learning_rates"]], seed_list(merged["seeds"], f"{where}.seeds"), name
+    named = {**defaults, **presets.get(name, {})}
+    rates, seeds = [float(x) for x in merged["learning_rates"]], seed_list(merged["seeds"], f"{where}.seeds")
+    return protocol, rates, seeds, protocol_name(name, named, merged)
+
+
+def protocol_name(name: str, named: dict[str, Any], ran: dict[str, Any]) -> str:
+    """The protocol named by what ran: ``name`` alone when every setting is the named protocol's, else ``name``
+    followed by each setting that departs from it ("papers, changed: learning_rates [5e-05, 0.0005], seeds 1"),
+    so a page never calls a one-seed, capped grid by the papers' name."""
+    changed = [f"{key} {ran[key]}" for key in named if key != "protocol" and ran[key] != named[key]]
+    return f"{name}, changed: {', '.join(changed)}" if changed else name
+

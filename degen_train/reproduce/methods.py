@@ -1,6 +1,6 @@
 """The parts of `make reproduce` for the methods beyond the seeds: each one's runs (plan_methods) and what its
 page section claims (MethodPart); write.method_section writes the section. The reproduce modules import one way:
-methods -> runs -> page -> write.
+methods -> runs -> page -> claims (with verdicts) -> write.
 
 Each decoder method is trained exactly as part (a)'s MLE baseline (recipe gao_cosreg with γ = 0, the same steps
 and seeds) with its own term added (or, for AGG, its objective in place of MLE), so the baseline's runs are

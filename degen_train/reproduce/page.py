@@ -1,8 +1,8 @@
-"""The results page of `make reproduce`: tables (mean ± std over seeds), figures and plain verdicts.
+"""The results page of `make reproduce`: tables (mean ± std over seeds) and figures.
 
 Every number on the page comes from the runs' own files (summary.json, analysis/metrics.json,
-eval/eval.json, logs/metrics.csv); nothing is typed by hand. A claim "shows" when the two means differ
-in the paper's direction by more than twice the larger standard deviation over seeds.
+eval/eval.json, logs/metrics.csv); nothing is typed by hand. The verdicts are reproduce/claims.py's, by the rule of
+reproduce/verdicts.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import pandas as pd  # noqa: E402
 
 from degen_train.metrics.plots import save_figure  # noqa: E402
 from degen_train.reproduce.runs import Run  # noqa: E402
-from degen_train.reproduce.verdicts import judge  # noqa: E402
 
 
 def row_of(run: Run, result: dict[str, Any]) -> dict[str, Any]:
@@ -145,17 +144,6 @@ def _format(mean: float, std: float) -> str:
     if std is None or (isinstance(std, float) and math.isnan(std)):
         return f"{mean:.{digits}f}"
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
-
-
-def verdict(rows: pd.DataFrame, column: str, base: str, other: str, *, expect: str, sampling: float = 0.0) -> str:
-    """The verdict line on ``other`` against ``base`` in ``column``, by the one rule of reproduce/verdicts.py: the
-    effect beside its noise (the seed spread of both arms and ``sampling``, an evaluation set's standard error), and
-    shows, does not show or cannot tell at this scale."""
-    values = {v: rows.loc[rows["variant"] == v, column].dropna() for v in (base, other)} if column in rows else {}
-    if not values or any(len(v) == 0 for v in values.values()):
-        return f"{column}: not measured"
-    return judge(column, base, other, values[base].tolist(), values[other].tolist(), expect=expect,
-                 sampling=sampling).line()  # fmt: skip
 
 
 def spectrum_figure(results: list[tuple[Run, dict]], variants: list[str], path: Path) -> Path:

@@ -10,6 +10,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from degen_train.core.io import atomic_directory
+from degen_train.reproduce.claims import GLUE_AVERAGE, SEED_CLAIMS, glue_average_sampling, method_claims
 from degen_train.reproduce.methods import METHOD_PARTS
 from degen_train.reproduce.page import (
     chosen_rates,
@@ -20,7 +21,6 @@ from degen_train.reproduce.page import (
     mean_std_table,
     row_of,
     spectrum_figure,
-    verdict,
 )
 from degen_train.reproduce.runs import Run
 
@@ -70,8 +70,9 @@ def header(cfg: DictConfig, results: list[tuple[Run, dict]]) -> str:
         "# Reproduction at CPU scale\n\n"
         f"Written by `make reproduce` (`degen-reproduce`) on {datetime.date.today().isoformat()}; every number "
         "below is read from the runs' own files (`runs.csv` holds one row per run). Means ± standard deviation "
-        "over seeds. A verdict **shows** when the difference has the paper's sign and exceeds twice the larger "
-        "standard deviation over seeds.\n\n"
+        "over seeds. Each verdict states its effect beside two standard errors of the difference (the seed spread "
+        "of both arms; for GLUE, the dev sets' sampling error too) and says **shows**, **does not show** or "
+        "**cannot tell at this scale** by one rule (degen_train/reproduce/verdicts.py).\n\n"
         f"Time spent per part on the machine that first ran it (training, analysis and probes, recorded in each run "
         f"folder): {timing}.\n\n"
         f"<details><summary>settings</summary>\n\n```yaml\n{settings}\n```\n</details>"
@@ -88,10 +89,7 @@ def gao_section(rows: pd.DataFrame, results: list[tuple[Run, dict]], folder: Pat
             "γ = 1, otherwise identical (recipe `gao_cosreg`). The last column is how much the validation loss still "
             "fell over the last fifth of the run: a large value means the run is far from converged.",
             mean_std_table(rows, GAO_COLUMNS),
-            *claims(rows, "mle", "cosreg", {"embedding mean cos": "lower", "IsoScore": "higher"}),
-            "- "
-            + verdict(rows, "val perplexity", "mle", "cosreg", expect="same")
-            + " (the paper: no cost in perplexity)",
+            *section_claims(rows, "a"),
             scale_note(
                 rows,
                 "mle",
@@ -105,7 +103,7 @@ def gao_section(rows: pd.DataFrame, results: list[tuple[Run, dict]], folder: Pat
             "tokens seen in the analysed text, and whether one direction has a negative dot product with almost all "
             "final hidden states (the paper's 'uniformly negative direction'; 1 = found).",
             mean_std_table(rows, RARE_COLUMNS),
-            *claims(rows, "mle", "cosreg", {"rare-token mean cos": "lower"}),
+            *section_claims(rows, "b"),
         ]
     )
 
@@ -121,12 +119,7 @@ def tacl_section(rows: pd.DataFrame, results: list[tuple[Run, dict]], folder: Pa
             "An MLM+NSP teacher, then two students that start from it for the same steps with TaCL's optimiser: "
             "TaCL (MLM + NSP + token contrast) and plain MLM+NSP (the TaCL loss logged with weight 0).",
             mean_std_table(rows, TACL_COLUMNS),
-            *claims(
-                rows,
-                "mlm_nsp",
-                "tacl",
-                {"last-layer self-similarity": "lower", "STS-B raw": "higher", "WiC acc (held-out t)": "higher"},
-            ),
+            *section_claims(rows, "c"),
             scale_note(
                 rows,
                 "mlm_nsp",
@@ -150,7 +143,7 @@ def coco_section(rows: pd.DataFrame, results: list[tuple[Run, dict]], folder: Pa
             "generator shape and sampling). Cosines of mean-pooled sentence vectors: STS-B dev pairs scored ≥ 4 "
             "against random pairings of the same sentences.",
             mean_std_table(rows, COCO_COLUMNS),
-            *claims(rows, "electra", "coco_lm", {"random-pair cos": "lower", "STS-B raw": "higher"}),
+            *section_claims(rows, "d"),
             scale_note(
                 rows,
                 "electra",
@@ -197,32 +190,30 @@ def glue_section(cfg: DictConfig, rows: pd.DataFrame, minilm: dict[str, Any] | N
     # The average says what it is: with only some of GLUE's eight tasks it is a partial average, named so; WNLI
     # (adversarial dev set) never enters it, as GLUE's own convention has it (finetune.metrics.average_of).
     label = str(average_of({str(task): 0.0 for task in cfg.glue.tasks})["label"])
-    rows = rows.rename(columns={"GLUE average": label})
-    tasks = [c for c in rows.columns if c.startswith("GLUE ") and c != label and not c.endswith(" lr")]
+    tasks = [c for c in rows.columns if c.startswith("GLUE ") and c != GLUE_AVERAGE and not c.endswith(" lr")]
     columns = [*tasks, label]
-    protocol = OmegaConf.to_container(cfg.glue.finetune)
-    settings = ", ".join(f"{key} {value}" for key, value in protocol.items())
+    from degen_train.finetune.settings import resolve
+
+    name = resolve(OmegaConf.to_container(cfg.glue.finetune))[3]  # named by what ran, not by the preset it started from
     sections = [
         "## (m) Downstream: GLUE dev after fine-tuning the exports of (c) and (d)",
         f"Each student of part (c) and each model of part (d) fine-tuned on {', '.join(map(str, cfg.glue.tasks))} "
-        f"with `degen-finetune`'s protocol (conf/finetune.yaml) under these settings: {settings}; each task's score "
+        f"with `degen-finetune`'s protocol \"{name}\" (conf/finetune.yaml); each task's score "
         "is at the grid's best rate (by the median over fine-tuning seeds), GLUE's metric ×100 (STS-B: the mean "
         f"of Pearson and Spearman), the {label} is the unweighted mean over those tasks, and the ± is over "
         "pretraining seeds. "
         "`max_train_examples` keeps the first rows of each training split (SST-2's 67k rows become a fixed "
         "subset); the dev splits are whole.",
     ]
-    for part, base, other, claim in (
-        ("tacl", "mlm_nsp", "tacl", "TaCL reports GLUE dev 79.6 → 81.2 over BERT-base"),
-        ("coco", "electra", "coco_lm", "COCO-LM reports higher GLUE dev than ELECTRA at every size"),
-    ):
+    for claim in (c for c in SEED_CLAIMS if c.section == "m"):
+        (part, base), other = claim.base, claim.other[1]
         part_rows = rows[(rows.part == part) & rows.variant.isin([base, other])]
-        if part_rows.empty or part_rows[label].isna().all():
+        if part_rows.empty or part_rows[GLUE_AVERAGE].isna().all():
             continue
-        sampling = dev_sampling_error(cfg, part_rows, tasks)
-        sections += [f"{claim}:", mean_std_table(part_rows, columns),
+        sampling = glue_average_sampling(part_rows, claim.other)
+        sections += [f"{claim.paper}:", mean_std_table(part_rows.rename(columns={GLUE_AVERAGE: label}), columns),
                      f"Learning rate chosen per task: {chosen_rates(part_rows, columns[:-1])}.",
-                     *claims(part_rows, base, other, {label: "higher"}, sampling=sampling),
+                     claim.line(part_rows, label=label).removesuffix(f" ({claim.paper})"),
                      f"The noise beside the effect adds the seed spread (where an arm has two seeds or more) and the "
                      f"dev sets' own sampling error of the average, {sampling:.2f} points (each task's from its "
                      f"dev split's size and metric)."]  # fmt: skip
@@ -246,26 +237,9 @@ def glue_section(cfg: DictConfig, rows: pd.DataFrame, minilm: dict[str, Any] | N
     return "\n\n".join(sections)
 
 
-def claims(rows: pd.DataFrame, base: str, other: str, expectations: dict[str, str], *, sampling: float = 0.0
-           ) -> list[str]:  # fmt: skip
-    """One verdict line per column: the expected direction of ``other`` against ``base`` (``sampling``: an evaluation
-    set's standard error, added to the seeds' noise)."""
-    return ["- " + verdict(rows, column, base, other, expect=expect, sampling=sampling)
-            for column, expect in expectations.items()]  # fmt: skip
-
-
-def dev_sampling_error(cfg: DictConfig, rows: pd.DataFrame, tasks: list[str]) -> float:
-    """The GLUE dev sets' sampling error of the rows' average: each task's split size (read from cfg.shared_data's
-    GLUE folder) and mean score."""
-    from degen_train.finetune.tasks import load_glue_task
-    from degen_train.reproduce.verdicts import glue_sampling_error
-
-    scores = {}
-    for column in tasks:
-        name = column.removeprefix("GLUE ").lower().replace("-", "")
-        task = load_glue_task(name, Path(str(cfg.shared_data)) / "glue")
-        scores[name] = (float(rows[column].mean()), sum(len(split) for split in task.dev.values()))
-    return glue_sampling_error(scores)
+def section_claims(rows: pd.DataFrame, letter: str) -> list[str]:
+    """The verdict lines of a section's claims (reproduce/claims.py), in the order listed there."""
+    return [claim.line(rows) for claim in SEED_CLAIMS if claim.section == letter]
 
 
 def scale_note(rows: pd.DataFrame, base: str, why: str) -> str:
@@ -310,16 +284,18 @@ def method_section(name: str, rows: pd.DataFrame) -> str:
     baseline = (rows.part == base_part) & (rows.variant == base_variant)
     own = (rows.part == name) & rows.variant.isin([*part.shown, name, "control"])
     chosen = rows[baseline | own]
-    against_control = []
-    if part.control and (chosen.variant == "control").any():
-        against_control = ["Against the control:", *claims(chosen, "control", name, part.control_expectations)]
+    against_base, against_control = ([claim.line(chosen) for claim in claims] for claims in method_claims(name))
+    if against_control and (chosen.variant == "control").any():
+        against_control = ["Against the control:", *against_control]
+    else:
+        against_control = []
     return "\n\n".join(
         [
             f"## {part.title}",
             part.description,
             mean_std_table(chosen, part.columns),
             *([part.note] if part.note else []),
-            *claims(chosen, base_variant, name, part.expectations),
+            *against_base,
             *against_control,
             scale_note(chosen, name, part.why),
         ]
