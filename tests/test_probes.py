@@ -135,6 +135,30 @@ def test_analyze_minilm_writes_metrics_and_pictures(minilm: Path, tmp_path: Path
     assert set(recorded["timings_s"]) == phases  # where the time goes (make bench reports it)
 
 
+def test_analyze_gives_alignment_and_uniformity_of_cls_for_sts_pairs(minilm: Path, tmp_path: Path) -> None:
+    """degen-analyze --pairs FILE: Wang & Isola's ℓ_align over the pairs scored >= 4 and ℓ_uniform over every
+    sentence, of the last layer's [CLS] vectors (issue 44.3), equal to the measures on those vectors computed apart;
+    a bad pairs file is refused before any model is loaded."""
+    from degen_train.metrics.encode import load_encoder, sentence_vectors
+    from degen_train.metrics.probes import alignment, uniformity
+
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("sentence1,sentence2,score\nA man plays a guitar.,A man is playing the guitar.,4.8\n"
+                     "A dog runs in the park.,The stock market fell today.,0.2\n"
+                     "Two kids are swimming.,Children swim in a pool.,4.2\n")  # fmt: skip
+    result = analyze(minilm, out=tmp_path / "out", max_sentences=10, pairs=pairs)["sentence_pairs"]
+    encoder = load_encoder(minilm, batch_size=8, max_length=128)
+    similar = (["A man plays a guitar.", "Two kids are swimming."],
+               ["A man is playing the guitar.", "Children swim in a pool."])  # fmt: skip
+    first, second = (sentence_vectors(encoder, s, pooling="cls") for s in similar)
+    assert result["alignment"] == pytest.approx(alignment(first, second), rel=1e-5)
+    assert result["similar_pairs"] == 2 and result["pooling"] == "cls" and result["uniformity"] < 0
+    every = sentence_vectors(encoder, [*read_sts(pairs).first, *read_sts(pairs).second], pooling="cls")
+    assert result["uniformity"] == pytest.approx(uniformity(every), rel=1e-5)
+    with pytest.raises(FileNotFoundError, match=r"STS file .*missing.csv does not exist"):
+        analyze(tmp_path / "no-model-here", pairs=tmp_path / "missing.csv")
+
+
 def test_analyze_measures_the_outliers_of_a_real_bert(minilm: Path, tmp_path: Path) -> None:
     """all-MiniLM-L6-v2 has the heavy-tailed hidden states and the attention sinks the outlier papers describe
     (measured with degen-analyze's defaults: kurtosis 9.2 to 23.4 per layer, sink rate 59%); a randomly

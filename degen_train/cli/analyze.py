@@ -21,6 +21,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--trust-config", action="store_true", help="read the corpus the run's config names even outside the folder"
     )
+    parser.add_argument("--pairs", help="an STS file (sentence, sentence, score): alignment and uniformity of [CLS]")
     parser.add_argument("--max-sentences", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args(argv)
@@ -33,6 +34,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             max_sentences=args.max_sentences,
             batch_size=args.batch_size,
             trust_config=args.trust_config,
+            pairs=args.pairs,
         )
     except (ValueError, FileNotFoundError) as error:
         parser.exit(2, f"degen-analyze: error: {error}\n")
@@ -45,6 +47,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"last layer: mean cosine {last['mean_cosine']:.4f} (whitened {last['mean_cosine_whitened']:.4f}, "
         f"clipped {last['mean_cosine_clipped']:.4f}), self-similarity {last['self_similarity']:.4f}"
     )
+    pairs = result.get("sentence_pairs")
+    if pairs:
+        print(f"[CLS] of {pairs['file']}: alignment {pairs['alignment']:.4f} ({pairs['similar_pairs']} pairs scored "
+              f">= {pairs['similar_at_score']:g}), uniformity {pairs['uniformity']:.4f} ({2 * pairs['pairs']} "
+              f"sentences)")  # fmt: skip
     for line in outlier_lines(result.get("outliers") or {}):
         print(line)
     print(f"wrote {Path(result['pictures']['cone']).parent}")

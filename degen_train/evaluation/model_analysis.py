@@ -20,7 +20,7 @@ from degen_train.config.result_keys import has_no_effect_on_result
 from degen_train.core.io import atomic_write_json
 from degen_train.core.paths import writable_folder
 from degen_train.metrics import plots
-from degen_train.metrics.encode import load_encoder, token_vectors_by_layer
+from degen_train.metrics.encode import load_encoder, sentence_vectors, token_vectors_by_layer
 from degen_train.metrics.frequency import norm_frequency_correlation, rare_frequent_cosine, uniformly_negative_direction
 from degen_train.metrics.isotropy import (
     VectorMoments,
@@ -34,6 +34,7 @@ from degen_train.metrics.isotropy import (
     singular_spectrum,
     top_k_variance_share,
 )
+from degen_train.metrics.probes import alignment, read_sts, uniformity
 from degen_train.metrics.transforms import clip_outliers, fit_whitening
 from degen_train.storage.own_runs import is_own as is_own_run
 
@@ -139,12 +140,15 @@ def analyze(
     max_sentences: int = 1000,
     batch_size: int = 32,
     trust_config: bool = False,
+    pairs: str | Path | None = None,
 ) -> dict[str, Any]:
     """metrics.json and figures of a run or HF model folder. ``trust_config``: read the corpus the folder's config
     names wherever it is (only for folders you made; by default only files inside the folder are read, unless the
-    folder is a run this user trained on this machine)."""
+    folder is a run this user trained on this machine). ``pairs``: an STS file (sentence, sentence, score), whose
+    [CLS] vectors give Wang & Isola's alignment and uniformity (``sentence_pairs``)."""
     path = Path(path)
     timings: dict[str, float] = {}  # seconds per phase, in metrics.json (make bench reads them)
+    sts_pairs = read_sts(pairs) if pairs is not None else None  # a bad file fails before the model loads
     with timed(timings, "load"):
         encoder = load_encoder(path, batch_size=batch_size, max_length=128)
         out_dir = writable_folder(Path(out) if out else path / "analysis", "--out")
@@ -166,6 +170,9 @@ def analyze(
     if is_decoder(encoder.model):
         with timed(timings, "generation"):
             result["generation"] = generation_analysis(encoder, sentences)
+    if sts_pairs is not None:
+        with timed(timings, "sentence_pairs"):
+            result["sentence_pairs"] = pair_geometry(encoder, sts_pairs, str(pairs))
     result["truncated_sequences"] = encoder.truncated
     if encoder.truncated:
         log.info("%d of %d sentences were longer than %d tokens: truncated", encoder.truncated, len(sentences),
@@ -175,6 +182,19 @@ def analyze(
     result["timings_s"] = timings
     atomic_write_json(out_dir / "metrics.json", result)
     return result
+
+
+def pair_geometry(encoder: Any, pairs: Any, source: str, *, similar_at: float = 4.0) -> dict[str, Any]:
+    """Alignment over the pairs scored >= ``similar_at`` and uniformity over every sentence, of the last layer's
+    [CLS] vectors (Wang & Isola 2020, as COCO-LM reports them)."""
+    vectors = sentence_vectors(encoder, pairs.first + pairs.second, pooling="cls")  # (2N, H)
+    count = len(pairs.scores)
+    similar = torch.tensor(pairs.scores) >= similar_at
+    if not bool(similar.any()):
+        raise ValueError(f"{source}: no pair is scored {similar_at} or more; alignment needs similar pairs")
+    return {"file": source, "pooling": "cls", "layer": "last", "pairs": count, "similar_at_score": similar_at,
+            "similar_pairs": int(similar.sum()), "alignment": alignment(vectors[:count][similar],
+            vectors[count:][similar]), "uniformity": uniformity(vectors)}  # fmt: skip
 
 
 def outlier_analysis(encoder: Any, sentences: list[str], *, luo_dims: list[int]) -> dict[str, Any]:

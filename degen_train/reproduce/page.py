@@ -70,6 +70,9 @@ def row_of(run: Run, result: dict[str, Any]) -> dict[str, Any]:
     cls = result.get("eval_cls", {}).get("sts", {}).get("sts-dev")
     if cls:
         row["STS-B raw [CLS]"] = cls["raw"]
+        geometry = cls["sentence_geometry"]  # Wang & Isola's measures on [CLS], as COCO-LM reports them
+        if geometry.get("uniformity") is not None:
+            row["ℓ_align [CLS]"], row["ℓ_uniform [CLS]"] = geometry["alignment"], geometry["uniformity"]
     for term, value in (summary.get("train_terms") or {}).items():
         row[f"train {term}"] = value  # the last training step's value (a loss stuck at chance shows here)
     wic = result.get("eval", {}).get("wic")

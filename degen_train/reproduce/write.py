@@ -29,7 +29,8 @@ GAO_COLUMNS = ["val perplexity", "embedding mean cos", "IsoScore", "top-1 varian
 RARE_COLUMNS = ["norm~log-freq Spearman", "rare-token mean cos", "frequent-token mean cos",
                 "uniformly negative direction"]  # fmt: skip
 TACL_COLUMNS = ["STS-B raw", "WiC acc (held-out t)", "last-layer self-similarity", "val tacl", "val mlm"]
-COCO_COLUMNS = ["STS-B raw", "similar-pair cos", "random-pair cos", "sentence mean cos", "embedding mean cos"]
+COCO_COLUMNS = ["STS-B raw", "similar-pair cos", "random-pair cos", "sentence mean cos", "embedding mean cos",
+                "ℓ_align [CLS]", "ℓ_uniform [CLS]"]  # fmt: skip
 LUO_COLUMNS = ["STS-B raw", "STS-B whitened", "STS-B clipped", "last-layer mean cos"]
 
 
@@ -141,7 +142,9 @@ def coco_section(rows: pd.DataFrame, results: list[tuple[Run, dict]], folder: Pa
             "## (d) Meng et al. 2021 (COCO-LM): similar sentences apart from random ones",
             "COCO-LM and ELECTRA with the same model, steps and generator rule, each as released (masking, heads, "
             "generator shape and sampling). Cosines of mean-pooled sentence vectors: STS-B dev pairs scored ≥ 4 "
-            "against random pairings of the same sentences.",
+            "against random pairings of the same sentences. ℓ_align and ℓ_uniform (Wang & Isola 2020) of the [CLS] "
+            "vectors, as COCO-LM reports them: alignment over the pairs scored ≥ 4, uniformity over every sentence "
+            "(lower is better for both).",
             mean_std_table(rows, COCO_COLUMNS),
             *section_claims(rows, "d"),
             scale_note(

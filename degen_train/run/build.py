@@ -73,7 +73,7 @@ def build_trainer(cfg: DictConfig, *, interactive: bool | None = None) -> pl.Tra
         overrides["enable_progress_bar"] = False
     if bar_wanted and not interactive:
         callbacks.append(PlainProgress(every_n_steps=cfg.trainer.log_every_n_steps))
-    if cfg.trainer.get("val_check_interval") == "auto":
+    if cfg.trainer.val_check_interval == "auto":  # the schema says its type and default (config/schema.py)
         overrides["val_check_interval"] = validation_interval(cfg.trainer)
     loggers = [instantiate(c) for c in (cfg.logger or {}).values() if c is not None]
     if not loggers:  # logger=none: nothing for a learning-rate monitor to write to

@@ -171,3 +171,28 @@ def test_raw_and_centred_spectra_and_sentence_pair_geometry() -> None:
     assert len(cosines["random"]) == 3  # first of one pair with the second of another, never its own
     geometry = sentence_geometry(vectors, cosines)
     assert geometry["similar_pairs_mean_cosine"] == 0.0 and geometry["similar_pairs"] == 2
+
+
+def test_alignment_and_uniformity_on_a_hand_computed_case() -> None:
+    """Wang & Isola 2020 (ICML), their released align_loss (α = 2) and uniform_loss (t = 2) on unit vectors.
+    Pairs (e1, e1) and (e1, e2): ‖u − v‖² = 0 and 2, ℓ_align = 1. Three vectors at 0°, 90°, 180°: squared
+    distances 2, 4, 2, ℓ_uniform = log((2·e⁻⁴ + e⁻⁸) / 3). Lengths do not count (the vectors are normalised)."""
+    import math
+
+    from degen_train.metrics.probes import (
+        alignment,
+        alignment_from_cosines,
+        pair_cosines,
+        sentence_geometry,
+        uniformity,
+    )
+
+    e1, e2 = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])
+    assert alignment(torch.stack([e1, 3 * e1]), torch.stack([e1, 2 * e2])) == pytest.approx(1.0)
+    three = torch.stack([e1, 5 * e2, -e1])
+    assert uniformity(three) == pytest.approx(math.log((2 * math.exp(-4) + math.exp(-8)) / 3))
+    assert alignment_from_cosines(torch.tensor([1.0, 0.0])) == pytest.approx(1.0)  # the same pairs' cosines
+    vectors = torch.stack([e1, e1, e2, e1, e2, -e2])  # pairs (e1, e1) scored 5, (e1, e2) 0, (e2, -e2) 4
+    geometry = sentence_geometry(vectors, pair_cosines(vectors, [5.0, 0.0, 4.0]))
+    assert geometry["alignment"] == pytest.approx((0 + 4) / 2) and geometry["uniformity"] == pytest.approx(
+        uniformity(vectors))  # fmt: skip
