@@ -131,7 +131,8 @@ def test_analyze_minilm_writes_metrics_and_pictures(minilm: Path, tmp_path: Path
         assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
     recorded = json.loads((tmp_path / "metrics.json").read_text())
     assert recorded["sentences"] == 40
-    phases = {"load", "encode", "embedding_metrics", "layer_metrics", "outliers", "negative_direction_lp", "plots"}
+    phases = {"load", "encode", "embedding_metrics", "layer_metrics", "positional", "outliers", "negative_direction_lp",
+              "plots"}
     assert set(recorded["timings_s"]) == phases  # where the time goes (make bench reports it)
 
 

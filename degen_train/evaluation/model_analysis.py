@@ -34,6 +34,7 @@ from degen_train.metrics.isotropy import (
     singular_spectrum,
     top_k_variance_share,
 )
+from degen_train.metrics.positional import absolute_position_embeddings, positional_artefacts
 from degen_train.metrics.probes import alignment, read_sts, uniformity
 from degen_train.metrics.transforms import clip_outliers, fit_whitening
 from degen_train.storage.own_runs import is_own as is_own_run
@@ -161,6 +162,9 @@ def analyze(
     with timed(timings, "layer_metrics"):
         layers, curves = layer_analysis(per_layer)
     result["layers"] = layers
+    with timed(timings, "positional"):  # Luo et al. 2021: are the last layer's outlier dimensions positional?
+        result["positional_artefacts"] = positional_artefacts(
+            per_layer[-1], layers[-1]["outlier_dims"], absolute_position_embeddings(encoder.model))
     last = torch.cat(per_layer[-1])
     with timed(timings, "outliers"):
         result["outliers"] = outlier_analysis(encoder, sentences, luo_dims=layers[-1]["outlier_dims"])

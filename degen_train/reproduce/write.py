@@ -162,14 +162,17 @@ def coco_section(rows: pd.DataFrame, results: list[tuple[Run, dict]], folder: Pa
 def luo_section(teacher: tuple[Run, dict], minilm: dict[str, Any] | None, folder: Path) -> str:
     models = {"our MLM+NSP baseline": teacher[1]} | ({"all-MiniLM-L6-v2": minilm} if minilm else {})
     lines = ["| model | last-layer mean cos (raw / whitened / clipped) | outlier dims, last layer | "
-             "STS-B raw / whitened / clipped |", "| --- | --- | --- | --- |"]  # fmt: skip
+             "their variance explained by position (median over all dims) | outlier dims of the position "
+             "embeddings (shared) | STS-B raw / whitened / clipped |",
+             "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     pictures = []
     for index, (name, result) in enumerate(models.items()):
         last = result["analysis"]["layers"][-1]
         sts = result.get("eval", {}).get("sts", {}).get("sts-dev", {})
         cosines = " / ".join(f"{last[k]:.3f}" for k in ("mean_cosine", "mean_cosine_whitened", "mean_cosine_clipped"))
         probes = " / ".join(f"{sts[m]:.1f}" for m in ("raw", "whitened", "clipped")) if sts else "–"
-        lines.append(f"| {name} | {cosines} | {last['outlier_dims'] or 'none'} | {probes} |")
+        lines.append(f"| {name} | {cosines} | {last['outlier_dims'] or 'none'} | "
+                     f"{positional_cells(result['analysis'].get('positional_artefacts'))} | {probes} |")  # fmt: skip
         for kind in ("layer_cosine", "dimension_means"):
             copied = copy_picture(result["analysis"]["pictures"].get(kind), folder / f"luo_{kind}_{index}.png")
             if copied:
@@ -179,7 +182,11 @@ def luo_section(teacher: tuple[Run, dict], minilm: dict[str, Any] | None, folder
             "## (e) Luo et al. 2021: outlier dimensions; raw vs whitened vs clipped",
             "Clipping zeroes the outlier dimensions (mean more than 3σ from the other dimensions' means): where a "
             "model has none, as a tiny model trained briefly usually does not, clipping changes nothing. Whitening "
-            "removes the common direction of a cone outright (mean cosine ≈ 0).",
+            "removes the common direction of a cone outright (mean cosine ≈ 0). Luo et al. trace the outlier "
+            "dimensions to the position embeddings: the share of each outlier dimension's variance over the "
+            "analysed tokens that the token's position explains (η², beside the median over all dimensions), and the "
+            "position-embedding matrix's own outlier dimensions (the same 3σ rule) with those the last layer shares "
+            "(metrics/positional.py).",
             "\n".join(lines),
             " ".join(pictures),
         ]
@@ -238,6 +245,18 @@ def glue_section(cfg: DictConfig, rows: pd.DataFrame, minilm: dict[str, Any] | N
         "pretrained for 125k–150k steps, with a learning-rate grid and 5 seeds per task.*"
     )
     return "\n\n".join(sections)
+
+
+def positional_cells(found: dict[str, Any] | None) -> str:
+    """Part (e)'s two positional cells: "308: 0.91 (0.02)" and "[308] ([308])"; "–" where not measured."""
+    if not found:
+        return "– | –"
+    shares = ", ".join(f"{d}: {v:.2f}" for d, v in found["position_share_of_outlier_dims"].items()) or "no outliers"
+    median = f"{found['position_share_median_over_dims']:.2f}"
+    own = found["position_embedding_outlier_dims"]
+    shared = found["outlier_dims_shared_with_position_embeddings"]
+    embedded = "no position embeddings" if own is None else f"{own} ({shared})"
+    return f"{shares} ({median}) | {embedded}"
 
 
 def section_claims(rows: pd.DataFrame, letter: str) -> list[str]:
