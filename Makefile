@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install train test test-process lint docs bench bench-gpu reproduce clean
+.PHONY: install train test test-process lint docs bench bench-gpu reproduce reproduce-gao-scale clean
 
 install: $(STAMP)
 
@@ -54,6 +54,10 @@ bench-gpu: $(STAMP)
 # The seed methods' claims at CPU scale on WikiText-2 -> docs/reproduce/ (resumable; ARGS=KEY=VALUE ...).
 reproduce: $(STAMP)
 	$(BIN)/degen-reproduce $(ARGS)
+
+# Part (a) at the scale of Gao et al.'s perplexity claim, on one GPU (about 6 min; conf/reproduce/gao_scale.yaml).
+reproduce-gao-scale: $(STAMP)
+	$(BIN)/degen-reproduce preset=gao_scale $(ARGS)
 
 clean:
 	rm -rf $(VENV) outputs multirun site .pytest_cache .ruff_cache

@@ -63,6 +63,37 @@ def test_a_miniature_page_end_to_end_and_a_free_rerun(tmp_path: Path) -> None:
     assert not (page.parent / "stale.png").exists()  # the page folder is written anew
 
 
+def test_the_gao_scale_part_is_sized_for_a_gpu_sitting_and_runs_at_tiny_size_here(tmp_path: Path) -> None:
+    """Issue 44.4: make reproduce-gao-scale (preset=gao_scale) trains a 20-25M-parameter decoder for tens of epochs
+    of WikiText-2 with and without CosReg; here the same command, at tiny size on the CPU, writes its page."""
+    from degen_train.config import load_config
+    from degen_train.models.backbone import build_hf_model
+
+    cfg = load_settings(["preset=gao_scale"])
+    assert (list(cfg.parts), cfg.decoder, cfg.seeds, list(cfg.run_overrides)) == (
+        ["gao"], "gpt2_gao_scale", 1, ["trainer=gpu", "model.compile=true"])  # fmt: skip
+    class Vocabulary:  # what build_hf_model reads of a tokenizer: its size and padding id
+        pad_token_id = bos_token_id = eos_token_id = 0
+
+        def __len__(self) -> int:
+            return int(cfg.vocab_size)
+
+    model = build_hf_model(load_config([f"model={cfg.decoder}"]).model, tokenizer=Vocabulary(), with_nsp_head=False)
+    assert 20e6 <= sum(p.numel() for p in model.parameters()) <= 25e6
+    # WikiText-2's training text under an 8,000-entry byte-level BPE: 2,699,338 tokens (tokenizers'
+    # ByteLevelBPETokenizer trained on ../shared/data/wikitext-2/train.txt, min_frequency 2, every line encoded).
+    wikitext2_training_tokens = 2.7e6
+    epochs = cfg.steps.gao * cfg.batch_size * cfg.block_size / wikitext2_training_tokens
+    assert 10 <= epochs <= 40  # "tens of epochs"
+    with pytest.raises(ValueError, match=r"preset='gao_scal' is not one of gao_scale \(conf/reproduce/\)"):
+        load_settings(["preset=gao_scal"])
+    tiny = ["decoder=gpt2_tiny", "run_overrides=[trainer=cpu]", *miniature(tmp_path, parts="[gao]", seeds=1)]
+    text = Path(reproduce(load_settings(["preset=gao_scale", *tiny]))).read_text()
+    assert "| mle | 1 |" in text and "| cosreg | 1 |" in text and "val perplexity: " in text
+    config = (tmp_path / "runs" / "gao" / "cosreg" / "seed0" / "config.yaml").read_text()
+    assert "accelerator: cpu" in config
+
+
 def test_a_method_part_brings_its_baseline_and_writes_its_section(tmp_path: Path) -> None:
     """parts=[unlikelihood]: part (a)'s MLE runs are trained as its baseline (not CosReg's), one section each."""
     settings = miniature(tmp_path, parts="[unlikelihood]", seeds=1)

@@ -2,7 +2,8 @@
 degen-reproduce summary [KEY=VALUE ...]: judge every claim again on the written pages' runs.csv, into
 docs/reproduce.md's generated summary (also done after each page is written).
 
-Settings: conf/reproduce.yaml, each changeable as KEY=VALUE (seeds=5 encoder=base steps.coco=50000 ...).
+Settings: conf/reproduce.yaml, each changeable as KEY=VALUE (seeds=5 encoder=base steps.coco=50000 ...);
+preset=NAME first takes conf/reproduce/NAME.yaml over it (preset=gao_scale: make reproduce-gao-scale).
 Rerunning after a kill resumes the unfinished run and redoes nothing finished.
 """
 
@@ -13,6 +14,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -31,8 +33,10 @@ def load_settings(overrides: Sequence[str]) -> DictConfig:
     base = OmegaConf.load(config_dir() / "reproduce.yaml")
     OmegaConf.set_struct(base, True)
     OmegaConf.set_struct(base.glue.finetune, False)  # any key of conf/finetune.yaml; protocol_from refuses others
-    try:
-        cfg = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
+    layers = [OmegaConf.load(preset_file(o.split("=", 1)[1])) for o in overrides if o.startswith("preset=")]
+    given = OmegaConf.from_dotlist([o for o in overrides if not o.startswith("preset=")])
+    try:  # the presets (conf/reproduce/NAME.yaml) over the defaults, the command line's keys over both
+        cfg = OmegaConf.merge(base, *layers, given)
     except Exception as error:  # noqa: BLE001 - OmegaConf's key errors, reworded
         raise ValueError(f"{str(error).splitlines()[0]}; keys: {', '.join(base.keys())}") from None
     unknown = set(cfg.parts) - set(PARTS)
@@ -40,6 +44,14 @@ def load_settings(overrides: Sequence[str]) -> DictConfig:
         raise ValueError(f"parts must be among {', '.join(PARTS)} and seeds >= 1; got parts={list(cfg.parts)}, "
                          f"seeds={cfg.seeds}")  # fmt: skip
     return cfg
+
+
+def preset_file(name: str) -> Path:
+    """conf/reproduce/NAME.yaml; an unknown name is refused, naming the presets."""
+    known = sorted(p.stem for p in (config_dir() / "reproduce").glob("*.yaml"))
+    if name not in known:
+        raise ValueError(f"preset={name!r} is not one of {', '.join(known)} (conf/reproduce/)")
+    return config_dir() / "reproduce" / f"{name}.yaml"
 
 
 def reproduce(cfg: DictConfig) -> str:
@@ -61,7 +73,6 @@ def reproduce(cfg: DictConfig) -> str:
 
 def write_summary(cfg: DictConfig) -> str:
     """docs/reproduce.md's generated summary, from the pages conf/reproduce.yaml's summary lists (those written)."""
-    from pathlib import Path
 
     from degen_train.reproduce.claims import rewrite_summary
 

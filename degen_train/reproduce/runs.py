@@ -54,6 +54,7 @@ def common_overrides(cfg: DictConfig, steps: int, seed: int, *, recipe_batches: 
         "trainer.enable_model_summary=false",
         f"seed={seed}",
         "ckpt_path=auto",
+        *[str(o) for o in cfg.run_overrides],
     ]
 
 
