@@ -8,7 +8,8 @@ evaluation's sequences, each sequence's kurtosis and ∞-norm of the module's te
   LN(FFN output + residual) (``output.LayerNorm``) and, ∞-norm only, that LayerNorm's input: the residual sum, where
   the outliers live. Kurtosis: the mean over the FFN outputs and LayerNorm outputs (``avg_kurtosis``), its max.
 - ``validate_clm.py`` (OPT, pre-norm): each decoder layer's output, ``fc2``, ``self_attn.out_proj``, both norms of
-  the layer and the model's final norm; kurtosis and ∞-norm of every one.
+  the layer and the model's final norm; kurtosis and ∞-norm of every one. OPT's layer holds the FFN's tensors as
+  (B·T, d), so ``fc2``'s and the FFN norm's numbers are per token row, averaged over tokens.
 
 Ours map onto these roles: BERT and RoBERTa take BERT's; GPT-2, Llama, Qwen2 and ModernBERT (pre-norm) take OPT's
 (``fc2`` = the MLP's output projection, ``out_proj`` = attention's, the layer's two norms, the final norm). A decoder's
@@ -17,7 +18,8 @@ last layer is read at its own output, before the final norm (HF's last ``hidden_
 The inputs are the released evaluations': fixed-length blocks of the text (BERT: 128 tokens with [CLS] and [SEP],
 15% of the tokens masked with [MASK]; OPT: 512-token blocks, or the model's longest), not sentences one by one.
 Attention sinks (Gu et al. 2024, sail-sg/Attention-Sink): the share of heads whose first-token importance exceeds
-ε = 0.3 on windows of exactly 64 tokens; on shorter inputs a uniform head counts as a sink (1/T > 0.3 for T ≤ 3).
+ε = 0.3 on windows of exactly 64 tokens, a decoder's opening with its BOS token; on shorter inputs a uniform head
+counts as a sink (1/T > 0.3 for T ≤ 3).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from degen_train.models.attention_variants import EXPORTED_TYPE_PREFIX, variant_
 SINK_WINDOW = 64  # Gu et al.'s prompts: 64 tokens
 BLOCKS = {"bert": 128, "opt": 512}  # validate_mlm.py --max_seq_length 128; validate_clm.py --block_size 512
 MAX_BLOCKS = 64
+TOKEN_ROW_ROLES = ("ffn_output", "ffn_norm_output")  # OPT's fc2 and final_layer_norm see (B·T, d)
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,11 @@ class _Reader:
 
     def __init__(self, model: nn.Module, sites: Sites) -> None:
         self.sites = named_sites(model, sites)
+        # OPT's decoder layer reshapes its hidden states to (B·T, d) before the FFN norm, fc1 and fc2
+        # (transformers' modeling_opt.OPTDecoderLayer), so validate_clm.py's statistics of those two sites are per
+        # token row; every other site's tensor is (B, T, d), its statistics per sequence.
+        self.token_rows = {(name, tensor) for name, role, tensor in self.sites
+                           if sites.protocol == "opt" and role in TOKEN_ROW_ROLES}  # fmt: skip
         self.values: dict[tuple[str, str], dict[str, list[Tensor]]] = {}
         self.block_outputs: list[Tensor | None] = [None] * len(model.get_submodule(sites.blocks))
         self.handles = []
@@ -125,6 +133,8 @@ class _Reader:
             for tensor in tensors:
                 x = _first(inputs) if tensor == "input" else _first(output)
                 x = x.detach().float()
+                if (name, tensor) in self.token_rows:
+                    x = x.reshape(-1, 1, x.size(-1))  # (B·T, 1, d): one row per token, as OPT's layer holds it
                 entry = self.values.setdefault((name, tensor), {"kurtosis": [], "inf_norm": []})
                 entry["kurtosis"].append(sequence_kurtosis(x).cpu())
                 entry["inf_norm"].append(sequence_inf_norm(x).cpu())
@@ -258,10 +268,17 @@ def sinks_on_windows(model: nn.Module, tokenizer: Any, documents: list[str], *, 
     from degen_train.metrics.w8a8_probe import _encoder_input, token_blocks
 
     encoder = sites_of(model).protocol == "bert" and tokenizer.cls_token_id is not None
-    windows = token_blocks(tokenizer, documents, SINK_WINDOW - (2 if encoder else 0))[:limit]
+    bos = None if encoder else getattr(tokenizer, "bos_token_id", None)
+    # Gu et al.'s prompts start at the beginning of a sequence: a decoder's window opens with its BOS token when
+    # the tokenizer has one (encoders: [CLS] 62 tokens [SEP]).
+    windows = token_blocks(tokenizer, documents, SINK_WINDOW - (2 if encoder else 1 if bos is not None else 0))
+    windows = windows[:limit]
     if not windows:
         return {"attention_sink_windows": 0, "attention_sink_note": f"the text holds fewer than {SINK_WINDOW} tokens"}
-    ids = _encoder_input(tokenizer, windows) if encoder else torch.tensor(windows)
+    if encoder:
+        ids = _encoder_input(tokenizer, windows)
+    else:
+        ids = torch.tensor([[bos, *window] if bos is not None else window for window in windows])
     before = getattr(model.config, "_attn_implementation", None)
     device = next(model.parameters()).device
     rates, entropies = [], []

@@ -179,6 +179,60 @@ def test_a_decoders_last_layer_is_read_before_the_final_norm(family: str) -> Non
                                                             "final_norm_output"}  # fmt: skip
 
 
+def test_a_decoders_ffn_sites_are_read_per_token_as_opts_layer_holds_them() -> None:
+    """Issue 44.3: OPT's decoder layer reshapes its hidden states to (B·T, d) before final_layer_norm, fc1 and fc2
+    (transformers' modeling_opt.py, OPTDecoderLayer.forward), so validate_clm.py's hooks on fc2 and the FFN norm see
+    token rows and utils.kurtosis, viewing x as (x.size(0), -1), scores each token. Our GPT-2's mlp.c_proj and ln_2
+    are read the same way; the block's own output stays per sequence."""
+    from transformers import GPT2Config, GPT2Model
+
+    from degen_train.metrics.outlier_sites import released_outliers
+    from degen_train.metrics.w8a8_probe import token_blocks
+
+    torch.manual_seed(0)
+    model = GPT2Model(GPT2Config(vocab_size=60, n_embd=32, n_layer=2, n_head=2, n_positions=64)).eval()
+    documents = [" ".join(f"w{i * 7 + k}" for k in range(40)) for i in range(10)]
+    ours = released_outliers(model, FixedTokenizer(), documents, batch_size=4)
+    ids = torch.tensor(token_blocks(FixedTokenizer(), documents, 64))
+    seen: dict[str, torch.Tensor] = {}
+    hooks = [model.get_submodule(name).register_forward_hook(
+        lambda _m, _i, out, name=name: seen.__setitem__(name, out[0] if isinstance(out, tuple) else out))
+        for name in ("h.0.mlp.c_proj", "h.0.ln_2", "h.0")]  # fmt: skip
+    with torch.no_grad():
+        model(input_ids=ids)
+    for hook in hooks:
+        hook.remove()
+    for name in ("h.0.mlp.c_proj", "h.0.ln_2"):
+        rows = seen[name].reshape(-1, seen[name].size(-1)).double()  # (B·T, d), as OPT's layer holds it
+        assert ours["sites"][f"{name}:output"]["kurtosis"] == pytest.approx(float(released_kurtosis(rows).mean()),
+                                                                            rel=1e-6)  # fmt: skip
+        assert ours["sites"][f"{name}:output"]["inf_norm"] == pytest.approx(
+            float(rows.abs().amax(dim=1).mean()), rel=1e-6)  # fmt: skip
+        per_sequence = float(released_kurtosis(seen[name].double()).mean())
+        assert ours["sites"][f"{name}:output"]["kurtosis"] != pytest.approx(per_sequence, rel=1e-3)
+    assert ours["sites"]["h.0:output"]["kurtosis"] == pytest.approx(float(released_kurtosis(seen["h.0"].double())
+                                                                          .mean()), rel=1e-6)  # fmt: skip
+
+
+def test_a_decoders_sink_windows_open_with_its_bos_token() -> None:
+    """Gu et al.'s prompts start a sequence: with a BOS token the window is BOS + 63 tokens of the text."""
+    from transformers import GPT2Config, GPT2Model
+
+    from degen_train.metrics.outlier_sites import sinks_on_windows
+
+    class WithBos(FixedTokenizer):
+        bos_token_id = 4
+
+    model = GPT2Model(GPT2Config(vocab_size=60, n_embd=32, n_layer=2, n_head=2, n_positions=128)).eval()
+    given: list[torch.Tensor] = []
+    hook = model.register_forward_pre_hook(lambda _m, _a, kwargs: given.append(kwargs["input_ids"]), with_kwargs=True)
+    lines = [f"a{i} b{i} c{i}" for i in range(100)]
+    assert sinks_on_windows(model, WithBos(), lines)["attention_sink_windows"] == 6  # 400 tokens: 6 windows of 63
+    hook.remove()
+    ids = torch.cat(given)
+    assert ids.shape == (6, 64) and bool((ids[:, 0] == 4).all()) and not bool((ids[:, 1:] == 4).any())
+
+
 def test_sinks_are_counted_on_64_token_windows() -> None:
     """Gu et al.'s windows: a text of 3-token lines makes no 3-token prompts (where a uniform head reads as a sink,
     1/3 > 0.3): the windows run across lines, 64 tokens each."""
