@@ -98,7 +98,9 @@ def _load_local(cfg: Any, path_value: str | None, key: str) -> tuple[Any, str, l
     if kind == "csv" and files[0].suffix.lower() == ".tsv":
         kwargs["delimiter"] = "\t"
     if kind == "text":
-        check_each_file(files, unit, f"{key}={path}")  # a file that comes out as one document, named
+        documents = check_each_file(files, unit, f"{key}={path}")  # a file that comes out as one document, named
+        if not any(documents.values()):  # datasets would say "Instruction 'train' corresponds to no data"
+            raise ValueError(f"corpus {path} is empty: no non-blank document")
     try:
         if kind == "text":  # blank lines of spaces count as blank (text_files.py)
             dataset = text_documents(files, unit, streaming=bool(cfg.streaming))

@@ -53,7 +53,8 @@ def check_each_file(files: list[Path], unit: str, key: str) -> dict[Path, int]:
     for path in files:
         counts[path] = sum(1 for _ in documents_of(path, unit))
         if unit == "paragraph" and counts[path] == 1:
-            lines = sum(1 for line in path.open(encoding="utf-8-sig") if line.strip())
+            with path.open(encoding="utf-8-sig") as handle:
+                lines = sum(1 for line in handle if line.strip())
             if lines > 1:
                 raise ValueError(
                     f"{key}: {path} comes out as one document (data.document_unit=paragraph: no blank line between "

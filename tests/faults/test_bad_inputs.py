@@ -48,8 +48,8 @@ CASES = [
     (
         "data.path=LINES_WITHOUT_BLANKS",
         ValueError,
-        r"lines\.txt: 1 document \(data\.document_unit=paragraph: paragraphs are separated by blank lines\) in 1 file, "
-        r"300 lines, 0\.0 MiB; a validation split needs at least 2\. Set data\.document_unit=line",
+        r"lines\.txt comes out as one document \(data\.document_unit=paragraph: no blank line between its 300 "
+        r"lines\)\. Set data\.document_unit=line \(each line a document\)",
     ),
     ("threads=0", ValueError, r"threads=0: must be auto \(the CPUs this process may use\) or a thread count >= 1"),
     # Issue 35's refusals that were right but read as crashes:

@@ -335,7 +335,8 @@ def test_the_sink_probe_reads_the_variants_own_attention_maps() -> None:
     probe = sinks_on_windows(model, tokenizer, [" ".join(CORPUS)] * 8, limit=2)
     from degen_train.metrics.w8a8_probe import token_blocks
 
-    ids = torch.tensor(token_blocks(tokenizer, [" ".join(CORPUS)] * 8, 64)[:2])
+    ids = torch.tensor([[tokenizer.bos_token_id, *window] for window in  # a decoder's window opens with its BOS
+                        token_blocks(tokenizer, [" ".join(CORPUS)] * 8, 63)[:2]])  # fmt: skip
     model.set_attn_implementation("degen_eager")
     with torch.no_grad():
         maps = model(input_ids=ids, output_attentions=True).attentions
