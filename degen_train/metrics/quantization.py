@@ -4,15 +4,32 @@ symmetric, activations asymmetric with a running min-max range (momentum 0.9) es
 then fixed.
 
 Where the quantizers sit (``placement``):
-- ``released`` (the default): as ``quantized_bert.py`` / ``quantized_opt.py`` place them. Quantized: the weights of
-  every linear, 1-D convolution (GPT-2's ``Conv1D``) and embedding table of the body; the outputs of those, of every
-  LayerNorm/RMSNorm and activation function; inside attention, the scores, the probabilities and the context; and
-  the residual sums (every norm's input, quantized in place, so the residual stream itself carries the quantized
-  sum, as the released ``res_act_quantizer`` does). In float: the vocabulary head (BERT's ``cls``, OPT's
-  ``fp32_head``: its transform and output layer, weights and outputs) and so the logits.
+- ``released`` (the default): as ``quantized_bert.py`` / ``quantized_opt.py`` place them, with the library versions
+  the release pins (transformers 4.31). Quantized:
+  - the weights of every linear and 1-D convolution (GPT-2's ``Conv1D``) of the body, every embedding table, and
+    every LayerNorm/RMSNorm γ (``QuantLayerNorm`` is a ``QuantizationHijacker``: its weight goes through the weight
+    quantizer, β stays float; ``autoquant_utils.py`` line 65, ``hijacker.py`` line 94);
+  - the outputs of those linears and norms; an embedding lookup is the quantized table's rows, not quantized again
+    (``QuantEmbedding``'s ``FP32Acts``, ``autoquant_utils.py`` line 81);
+  - the MLP's up-projection and activation as released: OPT's ``fc1`` and its ``nn.ReLU`` are fused, one quantizer
+    after the activation (``quantized_opt.py`` line 293); BERT's intermediate ``GELUActivation`` is not in the
+    hijacker's ``activations_set`` (``hijacker.py`` line 15, ``nn.GELU`` only), so ``quantize_intermediate``
+    (``quantized_bert.py`` line 610) quantizes the dense output and leaves the activation's output float
+    (``QuantSettings.activation_quantized``);
+  - GPT-2's fused q, k, v projection (``c_attn``; ModernBERT's ``Wqkv``) as three projections, each with its own
+    weight range and output range, as OPT's ``q_proj``, ``k_proj``, ``v_proj`` are (``quantized_opt.py`` line 68);
+  - the embedding sums: word + token type (``sum_input_token_type_embd_act_quantizer``, ``quantized_bert.py``
+    line 211), then + position, which is the first norm's input (below);
+  - inside attention, the scores, the probabilities and the context, the variant's softmax and gate kept, the gate
+    before the context quantizer (``quantized_bert.py`` lines 249, 423, 435); the gate itself stays float
+    (``self.alpha = org_model.alpha  # do not quantize for now``, line 258);
+  - the residual sums (every norm's input, quantized in place, so the residual stream itself carries the quantized
+    sum, as the released ``res_act_quantizer`` does).
+  In float: the vocabulary head (BERT's ``cls``, OPT's ``fp32_head``: its transform and output layer, weights and
+  outputs) and so the logits.
 - ``all``: this project's first placement, kept for comparison: the head's weights and the logits quantized too,
-  the residual sums in float. Its gap mixes the rounding every model pays at the vocabulary with the outlier damage
-  the experiment is about.
+  the residual and embedding sums in float. Its gap mixes the rounding every model pays at the vocabulary with the
+  outlier damage the experiment is about.
 
 Range estimation (``QuantSettings``): BERT's (``validate_mlm.py``: current min-max weight ranges, running min-max
 activation ranges, 16 calibration batches) or OPT's (``validate_clm.py`` and the README's INT8 command: weight ranges
@@ -20,8 +37,7 @@ by MSE over a grid of 100 candidates, activation ranges from the 99.999th percen
 calibration batches of 512-token blocks).
 
 The rounding and clamping are torch's own fake-quantization op (``torch.fake_quantize_per_tensor_affine``); what is
-written here is the range estimation and where the quantizers sit. LayerNorm's γ and β stay in float (the released
-default, ``layer_norm_ver`` without the quantized LayerNorm).
+written here is the range estimation and where the quantizers sit.
 """
 
 from __future__ import annotations
@@ -56,14 +72,17 @@ class QuantSettings:
     calibration_batches: int
     block: int  # tokens per sequence
     batch_size: int  # sequences per calibration batch
+    # the MLP activation's output quantized (OPT: fc1 and ReLU fused, one quantizer after the ReLU) or left float with
+    # the up-projection's output quantized (BERT under transformers 4.31: GELUActivation is not fused by the hijacker)
+    activation_quantized: bool
 
 
 SETTINGS = {
     # validate_mlm.py --quantize --est_num_batches 16 --max_seq_length 128 --per_device_eval_batch_size 32
-    "encoder": QuantSettings("bert", "minmax", None, 16, 128, 32),
+    "encoder": QuantSettings("bert", "minmax", None, 16, 128, 32, activation_quantized=False),
     # validate_clm.py --quantize --quant_setup fp32_head --percentile 99.999 --est_num_batches 4 --block_size 512,
     # MSE weight ranges (grid), calibration on the training loader's batches of 8
-    "decoder": QuantSettings("opt", "mse", 99.999, 4, 512, 8),
+    "decoder": QuantSettings("opt", "mse", 99.999, 4, 512, 8, activation_quantized=True),
 }
 
 
@@ -206,9 +225,30 @@ def _norm(module: nn.Module) -> bool:
     return isinstance(module, nn.LayerNorm) or type(module).__name__.endswith(("RMSNorm", "LayerNorm"))
 
 
-def _quantized_output(module: nn.Module) -> bool:
-    kind = type(module).__name__
-    return _weighted(module) or _norm(module) or kind.endswith(("Activation", "GELU"))
+def _activation(module: nn.Module) -> bool:
+    return type(module).__name__.endswith(("Activation", "GELU", "ReLU", "SiLU"))
+
+
+# the linear an MLP activation reads, as BERT, GPT-2, OPT and Llama/Qwen2 name it
+_UP_PROJECTIONS = ("dense", "c_fc", "fc1", "gate_proj")
+_FUSED_QKV = {"c_attn": 1, "Wqkv": 0}  # GPT-2's Conv1D (weight (d, 3d)), ModernBERT's Linear (weight (3d, d))
+
+
+def _up_projections(model: nn.Module) -> set[nn.Module]:
+    """The linears whose output is an MLP activation's input (a sibling of the activation, named as the families
+    name it)."""
+    found: set[nn.Module] = set()
+    for parent in model.modules():
+        children = dict(parent.named_children())
+        if any(_activation(child) for child in children.values()):
+            found.update(children[name] for name in _UP_PROJECTIONS if name in children)
+    return found
+
+
+def _gates(model: nn.Module) -> set[nn.Module]:
+    """An attention variant's gate modules: float, as the released ``alpha`` is."""
+    return {m for module in model.modules() if isinstance(g := getattr(module, "attention_gate", None), nn.Module)
+            for m in g.modules()}  # fmt: skip
 
 
 def vocabulary_head(model: nn.Module) -> set[nn.Module]:
@@ -238,26 +278,42 @@ def simulated_w8a8(
         raise ValueError(f"W8A8 placement {placement!r} is not one of {', '.join(PLACEMENTS)}")
     settings = settings or SETTINGS["encoder"]
     quantizers = _Quantizers(percentile=settings.percentile)
-    head = vocabulary_head(model) if placement == "released" else set()
+    released = placement == "released"
+    head = vocabulary_head(model) if released else set()
+    floats = head | _gates(model) if released else set()
+    up_projections = _up_projections(model) if released and settings.activation_quantized else set()
     originals: dict[nn.Parameter, Tensor] = {}
     hooks = []
+    summed: list[nn.Module] = []  # BERT-style embeddings whose word + token-type sum is quantized
     before = getattr(model.config, "_attn_implementation", None)
     try:
         with torch.no_grad():
-            for module in model.modules():
-                if module in head:
+            for name, module in model.named_modules():
+                if module in floats:
                     continue
                 weight = getattr(module, "weight", None)
-                if _weighted(module) and isinstance(weight, nn.Parameter):
-                    if isinstance(module, nn.Embedding):  # a lookup of the quantized table, the head's table intact
-                        hooks.append(module.register_forward_hook(_embedding_hook(weight, settings)))
-                    elif weight not in originals:  # a tied matrix is quantized once
+                fused = _FUSED_QKV.get(name.rsplit(".", 1)[-1]) if released else None
+                if isinstance(module, nn.Embedding) and isinstance(weight, nn.Parameter):
+                    # a lookup of the quantized table (the head's tied table intact), not quantized again
+                    hooks.append(module.register_forward_hook(_embedding_hook(weight, settings)))
+                    if not released:  # the first placement re-quantized the rows with a running range
+                        hooks.append(module.register_forward_hook(_output_hook(quantizers)))
+                    continue
+                if (_weighted(module) or (released and _norm(module))) and isinstance(weight, nn.Parameter):
+                    if weight not in originals:  # a tied matrix is quantized once; a norm's β stays float
                         originals[weight] = weight.detach().clone()
-                        weight.copy_(quantized_weight(weight, settings))
-                if _quantized_output(module):
+                        weight.copy_(quantized_weight(weight, settings, blocks_along=fused))
+                if _weighted(module) or _norm(module):
+                    if module not in up_projections:  # OPT: the up-projection's quantizer sits after its activation
+                        hooks.append(module.register_forward_hook(_output_hook(quantizers, blocks=fused is not None)))
+                elif _activation(module) and (settings.activation_quantized or not released):
                     hooks.append(module.register_forward_hook(_output_hook(quantizers)))
-                if placement == "released" and _norm(module):  # its input is a residual sum: the stream's own value
+                if released and _norm(module):  # its input is a residual sum: the stream's own value
                     hooks.append(module.register_forward_pre_hook(_residual_hook(quantizers, module)))
+                if released and isinstance(getattr(module, "token_type_embeddings", None), nn.Embedding):
+                    summed.append(module)
+            for module in summed:  # after the lookups' hooks, so the sum adds the quantized rows
+                hooks.extend(_token_type_sum_hooks(module, quantizers))
         if hasattr(model, "set_attn_implementation"):
             _register_attention()
             model.set_attn_implementation(ATTENTION_NAME)
@@ -279,8 +335,12 @@ def simulated_w8a8(
                 weight.copy_(saved)
 
 
-def quantized_weight(weight: Tensor, settings: QuantSettings) -> Tensor:
-    """The weight on its 8-bit grid: current min-max range (BERT's setting) or the MSE range (OPT's)."""
+def quantized_weight(weight: Tensor, settings: QuantSettings, *, blocks_along: int | None = None) -> Tensor:
+    """The weight on its 8-bit grid: current min-max range (BERT's setting) or the MSE range (OPT's); a fused q, k, v
+    weight (``blocks_along``: the axis of its three outputs) as three weights, each on its own grid."""
+    if blocks_along is not None:
+        parts = weight.chunk(3, dim=blocks_along)
+        return torch.cat([quantized_weight(part, settings) for part in parts], dim=blocks_along)
     if settings.weight_range == "mse":
         low, high = mse_weight_range(weight)
         return quantize_weight(weight, low=low, high=high)
@@ -301,6 +361,40 @@ def _embedding_hook(weight: Tensor, settings: QuantSettings) -> Callable[..., An
     return hook
 
 
+def _token_type_sum_hooks(embeddings: nn.Module, quantizers: _Quantizers) -> list[Any]:
+    """BERT's embedding sum quantized as released (``sum_input_token_type_embd_act_quantizer``): the word rows and the
+    token-type rows add to a sum that is quantized before the position rows join it. The sum happens inside the
+    embeddings' forward, so the word lookup hands the forward zeros (its rows kept aside) and the token-type lookup
+    returns q(word + token type): the forward's own addition then gives that value exactly (0 + x = x)."""
+    kept: list[Tensor] = []
+    inside: list[bool] = []
+
+    def enter(_module: nn.Module, _args: Any) -> None:
+        inside.append(True)
+
+    def leave(_module: nn.Module, _args: Any, _output: Any) -> None:
+        inside.clear()
+        kept.clear()
+
+    def word(_module: nn.Module, _inputs: Any, output: Tensor) -> Tensor:
+        if not inside:  # the table read outside the embeddings' forward: its rows as they are
+            return output
+        kept.append(output)
+        return torch.zeros_like(output)
+
+    def token_type(_module: nn.Module, _inputs: Any, output: Tensor) -> Tensor:
+        if not kept:  # inputs_embeds given: no word lookup to add to
+            return output
+        return quantizers((embeddings, "word + token type sum"), kept.pop() + output)
+
+    return [
+        embeddings.register_forward_pre_hook(enter),
+        embeddings.register_forward_hook(leave),
+        embeddings.word_embeddings.register_forward_hook(word),  # after the lookup hook: the quantized rows
+        embeddings.token_type_embeddings.register_forward_hook(token_type),
+    ]
+
+
 def _residual_hook(quantizers: _Quantizers, norm: nn.Module) -> Callable[..., Any]:
     def hook(module: nn.Module, inputs: tuple) -> None:
         if inputs and isinstance(inputs[0], Tensor) and torch.is_floating_point(inputs[0]):
@@ -309,10 +403,15 @@ def _residual_hook(quantizers: _Quantizers, norm: nn.Module) -> Callable[..., An
     return hook
 
 
-def _output_hook(quantizers: _Quantizers) -> Callable[..., Any]:
+def _output_hook(quantizers: _Quantizers, *, blocks: bool = False) -> Callable[..., Any]:
+    """The module's output quantized; with ``blocks``, a fused q, k, v output as three tensors with a range each."""
+
     def hook(module: nn.Module, _inputs: Any, output: Any) -> Any:
-        if isinstance(output, Tensor):
-            return quantizers(module, output)
-        return output
+        if not isinstance(output, Tensor):
+            return output
+        if blocks:
+            parts = output.chunk(3, dim=-1)
+            return torch.cat([quantizers((module, part), x) for part, x in zip("qkv", parts, strict=True)], dim=-1)
+        return quantizers(module, output)
 
     return hook

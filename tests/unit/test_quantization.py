@@ -212,35 +212,135 @@ def test_percentile_running_range_equals_numpy_percentiles_with_momentum() -> No
     assert (estimate.low, estimate.high) == pytest.approx((low, high), rel=1e-6)
 
 
-def test_the_released_placement_quantizes_a_bert_output_block_as_the_released_code() -> None:
-    """One BertSelfOutput under the released placement, against a transcription of quantized_bert.py's block:
-    the dense weight on its grid, its output quantized, the residual sum quantized (res_act_quantizer), then the
-    LayerNorm (γ, β float) and its output quantized; calibrated on the batch it then scores (ranges = its min/max)."""
-    model = tiny_bert()
-    block = model.bert.encoder.layer[0].attention.output
-    ids = torch.randint(5, 120, (4, 16), generator=torch.Generator().manual_seed(8))
-    seen: dict[str, torch.Tensor] = {}
+def calibrated_once(model: torch.nn.Module, ids: torch.Tensor, module: torch.nn.Module, **kwargs: object) -> dict:
+    """The inputs and the output of ``module`` in a quantized forward, the ranges calibrated on the same batch (so
+    every activation range is the min and max of the tensor it quantizes)."""
+    seen: dict[str, object] = {}
 
     def inputs(_module: torch.nn.Module, args: tuple) -> None:
-        seen["hidden"], seen["residual"] = args[0].clone(), args[1].clone()
+        seen["args"] = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
 
     def output(_module: torch.nn.Module, _args: tuple, out: torch.Tensor) -> None:
         seen["out"] = out.clone()
 
-    with simulated_w8a8(model) as finish_calibration, torch.no_grad():
-        model(input_ids=ids)  # calibration on this batch: every range is the min and max seen in it
+    with simulated_w8a8(model, **kwargs) as finish_calibration, torch.no_grad():
+        model(input_ids=ids)
         finish_calibration()
-        handles = [block.register_forward_pre_hook(inputs), block.register_forward_hook(output)]
+        handles = [module.register_forward_pre_hook(inputs), module.register_forward_hook(output)]
         model(input_ids=ids)
         for handle in handles:
             handle.remove()
+    return seen
+
+
+def minmax(x: torch.Tensor) -> torch.Tensor:
+    return released_asymmetric(x, float(x.min()), float(x.max()))
+
+
+def layer_norm_released(norm: torch.nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
+    """QuantLayerNorm (autoquant_utils.py line 65) is a QuantizationHijacker: get_params quantizes its weight, γ
+    (hijacker.py line 94), β stays float; then its output is quantized."""
+    return minmax(torch.nn.functional.layer_norm(x, norm.normalized_shape, released_symmetric(norm.weight), norm.bias,
+                                                 norm.eps))  # fmt: skip
+
+
+def with_trained_norms(model: BertForMaskedLM) -> BertForMaskedLM:
+    """γ and β away from their initial 1 and 0 (γ = 1 sits on any grid), as in a trained model."""
+    generator = torch.Generator().manual_seed(11)
     with torch.no_grad():
-        dense = seen["hidden"] @ released_symmetric(block.dense.weight).T + block.dense.bias
-        dense = released_asymmetric(dense, float(dense.min()), float(dense.max()))
-        summed = dense + seen["residual"]
-        summed = released_asymmetric(summed, float(summed.min()), float(summed.max()))
-        normed = block.LayerNorm(summed)
-        expected = released_asymmetric(normed, float(normed.min()), float(normed.max()))
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.copy_(1 + 0.3 * torch.randn(module.weight.shape, generator=generator))
+                module.bias.copy_(0.1 * torch.randn(module.bias.shape, generator=generator))
+    return model
+
+
+def test_the_released_placement_quantizes_a_bert_output_block_as_the_released_code() -> None:
+    """One BertSelfOutput under the released placement, against a transcription of quantized_bert.py's
+    QuantizedBertSelfOutput.forward: the dense weight on its grid, its output quantized, the residual sum quantized
+    (res_act_quantizer), then the LayerNorm with γ on its 8-bit grid (issue 44.3: γ was kept float) and its output
+    quantized."""
+    model = with_trained_norms(tiny_bert())
+    block = model.bert.encoder.layer[0].attention.output
+    ids = torch.randint(5, 120, (4, 16), generator=torch.Generator().manual_seed(8))
+    seen = calibrated_once(model, ids, block)
+    hidden, residual = seen["args"]
+    with torch.no_grad():
+        dense = minmax(hidden @ released_symmetric(block.dense.weight).T + block.dense.bias)
+        expected = layer_norm_released(block.LayerNorm, minmax(dense + residual))
+    assert torch.allclose(seen["out"], expected, atol=1e-5)
+
+
+def test_bert_embeddings_are_quantized_as_the_released_embeddings() -> None:
+    """Issue 44.3, against a transcription of quantized_bert.py's QuantizedBertEmbeddings.forward (lines 195-220):
+    each lookup is a row of its quantized table and is not quantized again (QuantEmbedding's FP32Acts,
+    autoquant_utils.py line 81); word + token type is quantized (line 211), then + position (line 216), then the
+    LayerNorm with γ on its grid. Today's code re-quantized each lookup and skipped the word + token-type sum."""
+    model = with_trained_norms(tiny_bert())
+    embeddings = model.bert.embeddings
+    with torch.no_grad():  # a token-type table that is not all but constant, as a trained one
+        embeddings.token_type_embeddings.weight.normal_(0, 0.5, generator=torch.Generator().manual_seed(12))
+    ids = torch.randint(5, 120, (4, 16), generator=torch.Generator().manual_seed(13))
+    seen = calibrated_once(model, ids, embeddings)
+    with torch.no_grad():
+        word = torch.nn.functional.embedding(ids, released_symmetric(embeddings.word_embeddings.weight))
+        token_type = released_symmetric(embeddings.token_type_embeddings.weight)[torch.zeros_like(ids)]
+        position = released_symmetric(embeddings.position_embeddings.weight)[: ids.size(1)]
+        summed = minmax(minmax(word + token_type) + position)
+        expected = layer_norm_released(embeddings.LayerNorm, summed)
+    assert torch.allclose(seen["out"], expected, atol=1e-5)
+
+
+def test_the_mlp_is_quantized_where_each_released_model_quantizes_it() -> None:
+    """Issue 44.3. BERT (quantized_bert.py quantize_intermediate, line 610, under the pinned transformers 4.31):
+    the intermediate's GELUActivation is not in hijacker.py's activations_set (line 15: nn.GELU), so the dense output
+    is quantized and the activation's output is not. OPT (quantized_opt.py line 293): fc1 and its activation are
+    fused, one quantizer after the activation; fc1's own output, the pre-activation, is not quantized."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = with_trained_norms(tiny_bert())
+    intermediate = model.bert.encoder.layer[1].intermediate
+    ids = torch.randint(5, 120, (4, 16), generator=torch.Generator().manual_seed(14))
+    seen = calibrated_once(model, ids, intermediate)
+    (hidden,) = seen["args"]
+    with torch.no_grad():
+        dense = minmax(hidden @ released_symmetric(intermediate.dense.weight).T + intermediate.dense.bias)
+    assert torch.allclose(seen["out"], intermediate.intermediate_act_fn(dense), atol=1e-5)
+
+    torch.manual_seed(0)
+    decoder = GPT2LMHeadModel(GPT2Config(vocab_size=90, n_embd=32, n_layer=2, n_head=4, n_positions=32,
+                                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).eval()  # fmt: skip
+    mlp = decoder.transformer.h[1].mlp
+    ids = torch.randint(0, 90, (3, 12), generator=torch.Generator().manual_seed(15))
+    settings = quantization.QuantSettings("opt, min-max", "minmax", None, 4, 12, 3, activation_quantized=True)
+    seen = calibrated_once(decoder, ids, mlp.act, settings=settings)
+    (up,) = seen["args"]
+    hidden = calibrated_once(decoder, ids, mlp.c_fc, settings=settings)["args"][0]
+    with torch.no_grad():
+        expected_up = hidden @ released_symmetric(mlp.c_fc.weight) + mlp.c_fc.bias
+    assert torch.allclose(up, expected_up, atol=1e-5)  # the pre-activation in float
+    assert torch.allclose(seen["out"], minmax(mlp.act(expected_up)), atol=1e-5)
+
+
+def test_gpt2s_fused_qkv_is_quantized_as_three_projections() -> None:
+    """Issue 44.3: OPT's q_proj, k_proj and v_proj are quantized each on its own (quantized_opt.py lines 68-70:
+    a weight range and an output range per projection); GPT-2's c_attn computes the three in one Conv1D, which
+    today's code gave one range. Now: the three weight blocks and the three output blocks each on their own grid."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=90, n_embd=32, n_layer=2, n_head=4, n_positions=32,
+                                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).eval()  # fmt: skip
+    c_attn = model.transformer.h[0].attn.c_attn
+    with torch.no_grad():
+        c_attn.weight[:, 64:] *= 5  # v's weights far wider than q's and k's: one range would coarsen q and k
+    ids = torch.randint(0, 90, (3, 12), generator=torch.Generator().manual_seed(16))
+    seen = calibrated_once(model, ids, c_attn)
+    (hidden,) = seen["args"]
+    with torch.no_grad():
+        weights, biases = c_attn.weight.chunk(3, dim=1), c_attn.bias.chunk(3)
+        blocks = [hidden @ released_symmetric(w) + b for w, b in zip(weights, biases, strict=True)]
+        expected = torch.cat([minmax(block) for block in blocks], dim=-1)
     assert torch.allclose(seen["out"], expected, atol=1e-5)
 
 
@@ -343,3 +443,28 @@ def test_the_sink_probe_reads_the_variants_own_attention_maps() -> None:
     expected = torch.stack([attention_entropy(m.float()) for m in maps]).tolist()
     assert probe["attention_sink_windows"] == 2
     assert torch.allclose(torch.tensor(probe["attention_entropy_per_head"]), torch.tensor(expected), rtol=0, atol=1e-7)
+
+
+def test_an_attention_gate_stays_float_as_the_released_alpha() -> None:
+    """quantized_bert.py line 258 / quantized_opt.py line 88: ``self.alpha = org_model.alpha  # do not quantize for
+    now``: the gate's weights and outputs are not quantized (today's code put the output gate's projection on the
+    grid)."""
+    from degen_train.models.backbone import build_hf_model
+    from tests.unit.test_architecture_builds import tiny
+
+    cfg, tokenizer = tiny("bert", "model.attention_variant.name=output_gate")
+    torch.manual_seed(0)
+    model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False, sequence_length=16).eval()
+    gates = [m.attention_gate for m in model.modules() if hasattr(m, "attention_gate")]
+    before = [gate.proj.weight.clone() for gate in gates]
+    outputs: list[torch.Tensor] = []
+    handles = [gate.proj.register_forward_hook(lambda _m, _a, out: outputs.append(out.clone())) for gate in gates]
+    ids = torch.randint(5, len(tokenizer), (4, 16), generator=torch.Generator().manual_seed(1))
+    with simulated_w8a8(model) as finish_calibration, torch.no_grad():
+        model(input_ids=ids)
+        finish_calibration()
+        assert all(torch.equal(gate.proj.weight, w) for gate, w in zip(gates, before, strict=True))
+        model(input_ids=ids)
+    for handle in handles:
+        handle.remove()
+    assert outputs and all(len(out.unique()) > 256 for out in outputs)  # off any 8-bit grid
