@@ -217,6 +217,7 @@ def test_the_hand_loops_train_the_runs_model_and_count_flops_as_the_runs_do(
     import bench.gpu as gpu
 
     monkeypatch.setattr(gpu, "ON_CPU", True)
+    monkeypatch.setattr(gpu, "corpus_overrides", lambda: ["data=builtin"])  # any corpus: WikiText-2's costs 20 s here
     monkeypatch.setenv("DEGEN_BENCH_RESULTS", str(tmp_path))
     ours = gpu.ours(tmp_path / "ours", "recipe=gpt2_mle", *gpu.steady("gpt2_tiny", 4, 64, 2))
     theirs = gpu.reference("gpt2", "hf_default", compiled=False)
