@@ -177,6 +177,24 @@ def test_each_command_shown_is_accepted_as_written(page: Path, number: int, word
         assert program in OTHER_PROGRAMS, f"{page.name}:{number}: {program!r} is neither ours nor a known program"
 
 
+INLINE_COMMAND = re.compile(r"`(degen-(?:eval|analyze|finetune|report|convert) [^-`.][^`]*)`")
+# A command written in running text (not a flag mentioned by name): its optional parts in [brackets] dropped, the
+# rest parsed as printed, placeholders (MODEL, DIR) standing for values.
+INLINE = [(page, match.group(1)) for page in PAGES
+          for match in INLINE_COMMAND.finditer(re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S))
+          if "..." not in match.group(1) and "…" not in match.group(1)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("page", "command"), INLINE, ids=[f"{p.name}:{c.split()[0]}" for p, c in INLINE])
+def test_each_command_in_the_text_parses_as_written(page: Path, command: str) -> None:
+    """A command in a sentence is one a user copies too: docs/measuring.md showed `degen-eval MODEL --w8a8 TEXT`
+    without the --out degen-eval requires."""
+    words = shlex.split(re.sub(r"\[[^\]]*\]", "", command))
+    module = {"degen-finetune": "finetune", "degen-eval": "evaluate", "degen-analyze": "analyze",
+              "degen-report": "report", "degen-convert": "convert"}[words[0]]  # fmt: skip
+    parses(__import__(f"degen_train.cli.{module}", fromlist=["main"]).main, words[1:])
+
+
 def test_the_pages_show_commands() -> None:
     """The parser above finds the commands (a change of fence style would silently check nothing)."""
     programs = {words[0] for _, _, words in ALL}
