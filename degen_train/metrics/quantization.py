@@ -374,7 +374,10 @@ def _token_type_sum_hooks(embeddings: nn.Module, quantizers: _Quantizers) -> lis
 
     def leave(_module: nn.Module, _args: Any, _output: Any) -> None:
         inside.clear()
-        kept.clear()
+        if kept:  # the word rows were handed over as zeros and never added back: the output would be wrong
+            kept.clear()
+            raise RuntimeError(f"W8A8: {type(embeddings).__name__} looked up its word rows without its token types; "
+                               "its word + token-type sum cannot be quantized as released")  # fmt: skip
 
     def word(_module: nn.Module, _inputs: Any, output: Tensor) -> Tensor:
         if not inside:  # the table read outside the embeddings' forward: its rows as they are

@@ -468,3 +468,18 @@ def test_an_attention_gate_stays_float_as_the_released_alpha() -> None:
     for handle in handles:
         handle.remove()
     assert outputs and all(len(out.unique()) > 256 for out in outputs)  # off any 8-bit grid
+
+
+def test_embeddings_that_skip_their_token_types_are_named_not_mismeasured() -> None:
+    """The word + token-type sum is quantized by handing the forward zeros for the word rows and the sum with the
+    token-type rows; an embeddings forward that never looks up its token types would lose the word rows: refused."""
+    model = tiny_bert()
+    embeddings = model.bert.embeddings
+
+    def forward(input_ids: torch.Tensor | None = None, **_: object) -> torch.Tensor:
+        return embeddings.LayerNorm(embeddings.word_embeddings(input_ids))
+
+    embeddings.forward = forward
+    ids = torch.randint(5, 120, (2, 8), generator=torch.Generator().manual_seed(17))
+    with pytest.raises(RuntimeError, match="without its token types"), simulated_w8a8(model), torch.no_grad():
+        model(input_ids=ids)
