@@ -9,6 +9,7 @@ sampling error (verdicts.glue_sampling_error, from each task's dev size and metr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,14 +112,23 @@ def all_claims() -> Iterator[Claim]:
             yield from claims
 
 
-# Numbers measured by code since found wrong, per (part, column): the summary says so in place of a verdict.
-SUPERSEDED: dict[tuple[str, str], str] = {
-    **{(part, "W8A8 gap"): "the W8A8 probe of 2026-11-26 replaced the variant's attention with plain softmax (issue "
-       "44.1), and placed some quantizers otherwise than the release (issue 44.3)"
+# Numbers measured by code since found wrong, per (part, column): (the day the code was mended, why). A page written
+# before that day says so in place of a verdict; a page written since is judged.
+SUPERSEDED: dict[tuple[str, str], tuple[str, str]] = {
+    **{(part, "W8A8 gap"): ("2026-11-27", "the W8A8 probe of 2026-11-26 replaced the variant's attention with plain "
+                            "softmax (issue 44.1), and placed some quantizers otherwise than the release (issue 44.3)")
        for part in ("clipped_softmax", "gated_attention", "output_gate")},  # fmt: skip
-    ("output_gate", "attention sink %"): "the sink probe of 2026-11-26 read HF eager attention, without the output "
-    "gate (issue 44.1)",
+    ("output_gate", "attention sink %"): ("2026-11-27", "the sink probe of 2026-11-26 read HF eager attention, "
+                                          "without the output gate (issue 44.1)"),  # fmt: skip
 }
+WRITTEN_ON = re.compile(r"^Written by .* on (\d{4}-\d{2}-\d{2})", re.MULTILINE)
+
+
+def written_on(page: Path) -> str:
+    """The day a reproduce page says it was written (its README's first lines), '' when it does not say."""
+    readme = page / "README.md"
+    found = WRITTEN_ON.search(readme.read_text(encoding="utf-8")) if readme.exists() else None
+    return found.group(1) if found else ""
 
 
 def summary(pages: list[tuple[Path, str]], root: Path) -> str:
@@ -128,13 +138,14 @@ def summary(pages: list[tuple[Path, str]], root: Path) -> str:
     lines = []
     for page, letters in pages:
         rows = pd.read_csv(page / "runs.csv")
+        day = written_on(page)
         judged = []
         for claim in all_claims():
             verdict = claim.judge(rows) if claim.section in letters else None
             if verdict is None:
                 continue
-            why = SUPERSEDED.get((claim.other[0], claim.column))
-            word = f"superseded: {why}" if why else f"**{verdict.word}**"
+            mended, why = SUPERSEDED.get((claim.other[0], claim.column), ("", ""))
+            word = f"superseded: {why}" if day < mended else f"**{verdict.word}**"
             noise = f"± {2 * verdict.noise:.3g}" if verdict.noise is not None else "(noise unknown)"
             judged.append(f"| ({claim.section}) | {claim.base[1]} → {claim.other[1]} | {claim.column} | "
                           f"{verdict.before:.4g} → {verdict.after:.4g} | {verdict.effect:+.3g} {noise} | "

@@ -18,6 +18,7 @@ from degen_train.reproduce.claims import (
     glue_average_sampling,
     rewrite_summary,
     summary,
+    written_on,
 )
 from degen_train.reproduce.methods import METHOD_PARTS
 
@@ -59,11 +60,26 @@ def test_every_method_claim_comes_from_its_part() -> None:
         assert {(name, column, (name, "control")) for column in part.control_expectations} <= listed
 
 
-def test_the_superseded_probes_numbers_are_marked_not_judged() -> None:
+def test_the_superseded_probes_numbers_are_marked_not_judged(tmp_path: Path) -> None:
     """Part (n)'s W8A8 gaps of the attention variants and the output gate's sink rate came from probes that switched
-    the variant off (issue 44.1): the summary says so instead of a verdict."""
-    text = summary([(ROOT / "docs" / "reproduce" / "part_n", "n")], ROOT / "docs")
-    rows = [line for line in text.splitlines() if "| W8A8 gap |" in line or "| attention sink % |" in line]
+    the variant off (issue 44.1) on the page of 2026-11-26: a page written before the probes were mended says so
+    instead of a verdict; the page regenerated since (2026-11-27) is judged."""
+
+    def probe_rows(page: Path) -> list[str]:
+        text = summary([(page, "n")], page.parent)
+        return [line for line in text.splitlines() if "| W8A8 gap |" in line or "| attention sink % |" in line]
+
+    current = ROOT / "docs" / "reproduce" / "part_n"
+    assert written_on(current) >= "2026-11-27"
+    rows = probe_rows(current)
+    assert len(rows) == 4 and all("superseded: " not in row and "**" in row for row in rows)
+    old = tmp_path / "part_n"
+    old.mkdir()
+    (old / "runs.csv").write_bytes((current / "runs.csv").read_bytes())
+    (old / "README.md").write_text("# Reproduction at CPU scale\n\nWritten by `make reproduce` (`degen-reproduce`) "
+                                   "on 2026-11-26; every number below ...\n")  # fmt: skip
+    assert written_on(old) == "2026-11-26"
+    rows = probe_rows(old)
     assert len(rows) == 4 and all("superseded: " in row and "**" not in row for row in rows)
 
 
