@@ -9,6 +9,7 @@ instead). The text of a document keeps its inner line breaks; its ends are strip
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,11 +48,12 @@ def documents_of(path: Path, unit: str) -> Iterator[str]:
 
 
 def check_each_file(files: list[Path], unit: str, key: str) -> dict[Path, int]:
-    """{file: documents} for ``unit``; a file of two lines or more that comes out as one paragraph is refused,
-    naming it and what to set (its reader meant lines, or meant the file as one document)."""
+    """{file: 0, 1 or 2 (two documents or more)} for ``unit``, each file read only as far as its second document (the
+    whole corpus is read once more when its table is built); a file of two lines or more that comes out as one
+    paragraph is refused, naming it and what to set (its reader meant lines, or meant the file as one document)."""
     counts = {}
     for path in files:
-        counts[path] = sum(1 for _ in documents_of(path, unit))
+        counts[path] = sum(1 for _ in itertools.islice(documents_of(path, unit), 2))
         if unit == "paragraph" and counts[path] == 1:
             with path.open(encoding="utf-8-sig") as handle:
                 lines = sum(1 for line in handle if line.strip())
