@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from degen_train.metrics.flops import body_and_head_parameters, model_flops
 from degen_train.metrics.steady import WARMUP_STEPS, steady_window
 from degen_train.models.compile import compile_blocks
+from degen_train.models.vocabulary import vocabulary_size
 
 MODES = {"bert": ("hf_default", "careful"), "gpt2": ("hf_default",)}
 
@@ -37,7 +38,7 @@ def hand_loop(model: Any, *, kind: str, mode: str, batch: int, length: int, step
     whole = compiled and not blocks_only
     forward = torch.compile(model) if whole else model
     encoder = (torch.compile(model.bert) if whole else model.bert) if mode == "careful" else None
-    vocabulary = model.get_input_embeddings().num_embeddings
+    vocabulary = vocabulary_size(model)  # the tokenizer's entries: a padded model's extra rows are never a token
     head = model.cls if kind == "bert" else model.lm_head
     body_weights, head_weights = body_and_head_parameters(model, head)
     counted: list[int] = []
@@ -71,7 +72,8 @@ def hand_loop(model: Any, *, kind: str, mode: str, batch: int, length: int, step
     flops = model_flops(body=body_weights, head=head_weights, layers=config.num_hidden_layers,
                         hidden=config.hidden_size, batch=batch, length=length, predicted=int(predicted))  # fmt: skip
     rate = batch * length / window.median_seconds
-    return {"tokens_per_s": rate, "model_flops_per_token": flops / (batch * length), "vocabulary": vocabulary,
+    return {"tokens_per_s": rate, "model_flops_per_token": flops / (batch * length),
+            "vocabulary": model.get_input_embeddings().num_embeddings, "tokenizer_vocabulary": vocabulary,
             "mfu": rate * flops / (batch * length) / peak if peak else None, "warmup_seconds": window.warmup_seconds,
             "timed_steps": window.timed_steps}  # fmt: skip
 

@@ -29,6 +29,11 @@ CASES = {
         ["recipe=gao_cosreg", "model=gpt2_tiny", "regularizer.cosreg.rows=seen"],
         ("train/cosreg/loss", "train/mle/loss", "train/cosreg/rows"),
     ),
+    # The same with the vocabulary padded to 64 (1,000 -> 1,024 rows): each shard leaves the padded rows out.
+    "gao_cosreg_padded": (
+        ["recipe=gao_cosreg", "model=gpt2_tiny", "model.pad_vocab_to_multiple_of=64"],
+        ("train/cosreg/loss", "train/mle/loss", "train/cosreg/rows"),
+    ),
     "coco_lm": (
         ["recipe=coco_lm", "model=tiny", "regularizer.coco_scl.gather_negatives=true"],
         ("train/coco_scl/loss", "train/loss"),

@@ -110,7 +110,8 @@ class IsotropyMonitor(Callback):
         backbone = module.backbone
         metrics = {
             f"isotropy/embedding/{k}": v
-            for k, v in embedding_metrics(backbone.model.get_input_embeddings().weight).items()
+            # the tokenizer's rows: a padded vocabulary's extra rows are no token (models/vocabulary.py)
+            for k, v in embedding_metrics(backbone.model.get_input_embeddings().weight[: backbone.vocabulary]).items()
         }
         if self.probe is not None:
             probe = {k: v.to(module.device) for k, v in self.probe.items()}

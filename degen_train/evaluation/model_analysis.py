@@ -37,6 +37,7 @@ from degen_train.metrics.isotropy import (
 from degen_train.metrics.positional import absolute_position_embeddings, positional_artefacts
 from degen_train.metrics.probes import alignment, read_sts, uniformity
 from degen_train.metrics.transforms import clip_outliers, fit_whitening
+from degen_train.models.vocabulary import real_rows
 from degen_train.storage.own_runs import is_own as is_own_run
 
 log = logging.getLogger("degen_train.evaluation.model_analysis")
@@ -248,7 +249,7 @@ def timed(timings: dict[str, float], phase: str) -> Iterator[None]:
 
 def vocab_and_counts(encoder: Any, ids: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """(V, H) input embedding rows and (V,) how often each token occurs in the analysed sentences."""
-    vocab = encoder.model.get_input_embeddings().weight.detach()
+    vocab = real_rows(encoder.model.get_input_embeddings().weight, encoder.model).detach()  # padding left out
     return vocab, torch.bincount(torch.cat(ids), minlength=vocab.shape[0])[: vocab.shape[0]]
 
 

@@ -24,6 +24,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         bias: Tensor | None,  # (V,)
         targets: Tensor,  # (N,)
         chunk_size: int,
+        vocabulary: int | None,  # the real entries when weight's rows are padded beyond them: columns past it −∞
     ) -> tuple[Tensor, Tensor]:
         wants_grad = any(ctx.needs_input_grad[:3])
         exact = torch.promote_types(hidden.dtype, torch.float32)  # float32 at least, as the plain form's .float()
@@ -36,6 +37,8 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             h, y = hidden[start : start + chunk_size], targets[start : start + chunk_size]  # (C, H), (C,)
             logits = F.linear(h, weight, bias)  # (C, V), in the autocast dtype if any, like the plain form
             scores = logits.to(exact)  # no copy in float32
+            if vocabulary is not None:
+                scores[:, vocabulary:] = float("-inf")  # padded columns: probability 0, gradient 0
             rows = torch.arange(len(y), device=y.device)
             target = scores[rows, y]  # (C,)
             correct += (scores.argmax(-1) == y).sum()
@@ -69,18 +72,27 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         hidden_grad = (grad_hidden.to(scale.dtype) * scale).to(hidden_dtype) if grad_hidden is not None else None
         weight_grad = (grad_weight * scale).to(weight_dtype) if grad_weight is not None else None
         bias_grad = (grad_bias * scale).to(bias_dtype) if grad_bias is not None else None
-        return hidden_grad, weight_grad, bias_grad, None, None
+        return hidden_grad, weight_grad, bias_grad, None, None, None
 
 
 def chunked_linear_cross_entropy(
-    hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, *, chunk_size: int
+    hidden: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    targets: Tensor,
+    *,
+    chunk_size: int,
+    vocabulary: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """(Σ_i −log softmax(W h_i + b)[y_i], #correct) over N positions, chunk by chunk; equal to the plain form.
 
     hidden (N, H), weight (V, H), bias (V,) or None, targets (N,). The loss is differentiable in hidden,
-    weight and bias; the count is not.
+    weight and bias; the count is not. ``vocabulary``: the real entries of a padded (V', H) weight; the columns
+    from it on are −∞ (the loss and gradients are those of ``weight[:vocabulary]``, at the padded width's speed).
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    total, correct = _ChunkedLinearCrossEntropy.apply(hidden, weight, bias, targets, chunk_size)
+    if vocabulary is not None and vocabulary >= weight.shape[0]:
+        vocabulary = None  # nothing padded
+    total, correct = _ChunkedLinearCrossEntropy.apply(hidden, weight, bias, targets, chunk_size, vocabulary)
     return total, correct

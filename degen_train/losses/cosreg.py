@@ -150,11 +150,14 @@ class CosineRegularizer(LossTerm):
     def _regularize(self, matrix: Tensor) -> tuple[Tensor, int]:
         """(R_cos, rows counted) of one matrix: shard-wise when FSDP2 shards it, else whole."""
         shard = local_shard(matrix)
+        if shard is None and matrix._base is not None:  # a padded vocabulary's first V rows (models/vocabulary.py)
+            shard = local_shard(matrix._base)
         if shard is None:
             if self.rows == "seen":
                 matrix = matrix[self.seen[: matrix.shape[0]]]
             return cosine_regularizer(matrix, normalization=self.normalization), matrix.shape[0]
         local, offset = shard
+        local = local[: max(0, matrix.shape[0] - offset)]  # rows past V (padding) left out
         count = matrix.shape[0]
         if self.rows == "seen":
             seen = self.seen[: matrix.shape[0]]

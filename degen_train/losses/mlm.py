@@ -55,12 +55,15 @@ class TokenPredictionTerm(LossTerm):
             accuracy = token_accuracy(output.logits.detach(), targets)
         else:
             assert output.labelled_hidden is not None and self.chunk_size
+            # A padded vocabulary: the whole (V', H) output layer, its columns from V on masked (models/vocabulary.py)
+            weight, bias = output.padded_output or (output.output_embedding_weight, output.output_bias)
             total, correct = chunked_linear_cross_entropy(
                 output.labelled_hidden,
-                output.output_embedding_weight,
-                output.output_bias,
+                weight,
+                bias,
                 targets,
                 chunk_size=self.chunk_size,
+                vocabulary=output.output_embedding_weight.shape[0],
             )
             accuracy = correct / count.clamp_min(1)
         return TermOutput(distributed_mean(total, count, over="targets"), {"accuracy": accuracy})

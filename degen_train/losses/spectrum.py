@@ -114,8 +114,15 @@ class SpectrumControlTerm(LossTerm):
     def setup(self, context: TermContext) -> None:
         if context.backbone is None:
             raise ValueError("spectrum_control needs the model (TermContext.backbone) to reparameterise its embedding")
-        self._model = [context.backbone.model]
-        install_spectral_factors(context.backbone.model)
+        model = context.backbone.model
+        if model.config.vocab_size != context.vocab_size:
+            raise ValueError(
+                f"spectrum_control factors the whole output matrix, whose {model.config.vocab_size} rows hold "
+                f"{model.config.vocab_size - context.vocab_size} of padding (model.pad_vocab_to_multiple_of): their "
+                f"rows would enter U and the spectrum; set model.pad_vocab_to_multiple_of=1"
+            )
+        self._model = [model]
+        install_spectral_factors(model)
 
     def forward(self, output: ForwardOutput) -> TermOutput:
         factors = getattr(self._model[0], FACTORS)

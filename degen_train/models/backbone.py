@@ -27,6 +27,7 @@ from degen_train.models.attention_variants import SETTINGS_KEY, install_attentio
 from degen_train.models.loading import load_pretrained
 from degen_train.models.output import ForwardOutput
 from degen_train.models.positions import at_positions, labelled_positions, model_inputs, skip_padding_warning
+from degen_train.models.vocabulary import mask_padded_logits, pad_vocabulary, vocabulary_size
 
 # Batch entries with a ForwardOutput field of their own; any other entry lands in ``extras``.
 BATCH_KEYS = frozenset(
@@ -105,9 +106,11 @@ def build_hf_model(
             )
         if trained_with is None:  # a stock model: the variant's fresh gates on its trained attention, as released
             install_attention_variant(model, variant, arch=arch.name)
-        return model.train()  # from_pretrained leaves eval mode: continued pretraining would run without dropout
+        # from_pretrained leaves eval mode: continued pretraining would run without dropout
+        return pad_vocabulary(model, cfg.pad_vocab_to_multiple_of).train()
     model_class = arch.nsp_class if with_nsp_head else arch.model_class
-    return install_attention_variant(model_class(arch.make_config(cfg, tokenizer)), variant, arch=arch.name)
+    model = install_attention_variant(model_class(arch.make_config(cfg, tokenizer)), variant, arch=arch.name)
+    return pad_vocabulary(model, cfg.pad_vocab_to_multiple_of)
 
 
 def shape_signature(model: PreTrainedModel) -> dict[str, Any]:
@@ -139,6 +142,8 @@ class Backbone(nn.Module):
         arch = architecture_of(model.config.model_type)
         self.family = arch.family if arch is not None else "encoder"
         self.token_types = arch.token_types if arch is not None else True
+        self.vocabulary = vocabulary_size(model)  # the tokenizer's V; the model's rows may be padded beyond it
+        mask_padded_logits(model)  # a padded model loaded from a checkpoint's config: its hook again (once)
 
     @property
     def vocab_head(self) -> nn.Module:
@@ -202,6 +207,14 @@ class Backbone(nn.Module):
             labelled, bias = transform(at_positions(hidden, index)), decoder.bias  # (N, H), (V,)
             if "logits" in requires:
                 logits = decoder(labelled)  # (N, V)
+        word_rows = self.model.get_input_embeddings().weight  # (V, H)
+        output_rows = self.model.get_output_embeddings().weight  # (V, H), the same tensor when tied
+        padded_output = None
+        if word_rows.shape[0] > self.vocabulary:  # (V', H) padded rows: the terms see the tokenizer's V (views)
+            padded_output, tied = (output_rows, bias), output_rows is word_rows
+            word_rows = word_rows[: self.vocabulary]
+            output_rows = word_rows if tied else output_rows[: self.vocabulary]  # one view when tied, as before
+            bias = bias[: self.vocabulary] if bias is not None else None
         pooled = getattr(encoded, "pooler_output", None)  # (B, H), None when the model has no pooler
         sequence_logits = None
         if "sequence_logits" in requires:
@@ -218,10 +231,11 @@ class Backbone(nn.Module):
             logits=logits,
             labelled_hidden=labelled,
             output_bias=bias,
+            padded_output=padded_output,
             target_ids=at_positions(labels, index),
             labelled_index=index,
-            embedding_weight=self.model.get_input_embeddings().weight,
-            output_embedding_weight=self.model.get_output_embeddings().weight,
+            embedding_weight=word_rows,
+            output_embedding_weight=output_rows,
             original_ids=batch.get("original_ids"),
             token_type_ids=batch.get("token_type_ids"),
             sequence_labels=batch.get("next_sentence_label"),

@@ -11,6 +11,7 @@ from transformers import BertModel
 
 from degen_train.core.rng import REPLACEMENT_SALT, counter_uniforms
 from degen_train.models.positions import at_positions, model_inputs, skip_padding_warning
+from degen_train.models.vocabulary import vocabulary_size
 
 
 class _ProjectedEmbeddings(nn.Module):
@@ -62,13 +63,18 @@ class AuxiliaryGenerator(nn.Module):
         self.transform = nn.Sequential(
             nn.Linear(width, main.hidden_size), nn.GELU(), nn.LayerNorm(main.hidden_size, eps=main.layer_norm_eps)
         )
-        self.decoder_weight = main_model.get_input_embeddings().weight  # (V, H) shared
+        self.decoder_weight = main_model.get_input_embeddings().weight  # (V', H) shared, V' ≥ V when padded
         self.decoder_bias = nn.Parameter(torch.zeros(main.vocab_size))
+        self.vocabulary = vocabulary_size(main_model)  # columns past it are padding: −∞, never sampled
 
     def forward(self, batch: dict[str, Tensor], index: Tensor) -> Tensor:
         """(N, V) generator logits at the flat positions ``index`` (N,) (the masked ones) of the masked input."""
         hidden = self.encoder(**model_inputs(batch)).last_hidden_state  # (B, T, H_gen)
-        return F.linear(self.transform(at_positions(hidden, index)), self.decoder_weight, self.decoder_bias)  # (N, V)
+        labelled = self.transform(at_positions(hidden, index))  # (N, H)
+        logits = F.linear(labelled, self.decoder_weight, self.decoder_bias)  # (N, V'), V' = V unless padded
+        if logits.shape[-1] > self.vocabulary:
+            logits[:, self.vocabulary :] = float("-inf")  # in place, as the main output layer's (models/vocabulary.py)
+        return logits
 
 
 @torch.no_grad()

@@ -20,7 +20,7 @@ class ForwardOutput:
     hidden_states: Tensor  # (B, T, H) last layer
     labels: Tensor  # (B, T) target id, -100 = no target
     target_ids: Tensor  # (N,) labels at those positions
-    embedding_weight: Tensor  # (V, H) input embeddings
+    embedding_weight: Tensor  # (V, H) input embeddings, the tokenizer's V rows (padding left out: a view)
     output_embedding_weight: Tensor  # (V, H) LM-head decoder (the same tensor when tied)
     original_ids: Tensor | None = None  # (B, T) ids before masking/corruption
     token_type_ids: Tensor | None = None  # (B, T) segment ids (NSP pairs)
@@ -29,8 +29,11 @@ class ForwardOutput:
     # output_embedding_weight (a term may make them chunk by chunk instead of asking for ``logits``).
     labelled_hidden: Tensor | None = None  # (N, H) after the head's own transform (BERT's dense+LN; GPT-2: none)
     output_bias: Tensor | None = None  # (V,)
+    # With model.pad_vocab_to_multiple_of > 1: the output layer's whole (V', H) weight and (V',) bias, for a term that
+    # makes logits itself at the padded width (the tiles' width; models/vocabulary.py), masking columns V.. itself.
+    padded_output: tuple[Tensor, Tensor | None] | None = None
     # Optional: computed only when a term names the field in its ``requires`` (OPTIONAL_FIELDS).
-    logits: Tensor | None = None  # (N, V) at the labelled positions
+    logits: Tensor | None = None  # (N, V) at the labelled positions; (N, V') with −∞ at padded columns
     pooled: Tensor | None = None  # (B, H) [CLS] after the pooler
     sequence_logits: Tensor | None = None  # (B, 2) NSP head
     all_hidden_states: tuple[Tensor, ...] | None = None  # embeddings + every layer

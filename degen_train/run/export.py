@@ -9,6 +9,7 @@ from typing import Any
 from degen_train.core.io import atomic_directory
 from degen_train.losses.spectrum import fold_spectral_state
 from degen_train.models.attention_variants import exported_model_type
+from degen_train.models.vocabulary import unpadded_for_export
 
 PROVENANCE_FILE = "degen_train.json"  # in the export folder: how the weights were made
 
@@ -31,7 +32,9 @@ def export_pretrained(
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # a one-shard "Writing model shards" bar says nothing
-    with atomic_directory(target, replace=True) as staging:
+    # A padded vocabulary (model.pad_vocab_to_multiple_of) is cut back to the tokenizer's V rows: the export is the
+    # model an unpadded run would have written (the padded rows are zero and never predicted).
+    with atomic_directory(target, replace=True) as staging, unpadded_for_export(model, weights) as weights:
         model.save_pretrained(str(staging), state_dict=weights)
         if tokenizer is not None:  # degen-convert of a run that kept no tokenizer: the model only
             tokenizer.save_pretrained(str(staging))

@@ -164,6 +164,11 @@ UNREMARKABLE = ("ckpt_path", "run_dir", "trainer.default_root_dir")
 MUST_STAY = ("trainer.accumulate_grad_batches", "trainer.gradient_clip_val", "trainer.gradient_clip_algorithm")
 
 
+# Keys added since checkpoints were first written, with the value that behaves as the code did before them: a record
+# without the key is read with it (a checkpoint of 2026-11-27 resumes; one asking for padding now is refused).
+BEFORE_THE_KEY = {"model.pad_vocab_to_multiple_of": 1}
+
+
 TERM_WEIGHT = ("objective.", "regularizer.")  # objective.NAME.weight / regularizer.NAME.weight: a weight schedule
 
 
@@ -195,6 +200,8 @@ def resume_changes(
     """(refused, allowed): one 'key: before -> after' line per changed key; ``also_free``: more keys or prefixes
     that may change (a branch's schedule)."""
     old, new = flatten(before), flatten(after)
+    if "model.family" in old:  # a record with a model section: a key added since reads as the code before it did
+        old = {**{k: v for k, v in BEFORE_THE_KEY.items() if k in new}, **old}
     refused, allowed = [], []
     for key in sorted(set(old) | set(new)):
         if old.get(key) == new.get(key) or key in UNREMARKABLE:

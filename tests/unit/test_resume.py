@@ -56,6 +56,16 @@ def test_what_the_run_may_change_on_the_way_is_allowed() -> None:
     assert resume_changes(BEFORE, changed(data__batch_size=16, trainer__devices=1))[0] == []
 
 
+def test_a_checkpoint_recorded_before_vocabulary_padding_resumes_unpadded_only() -> None:
+    """A record of 2026-11-27 has no model.pad_vocab_to_multiple_of: it reads as 1 (no padding, the code it ran),
+    so the same run resumes and a resume asking for padding is refused by name."""
+    before = {**BEFORE, "model": {"family": "encoder", "hidden_size": 8}}
+    same = {**BEFORE, "model": {"family": "encoder", "hidden_size": 8, "pad_vocab_to_multiple_of": 1}}
+    assert resume_changes(before, same) == ([], [])
+    padded = {**same, "model": {**same["model"], "pad_vocab_to_multiple_of": 64}}
+    assert resume_changes(before, padded)[0] == ["model.pad_vocab_to_multiple_of: 1 -> 64"]
+
+
 def test_a_resume_with_another_learning_rate_is_refused_and_nothing_is_rewritten(tmp_path: Path) -> None:
     """Before: the old learning rate went on (restored with the optimizer) while config.yaml, summary.json and the
     export recorded the new one."""
