@@ -170,13 +170,16 @@ def test_bench_gpu_table_and_page_markers(tmp_path: Path) -> None:
                "throughput": {"bert": {**{f"{k}_eager": row for k in loops}, **{f"{k}_compiled": compiled
                                                                                 for k in loops}}},
                "compile_where": {"bert": {"eager": row, "blocks": compiled, "whole": row}},
-               "end_to_end": row, "terms": {"error": "OSError: [Errno 28] no space left\nmore"}}  # fmt: skip
+               "end_to_end": {**row, "costs_per_event_s": {"checkpoint": 3.0}, "hour_long": {"over_steady": 0.9},
+                              "hour_long_on_the_clock": {"over_steady": 0.998, "minutes": {"checkpoint": 30.0}}},
+               "terms": {"error": "OSError: [Errno 28] no space left\nmore"}}  # fmt: skip
     text = table(results)
     assert "NVIDIA H100 80GB HBM3" in text
     assert "| bert | careful loop | 30,522 | 546M | 200k (10.0%) | 240k (10.0%) | 30 | 9 |" in text  # what both ran
     assert "| bert | degen-train ÷ careful loop compiled | | | | 1.00× | | |" in text
     assert "terms: failed (OSError: [Errno 28] no space left)" in text and "| term |" not in text  # a failed part
     assert "Hand loop, bert, steady tokens/s: eager 200k (warm-up 2 s), blocks 240k (warm-up 32 s)" in text
+    assert "On the clock (checkpoint every 30 min: callbacks.cadence), it trains at 0.998× the steady rate." in text
     page = tmp_path / "gpu.md"
     page.write_text(f"intro\n{TABLE_START}\nold\n{TABLE_END}\nrest\n")
     assert write_page_table(text, page)

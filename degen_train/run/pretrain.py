@@ -18,6 +18,7 @@ import torch  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from degen_train.callbacks.best_sts import BestBySTS  # noqa: E402
+from degen_train.callbacks.cadence import ClockCadence  # noqa: E402
 from degen_train.callbacks.isotropy_monitor import IsotropyMonitor  # noqa: E402
 from degen_train.callbacks.preemption import stopping_before_training  # noqa: E402
 from degen_train.callbacks.throughput import Throughput  # noqa: E402
@@ -238,6 +239,9 @@ def _add_run_facts(cfg: DictConfig, summary: dict, built: Built, branch: dict[st
     model = built.module.backbone.model
     summary["vocabulary"] = model.get_input_embeddings().num_embeddings  # the model's rows (padded ones included)
     summary["tokenizer_vocabulary"] = vocabulary_size(model)  # the entries it predicts
+    for callback in trainer.callbacks:  # callbacks.cadence: the updates its minutes became in this segment
+        if isinstance(callback, ClockCadence) and callback.chosen:
+            summary["cadence"] = callback.chosen
     if built.data.sources:  # the proportions the run's batches held, beside the weights asked for
         summary["data_mixture"] = mixture_seen(built.data.sources, int(cfg.data.batch_size) * trainer.world_size,
                                                int(cfg.seed), trainer.global_step * trainer.accumulate_grad_batches)
