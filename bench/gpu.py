@@ -9,8 +9,9 @@ Parts (``python bench/run.py gpu [PART ...]``; without one, SITTING: throughput,
   compile_where the careful hand loop eager, with its blocks compiled in place (model.compile's way) and whole
   levers       what each GPU lever gives on BERT-base: loader workers 0 vs auto, the divergence check on the host
                (optimizer.fused=false) vs deferred, checkpoints in the step vs on a writer thread, the vocabulary
-               padded to a multiple of 64; on GPT-2 small, the chunked output layer (objective.mle.chunk_size=1024,
-               the default) vs whole logits, and the vocabulary padded to 64
+               padded to a multiple of 64, the head and loss compiled (objective.mlm.compiled=true); on GPT-2 small,
+               the chunked output layer (objective.mle.chunk_size=1024, the default) vs whole logits, the vocabulary
+               padded to 64, and the whole head and loss compiled
   terms        each term's cost next to plain MLM / MLE: CosReg, SimCTG, TaCL, COCO-LM, SimCSE
   end_to_end   a default-shaped run (periodic checkpoints, monitors, final validation) against its steady rate
   exactness    trainer.deterministic=true: repeats and a 20 + 20 resume compared bit for bit, and its cost; the same
@@ -181,6 +182,7 @@ def levers(scratch: Path) -> dict[str, Any]:
         "divergence_check_on_host": ["optimizer.fused=false"],
         "checkpoints_in_step": ["callbacks.checkpoint.background=false"],
         "vocab_padded_64": ["model.pad_vocab_to_multiple_of=64"],
+        "compiled_head": ["objective.mlm.compiled=true"],
     }
     out = {name: ours(scratch / f"lever_{name}", *base, *extra) for name, extra in variants.items()}
     decoder, dbatch, dlength = sizes()["gpt2"]
@@ -188,6 +190,8 @@ def levers(scratch: Path) -> dict[str, Any]:
     out["gpt2_chunked_output_layer"] = ours(scratch / "lever_gpt2_chunked", *gpt2)  # objective.mle.chunk_size=1024
     out["gpt2_whole_logits"] = ours(scratch / "lever_gpt2_whole", *gpt2, "objective.mle.chunk_size=null")
     out["gpt2_vocab_padded_64"] = ours(scratch / "lever_gpt2_padded", *gpt2, "model.pad_vocab_to_multiple_of=64")
+    out["gpt2_compiled_head"] = ours(scratch / "lever_gpt2_compiled_head", *gpt2, "objective.mle.chunk_size=null",
+                                     "objective.mle.compiled=true")  # fmt: skip
     return out
 
 

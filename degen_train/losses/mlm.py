@@ -10,6 +10,7 @@ from annotated_types import Ge
 from torch import Tensor, nn
 
 from degen_train.losses.chunked_ce import chunked_linear_cross_entropy
+from degen_train.losses.compiled_head import compiled_head_cross_entropy
 from degen_train.losses.contract import LossTerm, TermOutput, distributed_mean, register_term
 from degen_train.models.output import ForwardOutput
 
@@ -31,16 +32,23 @@ class TokenPredictionTerm(LossTerm):
     """−(1/N) Σ log p(target) over the N labelled positions of every process: the MLM and MLE loss alike.
 
     ``chunk_size``: make the output layer's logits that many positions at a time, never all N at once
-    (objectives/chunked_ce.py; equal loss and gradient); null: the (N, V) logits in one piece.
+    (losses/chunked_ce.py; equal loss and gradient); null: the (N, V) logits in one piece. ``compiled``: the output
+    layer and its cross-entropy as one compiled graph at a padded row count (losses/compiled_head.py; equal loss and
+    gradient; with chunk_size null).
     """
 
     perplexity_metric = "loss"
     averages_over = ("targets",)
 
-    def __init__(self, *, chunk_size: Annotated[int, Ge(1)] | None = None) -> None:
+    def __init__(self, *, chunk_size: Annotated[int, Ge(1)] | None = None, compiled: bool = False) -> None:
         super().__init__()
-        self.chunk_size = chunk_size
-        self.requires = frozenset() if chunk_size else frozenset({"logits"})
+        if compiled and chunk_size:
+            raise ValueError(
+                f"compiled=true makes the head's logits in one compiled graph, chunk_size={chunk_size} a chunk at a "
+                f"time: set chunk_size=null with compiled=true (or compiled=false)"
+            )
+        self.chunk_size, self.compiled = chunk_size, compiled
+        self.requires = frozenset() if chunk_size or compiled else frozenset({"logits"})
 
     def head_parameters(self, backbone: nn.Module) -> list[nn.Parameter]:
         """The vocabulary head but the input word matrix (tied or not, every term reads that one)."""
@@ -54,17 +62,18 @@ class TokenPredictionTerm(LossTerm):
             total, _ = token_cross_entropy_sum(output.logits, targets)
             accuracy = token_accuracy(output.logits.detach(), targets)
         else:
-            assert output.labelled_hidden is not None and self.chunk_size
+            assert output.labelled_hidden is not None and (self.chunk_size or self.compiled)
             # A padded vocabulary: the whole (V', H) output layer, its columns from V on masked (models/vocabulary.py)
             weight, bias = output.padded_output or (output.output_embedding_weight, output.output_bias)
-            total, correct = chunked_linear_cross_entropy(
-                output.labelled_hidden,
-                weight,
-                bias,
-                targets,
-                chunk_size=self.chunk_size,
-                vocabulary=output.output_embedding_weight.shape[0],
-            )
+            vocabulary = output.output_embedding_weight.shape[0]
+            if self.compiled:
+                total, correct = compiled_head_cross_entropy(
+                    output.labelled_hidden, weight, bias, targets, vocabulary=vocabulary
+                )
+            else:
+                total, correct = chunked_linear_cross_entropy(
+                    output.labelled_hidden, weight, bias, targets, chunk_size=self.chunk_size, vocabulary=vocabulary
+                )
             accuracy = correct / count.clamp_min(1)
         return TermOutput(distributed_mean(total, count, over="targets"), {"accuracy": accuracy})
 
