@@ -84,10 +84,13 @@ def degen_train(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, env={**os.environ}, timeout=780)
 
 
-def on_two_processes(runs: list[tuple[Path, list[str]]], *, timeout: float = 780) -> None:
+def on_two_processes(
+    runs: list[tuple[Path, list[str]]], *, timeout: float = 780, seconds_per_update: dict[str, float] | None = None
+) -> None:
     """Train every run (its folder and overrides; a folder twice: a resume) on one two-process job, in order, as
     ``torchrun --nproc-per-node 2 degen-train`` would, but paying the interpreter's start and the imports (~7 s a
-    process here, more than a tiny run's training) once for them all. Raises with both ranks' output tails."""
+    process here, more than a tiny run's training) once for them all. Raises with both ranks' output tails.
+    ``seconds_per_update``: {rank: seconds}, a clock of the test's own for callbacks.cadence on each rank."""
     import json
     import socket
     import tempfile
@@ -98,7 +101,8 @@ def on_two_processes(runs: list[tuple[Path, list[str]]], *, timeout: float = 780
         port = probe.getsockname()[1]
     scratch = Path(tempfile.mkdtemp(prefix="two_processes_"))
     spec = scratch / "runs.json"
-    spec.write_text(json.dumps([{"run_dir": str(d), "overrides": list(o)} for d, o in runs]))
+    clock = {"seconds_per_update": seconds_per_update} if seconds_per_update else {}
+    spec.write_text(json.dumps([{"run_dir": str(d), "overrides": list(o), **clock} for d, o in runs]))
     launcher = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "NODE_RANK": "0"}
     ranks = []
     for rank in range(2):

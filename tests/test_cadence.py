@@ -10,7 +10,7 @@ import pytest
 
 from degen_train.callbacks import cadence
 from degen_train.callbacks.cadence import ClockCadence, updates_for
-from tests.helpers import logged, run
+from tests.helpers import SAME_RUN_SETTINGS, logged, on_two_processes, run
 
 
 def test_minutes_become_the_nearest_whole_updates() -> None:
@@ -35,3 +35,17 @@ def test_periodic_work_runs_on_the_clock_after_the_warm_up(tmp_path: Path, monke
     periodic = sorted(p.name for p in (tmp_path / "checkpoints").glob("step=*.ckpt"))
     assert periodic == ["step=00000012.ckpt", "step=00000015.ckpt"]
     assert summary["cadence"]["checkpoint"] == {"minutes": 0.05, "updates": 3, "seconds_per_update": 1.0}
+
+
+def test_two_processes_whose_clocks_disagree_keep_one_cadence(tmp_path: Path) -> None:
+    """Rank 0's clock says 1 s per update, rank 1's 3 s: each alone would choose every 3 and every 1 update, and a
+    validation on one rank only waits forever on the other's collectives. Rank 0's choice is broadcast: both validate
+    and save at updates 12 and 15, and the run ends."""
+    settings = [*SAME_RUN_SETTINGS, "trainer.devices=2", "strategy=ddp", "data.batch_size=4", "trainer.max_steps=16",
+                "final_validation=false", "callbacks.cadence.validation_minutes=0.05",
+                "callbacks.cadence.checkpoint_minutes=0.05", "callbacks.checkpoint.save_top_k=-1"]  # fmt: skip
+    on_two_processes([(tmp_path, settings)], seconds_per_update={"0": 1.0, "1": 3.0})
+    assert sorted(logged(tmp_path, "val/loss")) == [11, 14]
+    periodic = sorted(p.name for p in (tmp_path / "checkpoints").glob("step=*.ckpt"))
+    assert periodic == ["step=00000012.ckpt", "step=00000015.ckpt"]
+    assert "validation every 0.05 min = every 3 updates" in (tmp_path / "train.log").read_text()
