@@ -21,6 +21,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
+from degen_train.callbacks.isotropy_monitor import IsotropyMonitor
 from degen_train.metrics.steady import WARMUP_STEPS
 
 log = logging.getLogger("degen_train")
@@ -90,7 +91,7 @@ class ClockCadence(Callback):
         for callback in trainer.callbacks:
             if "checkpoint" in intervals and isinstance(callback, ModelCheckpoint):
                 callback._every_n_train_steps = 0 if intervals["checkpoint"] == NEVER else intervals["checkpoint"]
-            if "isotropy" in intervals and hasattr(callback, "every_n_steps") and hasattr(callback, "probe"):
+            if "isotropy" in intervals and isinstance(callback, IsotropyMonitor):
                 callback.every_n_steps = intervals["isotropy"]
         if "validation" in intervals:  # Lightning counts validation in batches: updates × accumulation
             batches = intervals["validation"] * trainer.accumulate_grad_batches
