@@ -27,7 +27,7 @@ from degen_train.models.attention_variants import SETTINGS_KEY, install_attentio
 from degen_train.models.loading import load_pretrained
 from degen_train.models.output import ForwardOutput
 from degen_train.models.positions import at_positions, labelled_positions, model_inputs, skip_padding_warning
-from degen_train.models.vocabulary import mask_padded_logits, pad_vocabulary, vocabulary_size
+from degen_train.models.vocabulary import pad_vocabulary, vocabulary_size
 
 # Batch entries with a ForwardOutput field of their own; any other entry lands in ``extras``.
 BATCH_KEYS = frozenset(
@@ -143,7 +143,6 @@ class Backbone(nn.Module):
         self.family = arch.family if arch is not None else "encoder"
         self.token_types = arch.token_types if arch is not None else True
         self.vocabulary = vocabulary_size(model)  # the tokenizer's V; the model's rows may be padded beyond it
-        mask_padded_logits(model)  # a padded model loaded from a checkpoint's config: its hook again (once)
 
     @property
     def vocab_head(self) -> nn.Module:

@@ -55,7 +55,7 @@ def pad_vocabulary(model: Any, multiple: int) -> Any:
         for name in vocabulary_tensor_names(model):
             model.get_parameter(name)[vocabulary:].zero_()
     setattr(model.config, UNPADDED_KEY, vocabulary)
-    mask_padded_logits(model)
+    _mask_padded_logits(model, vocabulary)
     return model
 
 
@@ -77,12 +77,8 @@ def vocabulary_tensor_names(model: Any) -> set[str]:
     return names
 
 
-def mask_padded_logits(model: Any) -> None:
-    """A forward hook on the output layer setting the padded columns' logits to −∞ (once per model)."""
-    output = model.get_output_embeddings()
-    vocabulary = vocabulary_size(model)
-    if output is None or vocabulary == model.config.vocab_size or getattr(output, "_degen_masks_padding", False):
-        return
+def _mask_padded_logits(model: Any, vocabulary: int) -> None:
+    """A forward hook on the output layer setting the logits of columns ``vocabulary``.. to −∞."""
 
     def mask(module: nn.Module, inputs: Any, logits: Tensor) -> Tensor:
         # In place: the linear layer's backward needs its inputs, not its output, and a second (N, V') buffer is
@@ -90,8 +86,7 @@ def mask_padded_logits(model: Any) -> None:
         logits[..., vocabulary:] = float("-inf")
         return logits
 
-    output.register_forward_hook(mask)
-    output._degen_masks_padding = True
+    model.get_output_embeddings().register_forward_hook(mask)
 
 
 @contextmanager

@@ -200,8 +200,7 @@ def resume_changes(
     """(refused, allowed): one 'key: before -> after' line per changed key; ``also_free``: more keys or prefixes
     that may change (a branch's schedule)."""
     old, new = flatten(before), flatten(after)
-    if "model.family" in old:  # a record with a model section: a key added since reads as the code before it did
-        old = {**{k: v for k, v in BEFORE_THE_KEY.items() if k in new}, **old}
+    old = {**{k: v for k, v in BEFORE_THE_KEY.items() if k in new}, **old}  # a key added since: as the code before
     refused, allowed = [], []
     for key in sorted(set(old) | set(new)):
         if old.get(key) == new.get(key) or key in UNREMARKABLE:
