@@ -17,6 +17,21 @@ from degen_train.models.compile import check_compile_available, compile_blocks
 from tests.helpers import run
 
 
+@pytest.fixture
+def traced_without_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a test whose subject is what dynamo traces and guards (which blocks compile, their graphs, recompiles,
+    names, equality with eager), not inductor's kernels: blocks compile with aot_eager (forward and backward traced
+    as inductor receives them, no C++ built: 35 s of a cold cache here for the first test alone). Inductor itself
+    runs in the whole-run test below and in tests/unit/test_compiled_head.py."""
+    compile_module = torch.nn.Module.compile
+
+    def traced(self: torch.nn.Module, *args: object, **kwargs: object) -> None:
+        compile_module(self, *args, **{**kwargs, "backend": "aot_eager"})
+
+    monkeypatch.setattr(torch.nn.Module, "compile", traced)
+
+
+@pytest.mark.usefixtures("traced_without_kernels")
 def test_blocks_compile_in_place_equal_to_eager_without_recompiling_per_batch() -> None:
     from torch._dynamo.utils import counters
 
@@ -74,6 +89,7 @@ def test_parallelize_compiles_before_sharding_and_once(monkeypatch: pytest.Monke
     assert calls == ["compile", "shard frozen", "shard root"]
 
 
+@pytest.mark.usefixtures("traced_without_kernels")
 def test_the_isotropy_probe_runs_compiled_blocks_eagerly_without_compiling_again() -> None:
     """The monitor's probe (eval mode, a hook per block) on compiled blocks: the states equal an eager twin's and no
     graph is compiled for it. Traced, its hooks recompiled each block (the recompile limit hit on an H200)."""
@@ -121,6 +137,7 @@ def test_a_run_with_model_compile_compiles_its_blocks(tmp_path: Path) -> None:
     assert _stance.stance == "default"  # the counted step's eager stance does not outlive it
 
 
+@pytest.mark.usefixtures("traced_without_kernels")
 @pytest.mark.parametrize("preset", ["gpt2_tiny", "llama_tiny"])
 def test_decoder_blocks_compile_once_without_a_kv_cache(preset: str) -> None:
     """A decoder's training forward builds no KV cache: HF's GPT-2 and Llama make one whenever config.use_cache is
