@@ -68,7 +68,8 @@ class AuxiliaryGenerator(nn.Module):
         self.vocabulary = vocabulary_size(main_model)  # columns past it are padding: −∞, never sampled
 
     def forward(self, batch: dict[str, Tensor], index: Tensor) -> Tensor:
-        """(N, V) generator logits at the flat positions ``index`` (N,) (the masked ones) of the masked input."""
+        """(N, V') generator logits (−∞ past the tokenizer's V) at the flat positions ``index`` (N,) (the masked
+        ones) of the masked input."""
         hidden = self.encoder(**model_inputs(batch)).last_hidden_state  # (B, T, H_gen)
         labelled = self.transform(at_positions(hidden, index))  # (N, H)
         logits = F.linear(labelled, self.decoder_weight, self.decoder_bias)  # (N, V'), V' = V unless padded

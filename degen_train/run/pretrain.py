@@ -40,7 +40,6 @@ from degen_train.evaluation.export_probes import evaluate  # noqa: E402
 from degen_train.finetune.grid import finetune_export  # noqa: E402
 from degen_train.losses.contract import TermContext, WeightedSum  # noqa: E402
 from degen_train.models.backbone import Backbone, build_hf_model, shape_signature  # noqa: E402
-from degen_train.models.vocabulary import vocabulary_size  # noqa: E402
 from degen_train.run.build import build_trainer, on_gpu, resolved_config, setup_terms  # noqa: E402
 from degen_train.run.checks import RunPlan, check, check_w8a8_text  # noqa: E402
 from degen_train.run.end_of_run_table import end_of_run_table, human, parameter_counts  # noqa: E402
@@ -236,9 +235,9 @@ def _add_run_facts(cfg: DictConfig, summary: dict, built: Built, branch: dict[st
     """What the summary adds beyond the metrics: sizes, a mixture's shares, the branch and the provenance."""
     trainer = built.trainer
     summary["parameters"] = parameter_counts(built.module.backbone.model)
-    model = built.module.backbone.model
-    summary["vocabulary"] = model.get_input_embeddings().num_embeddings  # the model's rows (padded ones included)
-    summary["tokenizer_vocabulary"] = vocabulary_size(model)  # the entries it predicts
+    backbone = built.module.backbone
+    summary["vocabulary"] = backbone.model.get_input_embeddings().num_embeddings  # the model's rows (padding too)
+    summary["tokenizer_vocabulary"] = backbone.vocabulary  # the entries it predicts
     for callback in trainer.callbacks:  # callbacks.cadence: the updates its minutes became in this segment
         if isinstance(callback, ClockCadence) and callback.chosen:
             summary["cadence"] = callback.chosen
@@ -299,7 +298,7 @@ def build_module(
         terms,
         TermContext(
             hidden_size=hf_model.config.hidden_size,
-            vocab_size=vocabulary_size(hf_model),  # the tokenizer's V: a term's per-token tables leave padding out
+            vocab_size=backbone.vocabulary,  # the tokenizer's V: a term's per-token tables leave padding out
             batch_size=int(cfg.data.batch_size),
             backbone=backbone,
             block_size=int(cfg.data.block_size),
