@@ -14,6 +14,16 @@ from degen_train.reproduce.claims import Claim
 from tests.helpers import tiny_rte
 
 
+@pytest.fixture
+def no_analysis_pictures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a part whose section copies no analysis picture: each run's degen-analyze draws none (six figures a run,
+    about 2.3 s of matplotlib each; the attention part's six runs spent 16 of their 50 s there). The pictures are
+    tested where a page shows them (the miniature page) and in tests/test_probes.py."""
+    from degen_train.evaluation import model_analysis
+
+    monkeypatch.setattr(model_analysis, "pictures", lambda *args, **kwargs: {})
+
+
 def test_settings_refuse_unknown_keys_and_parts() -> None:
     with pytest.raises(ValueError, match=r"Key 'sedes' is not in struct.*keys: seeds, decoder"):
         load_settings(["sedes=3"])
@@ -94,6 +104,7 @@ def test_the_gao_scale_part_is_sized_for_a_gpu_sitting_and_runs_at_tiny_size_her
     assert "accelerator: cpu" in config
 
 
+@pytest.mark.usefixtures("no_analysis_pictures")
 def test_a_method_part_brings_its_baseline_and_writes_its_section(tmp_path: Path) -> None:
     """parts=[unlikelihood]: part (a)'s MLE runs are trained as its baseline (not CosReg's), one section each."""
     settings = miniature(tmp_path, parts="[unlikelihood]", seeds=1)
@@ -103,6 +114,7 @@ def test_a_method_part_brings_its_baseline_and_writes_its_section(tmp_path: Path
     assert not (tmp_path / "runs" / "gao" / "cosreg").exists()
 
 
+@pytest.mark.usefixtures("no_analysis_pictures")
 def test_spectrum_control_is_judged_against_its_control_too(tmp_path: Path) -> None:
     """parts=[spectrum_control]: beside the MLE baseline, a control with the same factorisation and both penalties
     at weight 0, and verdicts of the method against it (issue 19: a gain must be the penalties')."""
@@ -125,6 +137,7 @@ def test_simcse_runs_with_its_recipe_batches_and_is_probed_with_cls() -> None:
     assert "recipe=simcse" in simcse.overrides
 
 
+@pytest.mark.usefixtures("no_analysis_pictures")
 def test_the_optimizer_part_trains_muon_twins_of_adamw_runs_and_judges_the_outliers(tmp_path: Path) -> None:
     """parts=[muon,muon_cosreg]: part (a)'s MLE and CosReg decoders again with optimizer=muon (issue 25 item 4),
     each section against its AdamW twin, with the outlier columns from degen-analyze."""
@@ -137,6 +150,7 @@ def test_the_optimizer_part_trains_muon_twins_of_adamw_runs_and_judges_the_outli
     assert "_target_: degen_train.optim.muon.build_muon" in config and "cosreg:\n    weight: 1.0" in config
 
 
+@pytest.mark.usefixtures("no_analysis_pictures")
 def test_cooldowns_branch_from_one_stable_wsd_run_with_and_without_cosreg(tmp_path: Path) -> None:
     """parts=[cosreg_cooldown]: a WSD run through its stable phase, two cooldowns branched from its last stable
     checkpoint (CosReg off, and on for the cooldown only), judged against each other at their ends."""
@@ -153,6 +167,7 @@ def test_cooldowns_branch_from_one_stable_wsd_run_with_and_without_cosreg(tmp_pa
     assert json.loads((runs / "stable" / "seed0" / "summary.json").read_text())["final_step"] == 3
 
 
+@pytest.mark.usefixtures("no_analysis_pictures")
 def test_the_glue_part_fine_tunes_the_students_and_electra_twins_and_minilm(tmp_path: Path) -> None:
     """parts=[glue] (issue 21 item 8): the exports of parts (c) and (d) fine-tuned on GLUE (here a 16-row RTE),
     judged on the GLUE average against their baselines, with all-MiniLM-L6-v2 fine-tuned the same way as a line."""
@@ -174,6 +189,7 @@ def test_the_glue_part_fine_tunes_the_students_and_electra_twins_and_minilm(tmp_
     assert not (tmp_path / "runs" / "tacl" / "teacher" / "seed0" / "glue").exists()  # the teacher is not a claim
 
 
+@pytest.mark.usefixtures("no_analysis_pictures")
 def test_the_attention_part_trains_variants_beside_plain_softmax_and_measures_the_w8a8_gap(tmp_path: Path) -> None:
     """parts=[clipped_softmax,gated_attention,output_gate] (issue 22 item 5): encoders with plain, clipped and gated
     attention (plain once more, five times as long), part (a)'s decoder with and without the output gate; the
