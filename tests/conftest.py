@@ -173,3 +173,13 @@ def _python_processes_only_in_the_process_tier(request: pytest.FixtureRequest, m
         original(self, args, *rest, **kwargs)
 
     monkeypatch.setattr(subprocess.Popen, "__init__", guarded)
+
+
+@pytest.fixture
+def no_analysis_pictures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a test that reads an analysis's numbers, not its figures: degen-analyze draws none (six matplotlib figures
+    an analysis, about 2.3 s here; the attention reproduce part's six runs spent 16 of their 50 s there). The
+    figures are tested where a page shows them (the miniature reproduce page) and in tests/test_probes.py."""
+    from degen_train.evaluation import model_analysis
+
+    monkeypatch.setattr(model_analysis, "pictures", lambda *args, **kwargs: {})

@@ -289,6 +289,7 @@ def test_eval_glue_settings_are_checked_before_training(tmp_path: Path) -> None:
     assert not any((tmp_path / name / "config.yaml").exists() for name in "abc")
 
 
+@pytest.mark.usefixtures("no_analysis_pictures")
 def test_a_fine_tuned_model_is_kept_and_degen_analyze_reads_it(tmp_path: Path, minilm: Path) -> None:
     """--save-models: geometry after fine-tuning (Rajaee & Pilehvar 2021) with the same instrument as before."""
     from degen_train.evaluation.model_analysis import analyze

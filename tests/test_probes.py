@@ -136,6 +136,7 @@ def test_analyze_minilm_writes_metrics_and_pictures(minilm: Path, tmp_path: Path
     assert set(recorded["timings_s"]) == phases  # where the time goes (make bench reports it)
 
 
+@pytest.mark.usefixtures("no_analysis_pictures")
 def test_analyze_gives_alignment_and_uniformity_of_cls_for_sts_pairs(minilm: Path, tmp_path: Path) -> None:
     """degen-analyze --pairs FILE: Wang & Isola's ℓ_align over the pairs scored >= 4 and ℓ_uniform over every
     sentence, of the last layer's [CLS] vectors (issue 44.3), equal to the measures on those vectors computed apart;

@@ -14,16 +14,6 @@ from degen_train.reproduce.claims import Claim
 from tests.helpers import tiny_rte
 
 
-@pytest.fixture
-def no_analysis_pictures(monkeypatch: pytest.MonkeyPatch) -> None:
-    """For a part whose section copies no analysis picture: each run's degen-analyze draws none (six figures a run,
-    about 2.3 s of matplotlib each; the attention part's six runs spent 16 of their 50 s there). The pictures are
-    tested where a page shows them (the miniature page) and in tests/test_probes.py."""
-    from degen_train.evaluation import model_analysis
-
-    monkeypatch.setattr(model_analysis, "pictures", lambda *args, **kwargs: {})
-
-
 def test_settings_refuse_unknown_keys_and_parts() -> None:
     with pytest.raises(ValueError, match=r"Key 'sedes' is not in struct.*keys: seeds, decoder"):
         load_settings(["sedes=3"])

@@ -65,6 +65,7 @@ def test_a_run_never_writes_into_another_runs_folder(tmp_path: Path, source_run:
         run(tmp_path / "mine", *drill, f"logger.csv.save_dir={source_run}")
 
 
+@pytest.mark.usefixtures("no_analysis_pictures")
 def test_analysis_reads_only_files_inside_a_handed_over_folder(tmp_path: Path, source_run: Path) -> None:
     """Before: degen-analyze read whatever file RUN/config.yaml named as its corpus (/etc/passwd, say) and created
     the cache folder the config named."""
@@ -88,6 +89,7 @@ def test_analysis_reads_only_files_inside_a_handed_over_folder(tmp_path: Path, s
     assert analyze(source_run, out=tmp_path / "own", max_sentences=10)["layers"]
 
 
+@pytest.mark.usefixtures("no_analysis_pictures")
 def test_the_report_analyses_this_users_runs_and_fails_on_a_run_it_could_not(tmp_path: Path, source_run: Path) -> None:
     """Issue 38 drill: degen-report skipped the analysis of every data=wikitext2 run (data outside the folder),
     printed 'analysis failed' per run and still ended '4 runs (0 failed)', exit 0."""
