@@ -83,6 +83,16 @@ def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
+@pytest.fixture(scope="session")
+def teacher_with_dropout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A TaCL teacher with the recipe's dropout: what a teacher's mode does shows in a run's weights (issue 57)."""
+    from tests.helpers import run
+
+    run_dir = tmp_path_factory.mktemp("teacher_with_dropout")
+    run(run_dir, "recipe=bert_mlm_nsp", "model=tiny", "data.tokenizer.vocab_size=1000", "trainer.max_steps=2")
+    return run_dir
+
+
 @pytest.fixture(scope="module")
 def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A few help topics: about five batches an epoch, so the runs below cross epochs."""

@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from scipy.stats import spearmanr
 
+from degen_train.core.rng import RandomStreams
 from degen_train.metrics.encode import POOLINGS, Encoder, sentence_vectors
 from degen_train.metrics.probes import SentencePairs, read_sts
 
@@ -66,7 +67,8 @@ class BestBySTS(Callback):
         try:
             limit = min(int(getattr(model.config, "max_position_embeddings", 512)), 512)
             encoder = Encoder(model, self._tokenizer, Path(str(self.sts)), max_length=limit, batch_size=64)
-            vectors = sentence_vectors(encoder, self.pairs.first + self.pairs.second, pooling=self.pooling)
+            with RandomStreams().kept():  # the probe's cadence never changes a run's weights
+                vectors = sentence_vectors(encoder, self.pairs.first + self.pairs.second, pooling=self.pooling)
         finally:
             for m, training in modes.items():
                 m.training = training

@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from degen_train.callbacks.throughput import Throughput
+from degen_train.core.rng import RandomStreams
 from degen_train.devices.sharding import gathered
 from degen_train.metrics.isotropy import VectorMoments, isoscore, mean_pairwise_cosine, outlier_dimensions
 from degen_train.metrics.isotropy import self_similarity as sequence_self_similarity
@@ -36,8 +37,8 @@ def probe_states(backbone: Any, probe: dict[str, torch.Tensor]) -> tuple[tuple[t
     """
     was_training = backbone.training
     backbone.eval()
-    try:
-        with torch.compiler.set_stance("force_eager"), block_outputs(backbone.model) as blocks:
+    try:  # the training streams kept: a probe's cadence never changes a run's weights
+        with torch.compiler.set_stance("force_eager"), block_outputs(backbone.model) as blocks, RandomStreams().kept():
             layers = backbone.encode(probe, all_layers=True).hidden_states
     finally:
         backbone.train(was_training)

@@ -6,6 +6,12 @@ arbitrary but fixed: changing one changes the draws of every run (and breaks exa
 
 from __future__ import annotations
 
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -65,3 +71,36 @@ def _splitmix(state: Tensor) -> Tensor:
     state = (state ^ _shifted(state, 30)) * _signed(_MIX1)
     state = (state ^ _shifted(state, 27)) * _signed(_MIX2)
     return state ^ _shifted(state, 31)
+
+
+class RandomStreams:
+    """The global generators' states (Python's, NumPy's, torch's CPU and every initialised CUDA device's), taken and
+    put back: a periodic piece of work (validation, a probe, a checkpoint) runs between ``take`` and ``restore``
+    and leaves the training stream where it found it, so a run's weights do not depend on its cadences."""
+
+    def __init__(self) -> None:
+        self._states: tuple[Any, ...] | None = None
+
+    def take(self) -> None:
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        self._states = (random.getstate(), np.random.get_state(), torch.get_rng_state(), cuda)
+
+    def restore(self) -> None:
+        if self._states is None:
+            return
+        python, numpy_state, cpu, cuda = self._states
+        random.setstate(python)
+        np.random.set_state(numpy_state)
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+        self._states = None
+
+    @contextmanager
+    def kept(self) -> Iterator[None]:
+        """``with RandomStreams().kept(): ...``: whatever the body draws, the streams after it are those before."""
+        self.take()
+        try:
+            yield
+        finally:
+            self.restore()

@@ -117,6 +117,11 @@ class TokenContrastiveTerm(LossTerm):
         assert self.teacher is not None and output.original_ids is not None
         if next(self.teacher.parameters()).device != output.hidden_states.device:
             self.teacher.to(output.hidden_states.device)
+        # The teacher's mode follows this term's at every forward: Lightning restores the modes after a validation
+        # by setting each module's ``training`` flag, which never reaches a teacher outside the module tree, and a
+        # teacher left in eval mode would train without its dropout from the first validation on (issue 57).
+        if self.teacher.training != (self.training and self.teacher_dropout):
+            self.teacher.train(self.training and self.teacher_dropout)
         teacher_input = {"input_ids": output.original_ids, "attention_mask": output.attention_mask}
         if output.token_type_ids is not None:
             teacher_input["token_type_ids"] = output.token_type_ids

@@ -14,7 +14,7 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
-from degen_train.core.rng import DROPOUT_SALT, VALIDATION_DROPOUT_SALT, mix_seed
+from degen_train.core.rng import DROPOUT_SALT, VALIDATION_DROPOUT_SALT, RandomStreams, mix_seed
 from degen_train.losses.accumulation import WindowTracker, averaging_over
 from degen_train.losses.contract import WeightedSum
 from degen_train.models.backbone import Backbone
@@ -54,6 +54,7 @@ class PretrainModule(pl.LightningModule):
         self.source_labels: list[str] = []  # a mixture's sources (data.sources), as the batches' ``source`` numbers
         self.compile_model = compile_model  # model.compile: blocks compiled in configure_model (parallelize)
         self.states_sampled_at: int | None = None  # the last update before which a term sampled states (Throughput)
+        self.training_streams = RandomStreams()  # kept across a validation: its draws are not training's (issue 57)
 
     def forward(self, batch: dict[str, Tensor], *, states_for: Any = None) -> Any:
         """The whole step, (loss, logged): under FSDP2 this is the root's forward, so every parameter a term
@@ -106,7 +107,7 @@ class PretrainModule(pl.LightningModule):
         modes = {module: module.training for module in self.modules()}
         self.eval()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), RandomStreams().kept():
                 loader = self.trainer.datamodule.upcoming_batches()
                 outputs = (self(self.transfer_batch_to_device(b, self.device, 0), states_for=term) for b in loader)
                 term.refresh(outputs, wanted)
@@ -117,6 +118,14 @@ class PretrainModule(pl.LightningModule):
             if hasattr(self, "reshard"):
                 self.reshard()
         log.info("%s: refreshed from a sample of the upcoming training batches at step %d", term.name, self.global_step)
+
+    def on_validation_start(self) -> None:
+        # Validation seeds the global generators per batch (below): whatever it draws, training's streams come back
+        # as they were, so a run's weights are the same whatever its validation cadence (on every process).
+        self.training_streams.take()
+
+    def on_validation_end(self) -> None:
+        self.training_streams.restore()
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self.validate_batch(batch, batch_idx, "val")

@@ -32,7 +32,7 @@ ALLOWED = {  # package: the packages it imports
     "reproduce": {"config", "core", "evaluation", "finetune", "metrics", "run"},
     "run": {"callbacks", "config", "core", "data", "devices", "evaluation", "finetune", "losses", "metrics", "models",
             "optim", "storage"},
-    "callbacks": {"devices", "metrics", "storage"},
+    "callbacks": {"core", "devices", "metrics", "storage"},
     "evaluation": {"config", "core", "data", "metrics", "models", "storage"},
     "metrics": {"core", "data", "devices", "models"},
     "finetune": {"core", "data", "models"},
