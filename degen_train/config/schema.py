@@ -129,6 +129,8 @@ class ModelConfig(BaseModel):
     attention: str = "sdpa"  # checked by transformers where the model is built
     init_from: str | None = None
     compile: bool = False
+    # models/activation_checkpointing.py: none, full, or every k-th block (an integer k >= 1)
+    activation_checkpointing: Literal["none", "full"] | Annotated[int, Field(ge=1)] = "none"
     pad_vocab_to_multiple_of: int = Field(default=1, ge=1)  # models/vocabulary.py: 1 = the tokenizer's size
     local_attention: int = Field(default=128, ge=1)  # ModernBERT's sliding window (its released 128)
     rope_theta: float = Field(default=10000.0, gt=0)  # Llama / Qwen2's RoPE base (Llama's released 10,000)
@@ -273,6 +275,19 @@ class SearchConfig(BaseModel):
     cosine_bound: float | None = Field(default=None, ge=-1, le=1)
 
 
+class PlanConfig(BaseModel):
+    """plan: debug=plan's question, does this run fit a card and how long will it take (run/memory_plan.py)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    only: bool = False  # true (debug=plan): print the plan and stop, nothing built on a device, nothing written
+    card: Literal["h100", "h200", "a100"] = "h100"
+    mfu: float = Field(default=0.4, gt=0, le=1)  # the model FLOPs utilisation the step time is quoted at
+    devices: int | None = Field(default=None, ge=1)  # null: trainer.devices x trainer.num_nodes
+    token_budget: float | None = Field(default=None, gt=0)  # tokens to train: the plan gives the hours
+    headroom: float = Field(default=0.9, gt=0, le=1)  # the share of the card's memory a plan may fill
+    memory_gib: float | None = Field(default=None, gt=0)  # another memory size for the card (a 40 GB A100, ...)
+
+
 class TrainConfig(BaseModel):
     model_config = Open
     seed: int = Field(ge=0)
@@ -286,6 +301,7 @@ class TrainConfig(BaseModel):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     push_to_hub: PushToHubConfig = Field(default_factory=PushToHubConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
+    plan: PlanConfig = Field(default_factory=PlanConfig)
     masking: MaskingConfig
     data: DataConfig
     model: ModelConfig

@@ -77,7 +77,7 @@ def check(cfg: DictConfig, *, model_choice: str = "model") -> RunPlan:
     family = model_family(config.model)
     data_format = data_format_for(terms, family, model_choice)
     plan = RunPlan(cfg, config, run_dir, terms, weights, family, data_format)
-    if config.prepare_only:  # a preparation writes only the cache: no run folder to check
+    if config.prepare_only or config.plan.only:  # the cache only, or nothing: no run folder to check
         return plan
     check_losses(plan)
     check_hardware(cfg)

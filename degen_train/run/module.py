@@ -38,6 +38,7 @@ class PretrainModule(pl.LightningModule):
         seed: int,
         checkpoint_identity: dict[str, Any],
         compile_model: bool = False,
+        activation_checkpointing: str | int = "none",
     ) -> None:
         super().__init__()
         self.backbone, self.loss = backbone, loss
@@ -53,6 +54,7 @@ class PretrainModule(pl.LightningModule):
         self.windows = WindowTracker()  # the accumulation window being trained (accumulate_grad_batches > 1)
         self.source_labels: list[str] = []  # a mixture's sources (data.sources), as the batches' ``source`` numbers
         self.compile_model = compile_model  # model.compile: blocks compiled in configure_model (parallelize)
+        self.activation_checkpointing = activation_checkpointing  # model.activation_checkpointing, applied there too
         self.states_sampled_at: int | None = None  # the last update before which a term sampled states (Throughput)
         self.training_streams = RandomStreams()  # kept across a validation: its draws are not training's (issue 57)
 
@@ -72,6 +74,7 @@ class PretrainModule(pl.LightningModule):
         options = getattr(self.trainer.strategy, "fsdp_options", None)
         frozen = [(term.name, module) for term in self.loss.terms.values() for module in term.frozen_modules()]
         parallelize(self, self.backbone.model, frozen, compile_model=self.compile_model, fsdp_options=options,
+                    activation_checkpointing=self.activation_checkpointing,
                     mesh=self.device_mesh["data_parallel"] if options is not None else None,
                     device=self.device)  # fmt: skip
 

@@ -20,6 +20,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy, Strategy
 from torch import nn
 
 from degen_train.devices.sharding import SHARDED_ROOTS
+from degen_train.models.activation_checkpointing import checkpoint_blocks
 from degen_train.models.compile import compile_blocks
 from degen_train.storage.checkpoints import by_name, by_position
 
@@ -165,10 +166,12 @@ def deepspeed_strategy(*, stage: int = 2, offload_optimizer: bool = False, **kwa
 
 def parallelize(
     root: nn.Module, model: nn.Module, frozen: list[tuple[str, nn.Module]], *, compile_model: bool,
-    fsdp_options: dict[str, Any] | None, mesh: Any, device: torch.device,
+    fsdp_options: dict[str, Any] | None, mesh: Any, device: torch.device, activation_checkpointing: str | int = "none",
 ) -> None:  # fmt: skip
     """Everything that changes how ``root`` (the LightningModule) runs, in this order (torchtitan's):
 
+    0. model.activation_checkpointing: every (k-th) block's forward recomputed in the backward
+       (models/activation_checkpointing.py), inside what compile and FSDP2 then wrap.
     1. model.compile: each block of ``model`` compiled in place, so FSDP2 then shards the compiled modules and
        its hooks run around the compiled graphs (compiling after sharding would trace through them).
     2. FSDP2 on the ``frozen`` models outside the tree (a TaCL teacher, as (term name, module)) first: they
@@ -182,6 +185,10 @@ def parallelize(
     if getattr(root, "_parallelized", False):
         return
     root._parallelized = True
+    checkpointed = checkpoint_blocks(model, activation_checkpointing)
+    if checkpointed:
+        log.info("model.activation_checkpointing=%s: %d blocks recompute their activations in the backward (%s, ...)",
+                 activation_checkpointing, len(checkpointed), checkpointed[0])  # fmt: skip
     if compile_model:
         blocks = compile_blocks(model)
         log.info("model.compile: %d blocks compiled in place (%s, ...)", len(blocks), blocks[0])

@@ -46,6 +46,7 @@ from degen_train.run.end_of_run_table import end_of_run_table, human, parameter_
 from degen_train.run.export import export_pretrained  # noqa: E402
 from degen_train.run.hub import push_export  # noqa: E402
 from degen_train.run.loggers import ClosingLogger, ResumingLogger  # noqa: E402
+from degen_train.run.memory_plan import check_plan  # noqa: E402
 from degen_train.run.module import PretrainModule  # noqa: E402
 from degen_train.run.parallel import full_state_dict  # noqa: E402
 from degen_train.run.provenance import run_provenance  # noqa: E402
@@ -63,6 +64,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     record), fit (train, then validate once more) and finish (summary, export, probes)."""
     silence_known_noise()  # also when train() is called from Python (tests, notebooks, benchmarks)
     plan = check(cfg, model_choice=_choice("model"))  # 1. check
+    if plan.config.plan.only:  # debug=plan: one step on fake tensors, printed; nothing prepared or written
+        return check_plan(plan.cfg, plan.terms, plan.weights, data_format=plan.data_format)
     if plan.config.prepare_only:
         with stopping_before_training(str(plan.cfg.data.cache_dir)):
             return prepare_only(plan)
@@ -326,6 +329,7 @@ def build_module(
         seed=int(cfg.seed),
         checkpoint_identity=identity,
         compile_model=cfg.model.compile,  # applied with FSDP2 in configure_model (parallel.parallelize)
+        activation_checkpointing=cfg.model.activation_checkpointing,  # applied there too, first
     )
 
 

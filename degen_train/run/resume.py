@@ -153,6 +153,7 @@ MAY_CHANGE = (
     "data.num_workers",
     "data.cache_dir",
     "scheduler.total_steps",
+    "model.activation_checkpointing",  # memory for compute: the same gradients (tests/unit/test_activation_...)
 )
 
 
@@ -166,7 +167,7 @@ MUST_STAY = ("trainer.accumulate_grad_batches", "trainer.gradient_clip_val", "tr
 
 # Keys added since checkpoints were first written, with the value that behaves as the code did before them: a record
 # without the key is read with it (a checkpoint of 2026-11-27 resumes; one asking for padding now is refused).
-BEFORE_THE_KEY = {"model.pad_vocab_to_multiple_of": 1}
+BEFORE_THE_KEY = {"model.pad_vocab_to_multiple_of": 1, "model.activation_checkpointing": "none"}
 
 
 TERM_WEIGHT = ("objective.", "regularizer.")  # objective.NAME.weight / regularizer.NAME.weight: a weight schedule
