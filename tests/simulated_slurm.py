@@ -1,0 +1,148 @@
+"""A SLURM cluster on one machine: ``srun`` and ``scontrol`` stand-ins that start real processes with the variables
+SLURM gives each task, so that Lightning's SLURMEnvironment (not a torchrun launcher) assigns the ranks.
+
+    python -m tests.simulated_slurm srun [--nodes=N] [--ntasks=M] COMMAND ...   (what bin/srun runs)
+    python -m tests.simulated_slurm task ARGS ...                               (one task of degen-train)
+
+The job's allocation comes from the batch script's environment, as SLURM sets it: SLURM_NNODES, SLURM_NTASKS,
+SLURM_NTASKS_PER_NODE, SLURM_JOB_ID, SLURM_JOB_NAME, SLURM_NODELIST. Node k is the loopback address 127.0.0.(k+1)
+(SLURM_NODELIST=127.0.0.[1-2]: Lightning takes the first as the main address, as it takes a real node list's
+first host). Each task gets SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, SLURMD_NODENAME, SLURM_STEP_ID; its output
+goes to SIMULATED_SLURM_DIR/step<S>.task<R>.log, its pid to step<S>.pids. srun waits for every task and exits with
+the highest exit code, as srun does; a task that fails (not 0, not 75) stops the others after a grace period, as
+``srun --kill-on-bad-exit`` would, so no rank waits forever in a collective.
+
+A fault for the preemption drills, ``SIMULATED_FAULT``: ``usr1_mid_step=N`` (rank 0, between the forward and the
+backward of update N, sends SIGUSR1 to every task of the step, as ``sbatch --signal=USR1@...`` reaches every task)
+or ``usr1_mid_checkpoint=N`` (rank 0, while writing the periodic checkpoint of update N).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def install(bin_dir: Path) -> None:
+    """Write ``srun`` and ``scontrol`` into ``bin_dir`` (put it first on PATH); scontrol appends its arguments to
+    SIMULATED_SLURM_DIR/scontrol.log."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    python = sys.executable
+    (bin_dir / "srun").write_text(f'#!/bin/sh\nPYTHONPATH="{REPO}${{PYTHONPATH:+:$PYTHONPATH}}" exec "{python}" -m '
+                                  f'tests.simulated_slurm srun "$@"\n')  # fmt: skip
+    (bin_dir / "scontrol").write_text('#!/bin/sh\necho "$@" >> "$SIMULATED_SLURM_DIR/scontrol.log"\n')
+    for name in ("srun", "scontrol"):
+        (bin_dir / name).chmod(0o755)
+
+
+def srun(arguments: list[str]) -> int:
+    options: dict[str, str] = {}
+    while arguments and arguments[0].startswith("--"):
+        key, _, value = arguments.pop(0)[2:].partition("=")
+        options[key] = value
+    nodes = int(options.get("nodes", os.environ["SLURM_NNODES"]))
+    tasks = int(options.get("ntasks", nodes * int(os.environ["SLURM_NTASKS_PER_NODE"])))
+    per_node = tasks // nodes
+    folder = Path(os.environ["SIMULATED_SLURM_DIR"])
+    step = len(list(folder.glob("step*.pids")))
+    if arguments[0] == "degen-train":  # one task of degen-train, with the drill's fault when one is asked for
+        arguments = [sys.executable, "-m", "tests.simulated_slurm", "task", *arguments[1:]]
+    addresses = f"127.0.0.[1-{nodes}]" if nodes > 1 else "127.0.0.1"
+    processes = []
+    for rank in range(tasks):
+        node = rank // per_node
+        env = {**os.environ, "SLURM_NTASKS": str(tasks), "SLURM_NNODES": str(nodes), "SLURM_NTASKS_PER_NODE":
+               str(per_node), "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank % per_node), "SLURM_NODEID":
+               str(node), "SLURMD_NODENAME": f"127.0.0.{node + 1}", "SLURM_NODELIST": addresses, "SLURM_STEP_ID":
+               str(step), "SLURM_STEP_NUM_TASKS": str(tasks), "SLURM_STEP_NUM_NODES": str(nodes),
+               "SLURM_CPUS_PER_TASK": "1"}  # fmt: skip
+        log = open(folder / f"step{step}.task{rank}.log", "w")  # noqa: SIM115 - closed below
+        processes.append((subprocess.Popen(arguments, stdout=log, stderr=subprocess.STDOUT, env=env), log))
+    (folder / f"step{step}.pids").write_text("\n".join(str(p.pid) for p, _ in processes))
+    failed_at = None
+    while any(p.poll() is None for p, _ in processes):
+        bad = [p.returncode for p, _ in processes if p.returncode not in (None, 0, 75)]
+        failed_at = failed_at or (time.monotonic() if bad else None)
+        if failed_at and time.monotonic() - failed_at > 30:
+            for p, _ in processes:
+                if p.poll() is None:
+                    p.kill()
+        time.sleep(0.1)
+    for _, log in processes:
+        log.close()
+    return max(abs(p.returncode) for p, _ in processes)
+
+
+def every_task_of_this_step() -> list[int]:
+    folder = Path(os.environ["SIMULATED_SLURM_DIR"])
+    return [int(pid) for pid in (folder / f"step{os.environ['SLURM_STEP_ID']}.pids").read_text().split()]
+
+
+def signal_every_task() -> None:
+    deadline = time.monotonic() + 30
+    while True:  # srun writes the pids once every task has started
+        try:
+            pids = every_task_of_this_step()
+            break
+        except FileNotFoundError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    for pid in pids:
+        os.kill(pid, signal.SIGUSR1)
+
+
+def inject(fault: str) -> None:
+    """Rank 0 of the step signals every task at the fault's moment (see the module doc)."""
+    name, _, value = fault.partition("=")
+    step = int(value)
+    if name == "usr1_mid_step":
+        from degen_train.run.module import PretrainModule
+
+        original_step = PretrainModule.training_step
+
+        def training_step(self, batch, batch_idx):  # noqa: ANN001, ANN202
+            loss = original_step(self, batch, batch_idx)  # the forward done, the backward still to come
+            if self.global_step == step and not getattr(self, "_signalled", False):
+                self._signalled = True
+                signal_every_task()
+                time.sleep(0.5)  # the signals land while this update is in flight
+            return loss
+
+        PretrainModule.training_step = training_step
+    elif name == "usr1_mid_checkpoint":
+        import degen_train.storage.checkpoints as checkpoints
+
+        original_save = checkpoints.save_checkpoint_file
+
+        def save_checkpoint_file(checkpoint, path):  # noqa: ANN001, ANN202
+            if Path(path).name == f"step={step:08d}.ckpt":
+                signal_every_task()
+                time.sleep(0.5)  # the others wait in the checkpoint's barrier while it is written
+            original_save(checkpoint, path)
+
+        checkpoints.save_checkpoint_file = save_checkpoint_file
+    else:
+        raise ValueError(f"SIMULATED_FAULT={fault}: usr1_mid_step=N or usr1_mid_checkpoint=N")
+
+
+def task(arguments: list[str]) -> None:
+    fault = os.environ.get("SIMULATED_FAULT")
+    if fault and os.environ.get("SLURM_PROCID") == "0":
+        inject(fault)
+    from degen_train.cli.train import main
+
+    sys.argv = ["degen-train", *arguments]
+    main()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "srun":
+        sys.exit(srun(sys.argv[2:]))
+    task(sys.argv[2:])
