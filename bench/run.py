@@ -19,6 +19,7 @@ from bench import (  # noqa: E402
     data,
     finetune,
     losses,
+    memory,
     methods,
     metrics,
     optimizers,
@@ -51,6 +52,7 @@ def main() -> None:
         "optimizers",
         "data",
         "attention",
+        "memory",
     }
     machine = cpu_description()
     bf16 = f"yes ({', '.join(machine['bf16_flags'])})" if machine["native_bf16"] else "no: bf16 rows are emulated"
@@ -81,6 +83,8 @@ def main() -> None:
         optimizers.main()
     if "attention" in wanted:
         attention.main()
+    if "memory" in wanted:
+        memory.main()
 
 
 if __name__ == "__main__":

@@ -43,6 +43,9 @@ CASES = {
     **BEYOND_BERT_AND_GPT2,
     # torch.compile of every block (model.compile=true), with the process group's hooks around them.
     "compiled": (["recipe=bert_mlm", "model=tiny", "model.compile=true"], ("train/mlm/loss", "val/loss")),
+    # Activation checkpointing inside the compiled blocks, FSDP2's hooks gathering each block around its recomputation.
+    "checkpointed_compiled": (["recipe=gpt2_mle", "model=gpt2_tiny", "model.compile=true",
+                               "model.activation_checkpointing=full"], ("train/mle/loss", "val/loss")),  # fmt: skip
     # Gated attention: each block's gates sharded with it, fed the block's attention input by a pre-hook.
     "gated_attention": (["recipe=bert_mlm", "model=tiny", "model.attention_variant.name=gated"], ("train/mlm/loss",)),
     "clipped_softmax": (["recipe=bert_mlm", "model=tiny", "model.attention_variant.name=clipped_softmax",

@@ -3,11 +3,13 @@
 One training step of the composed model, batch, precision, terms and activation checkpointing runs on fake tensors
 (torch's ``FakeTensorMode``: shapes and dtypes, no data, no memory) under PyTorch's own memory tracker
 (``torch.distributed._tools.mem_tracker.MemTracker``, which torchtitan's estimator also uses): forward, every term,
-backward and the optimizer's step, so the optimizer's states are allocated as they are in a run. Its peak is what one
+backward and the optimizer's step, the second of two steps, so the optimizer's states are resident as in any step
+after a run's first. Its peak is what one
 process holds with the whole model; under FSDP2 the parameters, gradients and optimizer states are divided by the
 number of devices and the largest block is added twice (gathered, and the next one prefetched); under DDP a second
 copy of the gradients is added (its buckets). The step time is the FLOPs per step (metrics.flops.model_flops,
-PaLM appendix B) over the card's dense peak at a stated MFU. What the plan leaves out is said beside it: a TaCL
+PaLM appendix B) over the card's dense peak at a stated MFU. Attention is planned as a card's SDPA kernels run it
+(``as_on_a_card``). What the plan leaves out is said beside it: a TaCL
 teacher (read from its folder only in a run), the CUDA context, the allocator's fragmentation and NCCL's buffers
 (the headroom ``plan.headroom`` keeps for them).
 """
@@ -110,15 +112,21 @@ def fake_step_memory(cfg: DictConfig, terms: dict, weights: dict, *, data_format
             batch = {k: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
         step = WholeStep(backbone, loss)
         frozen_as_buffers(step)
-        tracker = MemTracker()
-        tracker.track_external(step, optimizer)
         autocast = torch.autocast("cpu", dtype=torch.bfloat16 if "bf16" in precision else torch.float16,
                                   enabled=precision.endswith("-mixed"))  # fmt: skip
-        with tracker:
+
+        def one_step() -> None:
             with autocast:
                 total, _ = step(batch)
             total.backward()
             optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        one_step()  # the first step allocates the optimizer's states: the second, tracked, is every later step
+        tracker = MemTracker()
+        tracker.track_external(step, optimizer)
+        with tracker:
+            one_step()
         stats = next(iter(tracker.get_tracker_snapshot("peak").values()))
     kinds = {str(k).rsplit(".", 1)[-1]: v for k, v in stats.items()}
     body, head = body_and_head_parameters(model, backbone.vocab_head)
@@ -173,6 +181,18 @@ def plan_batch(batch_size: int, length: int, vocabulary: int, data_format: str) 
     return batch
 
 
+def as_on_a_card(cfg: DictConfig) -> DictConfig:
+    """The step as a card runs its attention: SDPA's flash and memory-efficient kernels keep no T x T scores, with
+    dropout or without (the mask is drawn in the kernel), while the CPU's flash kernel takes no dropout, and the
+    math kernel it falls back to keeps the scores and their mask. So the fake step runs SDPA attention without its
+    dropout (the same memory as a card's kernel with it); eager attention keeps the scores on a card too, unchanged."""
+    from omegaconf import OmegaConf
+
+    if cfg.model.attention == "eager" or not cfg.model.attention_dropout:
+        return cfg
+    return OmegaConf.merge(cfg, {"model": {"attention_dropout": 0.0}})
+
+
 def per_device_peak(step: StepMemory, *, strategy: str, devices: int) -> float:
     """One device's peak under the strategy (see the module doc)."""
     if strategy == "fsdp" and devices > 1:
@@ -206,7 +226,7 @@ def make_plan(cfg: DictConfig, terms: dict, weights: dict, *, data_format: str) 
     setting = cfg.model.activation_checkpointing
     counted = {k: t for k, t in terms.items() if not t.frozen_modules() and k != "tacl"}
     left_out = sorted(set(terms) - set(counted))
-    step = fake_step_memory(cfg, counted, {k: weights[k] for k in counted}, data_format=data_format,
+    step = fake_step_memory(as_on_a_card(cfg), counted, {k: weights[k] for k in counted}, data_format=data_format,
                             activation_checkpointing=setting)  # fmt: skip
     peak = per_device_peak(step, strategy=strategy, devices=devices)
     batch, length = int(cfg.data.batch_size), int(cfg.data.block_size)

@@ -69,5 +69,5 @@ def test_a_plan_that_does_not_fit_is_refused_naming_a_switch_that_fits(tmp_path:
     result = command("degen-train", "debug=plan", "model=gpt2_tiny", "objective=mle", *SMALL, "model.num_layers=4",
                      "plan.memory_gib=0.03", f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
     assert result.returncode != 0
-    assert "plan: 40.5 MiB per device does not fit NVIDIA H100 SXM 0.03GiB (27.6 MiB usable)" in result.stderr
+    assert "plan: 45.2 MiB per device does not fit NVIDIA H100 SXM 0.03GiB (27.6 MiB usable)" in result.stderr
     assert "this would: model.activation_checkpointing=full (peak" in result.stderr
