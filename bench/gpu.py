@@ -45,6 +45,8 @@ from bench.hand_loop import MODES, hand_loop
 from degen_train.callbacks.cadence import updates_for
 from degen_train.config import load_config
 from degen_train.metrics.steady import WARMUP_STEPS, hour_long_rate
+from degen_train.run.checks import check
+from degen_train.run.memory_plan import make_plan
 from degen_train.run.pretrain import train
 from degen_train.storage.checkpoints import load_checkpoint_file
 
@@ -98,17 +100,26 @@ RECIPES = {"bert": ("bert_mlm", "encoder", "mlm"), "gpt2": ("gpt2_mle", "decoder
 # --- degen-train runs ---------------------------------------------------------------------------------------------
 
 
-def ours(run_dir: Path, *overrides: str, keep: bool = False) -> dict[str, Any]:
+def ours(run_dir: Path, *overrides: str, keep: bool = False, with_plan: bool = False) -> dict[str, Any]:
     """One degen-train run in this process (data cached first, so its preparation is not timed): the summary's
     steady tokens/s and MFU, the wall time of the whole run, and the tokens it trained. The run folder is deleted
-    afterwards unless ``keep``: BERT-base checkpoints with their optimizer state filled the GPU machine's disk."""
+    afterwards unless ``keep``: BERT-base checkpoints with their optimizer state filled the GPU machine's disk.
+    The card's peak allocated memory is recorded on every row; ``with_plan``: debug=plan's figure for the same run
+    beside it (issue 52.4: the plan held against a card)."""
     common = [*corpus_overrides(), "trainer=cpu" if ON_CPU else "trainer=gpu", "export_hf=false", "logger=csv",
               "trainer.enable_progress_bar=false", "callbacks.throughput.count_total_flops=true"]  # fmt: skip
     train(load_config([*common, *overrides, "prepare_only=true"], run_dir=run_dir / "prepare"))
+    planned = None
+    if with_plan:
+        plan = check(load_config([*common, *overrides, "plan.only=true"], run_dir=run_dir / "plan"))
+        planned = make_plan(plan.cfg, plan.terms, plan.weights, data_format=plan.data_format)["peak_gib"]
     cfg = load_config([*common, *overrides], run_dir=run_dir)
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     summary = train(cfg)
     wall = time.perf_counter() - start
+    allocated = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
     tokens = summary["final_step"] * int(cfg.data.batch_size) * int(cfg.data.block_size)
     if not keep:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -120,7 +131,8 @@ def ours(run_dir: Path, *overrides: str, keep: bool = False) -> dict[str, Any]:
             "vocabulary": summary.get("vocabulary"), "periodic": summary.get("periodic") or {},
             "tokens_per_batch": int(cfg.data.batch_size) * int(cfg.data.block_size),
             "seconds_to_first_batch": summary.get("seconds_to_first_batch"),
-            "end_to_end_tokens_per_s": tokens / wall,
+            "end_to_end_tokens_per_s": tokens / wall, "max_memory_allocated_gib": allocated,
+            "planned_peak_gib": planned,
             "total_flops_over_model_flops": summary["total_flops_over_model_flops"]}  # fmt: skip
 
 
@@ -150,9 +162,9 @@ def throughput(scratch: Path) -> dict[str, Any]:
                 torch._dynamo.reset()
                 row[f"{mode}_{'compiled' if compiled else 'eager'}"] = reference(kind, mode, compiled=compiled)
         torch._dynamo.reset()
-        row["ours_eager"] = ours(scratch / f"{kind}_eager", *base)
+        row["ours_eager"] = ours(scratch / f"{kind}_eager", *base, with_plan=True)
         torch._dynamo.reset()
-        row["ours_compiled"] = ours(scratch / f"{kind}_compiled", *base, "model.compile=true")
+        row["ours_compiled"] = ours(scratch / f"{kind}_compiled", *base, "model.compile=true", with_plan=True)
         out[kind] = row
     return out
 
@@ -391,6 +403,12 @@ def throughput_lines(rows: dict[str, Any]) -> list[str]:
         anchor = MODES[kind][-1]
         lines.append(f"| {kind} | degen-train ÷ {LOOPS[anchor]} compiled | | | | "
                      f"{best / row[f'{anchor}_compiled']['tokens_per_s']:.2f}× | | |")  # fmt: skip
+    memory = [f"| {kind} {form} | {r['max_memory_allocated_gib']:.2f} | {r['planned_peak_gib']:.2f} |"
+              for kind, row in rows.items() for form in ("eager", "compiled")
+              if (r := row[f"ours_{form}"]).get("max_memory_allocated_gib") and r.get("planned_peak_gib")]
+    if memory:  # debug=plan held against the card (the plan's fake step runs eagerly: a compiled row may differ)
+        lines += ["", "| degen-train run | torch.cuda.max_memory_allocated GiB | debug=plan's peak GiB |",
+                  "|---|---|---|", *memory]  # fmt: skip
     return [*lines, ""]
 
 

@@ -107,7 +107,8 @@ def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # and those of its module's helpers that start one, searched for PROCESS_STARTERS. `make test` runs the rest,
 # `make test-process` these, and `.ci/run` both. In a run that leaves `process` out, a test that still starts a
 # Python process fails saying so (the guard below), so a starter this search misses cannot slip into that tier.
-PROCESS_STARTERS = ("degen_train(", "on_two_processes(", "killed_run(", "cli_run(", "sys.executable", "multiprocessing")
+PROCESS_STARTERS = ("degen_train(", "on_two_processes(", "killed_run(", "cli_run(", "sys.executable", "multiprocessing",
+                    "simulated_sbatch(")  # the last: tests/simulated_slurm.py's job of real tasks
 
 
 def _source(function: object) -> str:

@@ -1,8 +1,13 @@
 """A SLURM cluster on one machine: ``srun`` and ``scontrol`` stand-ins that start real processes with the variables
 SLURM gives each task, so that Lightning's SLURMEnvironment (not a torchrun launcher) assigns the ranks.
 
+    python -m tests.simulated_slurm sbatch [--nodes=N] [--ntasks-per-node=M] [--job-dir=DIR] SCRIPT ARGS ...
     python -m tests.simulated_slurm srun [--nodes=N] [--ntasks=M] COMMAND ...   (what bin/srun runs)
     python -m tests.simulated_slurm task ARGS ...                               (one task of degen-train)
+
+``sbatch`` runs a batch script (conf/cluster/degen-train.sbatch, or your copy of it) as SLURM would on an allocation
+of N nodes of M tasks: the script's own environment, stand-ins first on PATH, the job's folder (task logs, pids,
+scontrol's record) printed at the end; its exit code is the script's.
 
 The job's allocation comes from the batch script's environment, as SLURM sets it: SLURM_NNODES, SLURM_NTASKS,
 SLURM_NTASKS_PER_NODE, SLURM_JOB_ID, SLURM_JOB_NAME, SLURM_NODELIST. Node k is the loopback address 127.0.0.(k+1)
@@ -39,6 +44,52 @@ def install(bin_dir: Path) -> None:
     (bin_dir / "scontrol").write_text('#!/bin/sh\necho "$@" >> "$SIMULATED_SLURM_DIR/scontrol.log"\n')
     for name in ("srun", "scontrol"):
         (bin_dir / name).chmod(0o755)
+
+
+def free_job_id() -> str:
+    """A job id whose port (Lightning's SLURMEnvironment: 15000 + its last four digits) is free here."""
+    import random
+    import socket
+
+    for _ in range(200):
+        job = random.randint(1000, 9999)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", 15000 + job))
+            except OSError:
+                continue
+        return str(job)
+    raise RuntimeError("no free port in 16000-24999")
+
+
+def sbatch(script: Path, arguments: list[str], *, nodes: int, per_node: int, job_dir: Path, job: str | None = None,
+           **variables: str) -> subprocess.CompletedProcess:  # fmt: skip
+    """``sbatch --nodes=NODES --ntasks-per-node=PER_NODE SCRIPT ARGUMENTS`` on this machine, its output captured."""
+    job_dir.mkdir(parents=True, exist_ok=True)
+    install(job_dir / "bin")
+    env = {**os.environ, "PATH": f"{job_dir / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "SIMULATED_SLURM_DIR": str(job_dir), "SLURM_JOB_ID": job or free_job_id(), "SLURM_JOB_NAME": "simulated",
+           "SLURM_NNODES": str(nodes), "SLURM_NTASKS_PER_NODE": str(per_node), "SLURM_NTASKS": str(nodes * per_node),
+           "SLURM_NODELIST": f"127.0.0.[1-{nodes}]" if nodes > 1 else "127.0.0.1",
+           "SLURM_SUBMIT_DIR": os.environ.get("SLURM_SUBMIT_DIR", os.getcwd()), **variables}  # fmt: skip
+    return subprocess.run(["bash", str(script), *arguments], cwd=job_dir, env=env, capture_output=True, text=True,
+                          timeout=900)  # fmt: skip
+
+
+def sbatch_command(arguments: list[str]) -> int:
+    import tempfile
+
+    options: dict[str, str] = {}
+    while arguments and arguments[0].startswith("--"):
+        key, _, value = arguments.pop(0)[2:].partition("=")
+        options[key] = value
+    job_dir = Path(options.get("job-dir") or tempfile.mkdtemp(prefix="simulated-slurm-"))
+    result = sbatch(Path(arguments[0]).resolve(), arguments[1:], nodes=int(options.get("nodes", 2)),
+                    per_node=int(options.get("ntasks-per-node", 2)), job_dir=job_dir)  # fmt: skip
+    print(result.stdout, end="")
+    print(result.stderr, end="", file=sys.stderr)
+    print(f"simulated job: exit {result.returncode}; each task's output in {job_dir}/step<S>.task<R>.log")
+    return result.returncode
 
 
 def srun(arguments: list[str]) -> int:
@@ -143,6 +194,8 @@ def task(arguments: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "sbatch":
+        sys.exit(sbatch_command(sys.argv[2:]))
     if sys.argv[1] == "srun":
         sys.exit(srun(sys.argv[2:]))
     task(sys.argv[2:])

@@ -166,9 +166,11 @@ def test_bench_gpu_table_and_page_markers(tmp_path: Path) -> None:
            "model_flops_per_token": 5.46e8, "warmup_seconds": 2.0, "seconds_to_first_batch": 9.0}  # fmt: skip
     compiled = {**row, "tokens_per_s": 2.4e5, "warmup_seconds": 32.0}
     loops = ("hf_default", "careful", "ours")
+    memory = {"max_memory_allocated_gib": 9.5, "planned_peak_gib": 9.25}  # issue 52.4: the plan beside the card
     results = {"card": "NVIDIA H100 80GB HBM3", "torch": "2.11", "command": "python bench/run.py gpu", "date": "x",
                "throughput": {"bert": {**{f"{k}_eager": row for k in loops}, **{f"{k}_compiled": compiled
-                                                                                for k in loops}}},
+                                                                                for k in loops},
+                                       "ours_eager": {**row, **memory}}},
                "compile_where": {"bert": {"eager": row, "blocks": compiled, "whole": row}},
                "end_to_end": {**row, "costs_per_event_s": {"checkpoint": 3.0}, "hour_long": {"over_steady": 0.9},
                               "hour_long_on_the_clock": {"over_steady": 0.998, "minutes": {"checkpoint": 30.0}}},
@@ -177,6 +179,7 @@ def test_bench_gpu_table_and_page_markers(tmp_path: Path) -> None:
     assert "NVIDIA H100 80GB HBM3" in text
     assert "| bert | careful loop | 30,522 | 546M | 200k (10.0%) | 240k (10.0%) | 30 | 9 |" in text  # what both ran
     assert "| bert | degen-train ÷ careful loop compiled | | | | 1.00× | | |" in text
+    assert "| bert eager | 9.50 | 9.25 |" in text and "| bert compiled |" not in text  # measured rows only
     assert "terms: failed (OSError: [Errno 28] no space left)" in text and "| term |" not in text  # a failed part
     assert "Hand loop, bert, steady tokens/s: eager 200k (warm-up 2 s), blocks 240k (warm-up 32 s)" in text
     assert "On the clock (checkpoint every 30 min: callbacks.cadence), it trains at 0.998× the steady rate." in text

@@ -7,19 +7,16 @@ allocation, 1 × 2) resumes to the uninterrupted run's weights (issue 52)."""
 
 from __future__ import annotations
 
-import os
-import random
 import re
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from degen_train.storage.checkpoints import verified_step
 from tests.helpers import SAME_RUN_SETTINGS, assert_same_run, checkpoint_weights, one_process_run
-from tests.simulated_slurm import install
+from tests.simulated_slurm import free_job_id
+from tests.simulated_slurm import sbatch as simulated_sbatch
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "conf" / "cluster" / "degen-train.sbatch"
 STEPS = 6
@@ -30,32 +27,12 @@ RUN = [*SAME_RUN_SETTINGS, *ON_CPU, "callbacks.checkpoint.every_n_train_steps=3"
 KEYS = ("train/mlm/loss", "train/loss")
 
 
-def free_job_id() -> str:
-    """A job id whose port (Lightning's SLURMEnvironment: 15000 + its last four digits) is free here."""
-    for _ in range(200):
-        job = random.randint(1000, 9999)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", 15000 + job))
-            except OSError:
-                continue
-        return str(job)
-    raise RuntimeError("no free port in 16000-24999")
-
-
 def sbatch(job_dir: Path, run_dir: Path, nodes: int, per_node: int, *overrides: str, job: str | None = None,
            **variables: str) -> subprocess.CompletedProcess:  # fmt: skip
     """``sbatch --nodes=NODES --ntasks-per-node=PER_NODE degen-train.sbatch OVERRIDES`` on this machine: the batch
     script runs with the allocation's environment, its srun steps start real tasks."""
-    job_dir.mkdir(parents=True, exist_ok=True)
-    install(job_dir / "bin")
-    env = {**os.environ, "PATH": f"{job_dir / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "SIMULATED_SLURM_DIR": str(job_dir), "SLURM_JOB_ID": job or free_job_id(), "SLURM_JOB_NAME": "simulated",
-           "SLURM_NNODES": str(nodes), "SLURM_NTASKS_PER_NODE": str(per_node), "SLURM_NTASKS": str(nodes * per_node),
-           "SLURM_NODELIST": f"127.0.0.[1-{nodes}]" if nodes > 1 else "127.0.0.1", "SLURM_SUBMIT_DIR": str(job_dir),
-           "RUN_DIR": str(run_dir), **variables}  # fmt: skip
-    return subprocess.run(["bash", str(TEMPLATE), *overrides], cwd=job_dir, env=env, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    return simulated_sbatch(TEMPLATE, list(overrides), nodes=nodes, per_node=per_node, job_dir=job_dir, job=job,
+                            RUN_DIR=str(run_dir), **variables)  # fmt: skip
 
 
 def task_logs(job_dir: Path, step: int) -> list[str]:

@@ -20,6 +20,9 @@ log = logging.getLogger("degen_train")
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _set_by_us: str | None = None  # the OMP_NUM_THREADS this process exported, told apart from the user's
+# What the user exported, read once at import, before any run of ours exports its own count: every run in this
+# process honours it, not only the first (issue 55.8: a second run took our export for the user's).
+_USERS_OMP_NUM_THREADS: str | None = os.environ.get("OMP_NUM_THREADS")
 
 
 def cgroup_quota_cpus(cpu_max: str) -> float | None:
@@ -101,15 +104,22 @@ def local_process_count(trainer_cfg: dict) -> int:
     return 1
 
 
+def users_thread_count() -> str | None:
+    """The OMP_NUM_THREADS the user set: the current value when it is not ours (exported before this process started,
+    or set in it since our last run), else the value exported when this module was imported."""
+    current = os.environ.get("OMP_NUM_THREADS")
+    if current is not None and current != _set_by_us:
+        return current
+    return _USERS_OMP_NUM_THREADS if _set_by_us is not None else current
+
+
 def use_threads(setting: int | str, local_processes: int = 1) -> int:
     """Set torch's intra-op threads (and OMP_NUM_THREADS for the processes this one starts) and log why.
 
     An OMP_NUM_THREADS the user exported wins over ``auto``, as it would with torch alone."""
     global _set_by_us
     cpus = usable_cpus()
-    exported = os.environ.get("OMP_NUM_THREADS")
-    if exported == _set_by_us:  # ours from an earlier run in this Python process, not the user's
-        exported = None
+    exported = users_thread_count()
     if setting == "auto" and exported and exported.isdigit() and int(exported) > 0:
         count, why = int(exported), f"OMP_NUM_THREADS={exported}"
     else:

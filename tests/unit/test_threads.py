@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from degen_train.config import load_config
 from degen_train.config.schema import validate_config
+from degen_train.devices import threads
 from degen_train.devices.threads import (
     UsableCpus,
     cgroup_quota_cpus,
@@ -46,6 +47,8 @@ def test_auto_shares_the_cpus_among_the_nodes_processes() -> None:
 def restore_threads(monkeypatch: pytest.MonkeyPatch):
     before = torch.get_num_threads()
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "_USERS_OMP_NUM_THREADS", None)  # whatever this test process was started with
+    monkeypatch.setattr(threads, "_set_by_us", None)
     yield monkeypatch
     torch.set_num_threads(before)
 
@@ -81,3 +84,16 @@ def _usable() -> int:
     from degen_train.devices.threads import usable_cpus
 
     return usable_cpus().count
+
+
+def test_the_users_count_holds_for_every_run_in_the_process(restore_threads, caplog) -> None:
+    """Issue 55.8: OMP_NUM_THREADS=1 exported before the process started; the first run exported its own count, and
+    the second took that for ours and went back to auto (7x the CPU time of a hand loop after a bench run)."""
+    restore_threads.setattr(threads, "_USERS_OMP_NUM_THREADS", "1")
+    restore_threads.setenv("OMP_NUM_THREADS", "1")
+    caplog.set_level(logging.INFO, logger="degen_train")
+    assert use_threads("auto") == 1
+    assert use_threads("auto") == 1  # before: threads_per_process("auto", ...), every usable CPU
+    assert caplog.text.count("(OMP_NUM_THREADS=1)") == 2
+    restore_threads.setenv("OMP_NUM_THREADS", "2")  # set by the user in this process since: it wins
+    assert use_threads("auto") == 2
