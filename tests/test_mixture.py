@@ -44,6 +44,10 @@ def test_a_resumed_sampler_and_two_ranks_draw_the_straight_run_s_batches() -> No
 def test_validation_batches_hold_one_source_each_taking_turns() -> None:
     batches = list(SourceBatches([(0, 5), (5, 2)], batch_size=2))
     assert batches == [[(0, 0), (0, 1)], [(0, 5), (0, 6)], [(0, 2), (0, 3)], [(0, 4)]]
+    # On 2 processes each takes the same number of each source's rows (the same batches: a term's all-reduce per
+    # batch meets its partner's): 5 rows give 2 each, the fifth left out.
+    shards = [list(SourceBatches([(0, 5), (5, 2)], batch_size=2, rank=r, world_size=2)) for r in (0, 1)]
+    assert shards == [[[(0, 0), (0, 2)], [(0, 5)]], [[(0, 1), (0, 3)], [(0, 6)]]]
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,9 @@ TEMPLATE = Path(__file__).resolve().parents[1] / "conf" / "cluster" / "degen-tra
 STEPS = 6
 # The template's own overrides (trainer=gpu, bf16) made runnable here, as the issue's user did; the rest: the
 # two-process tests' settings (dropout 0, so the draws per rank do not matter) at 6 updates of a global batch of 8.
-ON_CPU = ["trainer.accelerator=cpu", "trainer.precision=32-true", "model=tiny", "data.tokenizer.vocab_size=1000"]
+# Blocks of 128: the builtin corpus's 154 validation examples then split 39, 39, 38, 38 over 4 tasks, 20 and 19
+# batches of 2, which hung every two-node job at its first whole validation before each task took an equal share.
+ON_CPU = ["trainer.accelerator=cpu", "trainer.precision=32-true", "model=tiny", "data.block_size=128"]
 RUN = [*SAME_RUN_SETTINGS, *ON_CPU, "callbacks.checkpoint.every_n_train_steps=3", f"scheduler.total_steps={STEPS}"]
 KEYS = ("train/mlm/loss", "train/loss")
 
@@ -57,8 +59,9 @@ def test_two_nodes_of_two_tasks_equal_one_process_holding_the_global_batch(
     tmp_path: Path, strategy: str, single: Path
 ) -> None:
     job_dir, run_dir = tmp_path / "job", tmp_path / "run"
+    # Whole validations, not the 2 batches of the two-process tests (see ON_CPU)
     result = sbatch(job_dir, run_dir, 2, 2, *RUN, "data.batch_size=2", f"trainer.max_steps={STEPS}",
-                    STRATEGY=strategy)  # fmt: skip
+                    "trainer.limit_val_batches=1.0", STRATEGY=strategy)  # fmt: skip
     assert result.returncode == 0, explain(result, job_dir)
     # The prepare-once step ran once, as one task; the training step as 4 tasks on 2 nodes, ranked by SLURM's ids.
     assert len(list(job_dir.glob("step0.task*.log"))) == 1 and "prepared (" in task_logs(job_dir, 0)[0]

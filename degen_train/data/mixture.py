@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 
 from degen_train.config.schema import DataConfig, data_section
 from degen_train.core.rng import EPOCH_ORDER_SALT, mix_seed
-from degen_train.data.sampling import PositionedExamples
+from degen_train.data.sampling import PositionedExamples, equal_share_end
 
 MIXTURE_SALT = 0x6D6978  # "mix": the sources' draws, apart from every other stream of the seed
 SOURCE_KEYS = ("source", "path", "validation_path", "name", "config", "split", "validation_split", "revision",
@@ -184,7 +184,7 @@ class SourceBatches:
     def __init__(self, spans: list[tuple[int, int]], *, batch_size: int, rank: int = 0, world_size: int = 1) -> None:
         per_source = []
         for start, size in spans:
-            mine = list(range(start + rank, start + size, world_size))
+            mine = list(range(start + rank, equal_share_end(start, size, world_size), world_size))  # same count each
             per_source.append([[(0, i) for i in mine[s : s + batch_size]] for s in range(0, len(mine), batch_size)])
         turns = max(map(len, per_source), default=0)
         self.batches = [batches[turn] for turn in range(turns) for batches in per_source if turn < len(batches)]

@@ -69,10 +69,15 @@ class StepBatchSampler:
 
 
 class ShardedBatches:
-    """Fixed, unshuffled batches of one process's share (validation): epoch 0, every example once."""
+    """Fixed, unshuffled batches of one process's share (validation): epoch 0, each example at most once.
+
+    Every process gets the same number of examples, so the same number of batches: a loss term's all-reduce runs
+    once per batch, and a process with one batch more than another waits in it forever (154 examples on 4 processes
+    hung every two-node job at its first validation). The last ``num_examples % world_size`` examples are left out,
+    as DistributedSampler(drop_last=True) leaves them; one process leaves nothing out."""
 
     def __init__(self, num_examples: int, *, batch_size: int, rank: int = 0, world_size: int = 1) -> None:
-        self.indices = list(range(rank, num_examples, world_size))
+        self.indices = list(range(rank, equal_share_end(0, num_examples, world_size), world_size))
         self.batch_size = batch_size
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
@@ -81,6 +86,11 @@ class ShardedBatches:
 
     def __len__(self) -> int:
         return (len(self.indices) + self.batch_size - 1) // self.batch_size
+
+
+def equal_share_end(start: int, size: int, world_size: int) -> int:
+    """Where the examples of [start, start + size) end once every process takes the same number of them."""
+    return start + size // world_size * world_size
 
 
 class PositionedExamples(Dataset):
