@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 TEMPLATE = REPO / "conf" / "cluster" / "degen-train.sbatch"
@@ -55,6 +57,7 @@ def recording_srun(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.process  # bash and its stand-ins: processes, though none of them is Python (conftest finds those)
 def test_the_template_activates_the_projects_environment(tmp_path: Path) -> None:
     """VENV (or the submit folder's .venv) is activated before any srun: degen-train need not be on PATH at
     submission; without either, one line says what to set (exit 2) before anything starts."""
