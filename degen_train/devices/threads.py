@@ -20,9 +20,12 @@ log = logging.getLogger("degen_train")
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _set_by_us: str | None = None  # the OMP_NUM_THREADS this process exported, told apart from the user's
-# What the user exported, read once at import, before any run of ours exports its own count: every run in this
-# process honours it, not only the first (issue 55.8: a second run took our export for the user's).
-_USERS_OMP_NUM_THREADS: str | None = os.environ.get("OMP_NUM_THREADS")
+# What the user exported, before any run of ours exported its own count: every run honours it, not only the first
+# (issue 55.8: a second run took our export for the user's). A process we start (a DDP rank, a two-process job, a
+# data worker) inherits our export too, so the user's value travels beside it, under USERS_COUNT_VARIABLE ("" for
+# none): read here at import, it is the user's whatever this process's OMP_NUM_THREADS holds.
+USERS_COUNT_VARIABLE = "DEGEN_TRAIN_USERS_OMP_NUM_THREADS"
+_USERS_OMP_NUM_THREADS: str | None = os.environ.get(USERS_COUNT_VARIABLE, os.environ.get("OMP_NUM_THREADS")) or None
 
 
 def cgroup_quota_cpus(cpu_max: str) -> float | None:
@@ -130,6 +133,7 @@ def use_threads(setting: int | str, local_processes: int = 1) -> int:
             f"{f' shared by {local_processes} processes' if local_processes > 1 else ''}"
         )
     torch.set_num_threads(count)
+    os.environ.setdefault(USERS_COUNT_VARIABLE, _USERS_OMP_NUM_THREADS or "")  # for the processes we start
     os.environ["OMP_NUM_THREADS"] = _set_by_us = str(count)  # DDP and data workers start with the same count
     log.info("CPU threads per process: %d (%s)", count, why)
     return count

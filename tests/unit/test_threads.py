@@ -49,6 +49,7 @@ def restore_threads(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(threads, "_USERS_OMP_NUM_THREADS", None)  # whatever this test process was started with
     monkeypatch.setattr(threads, "_set_by_us", None)
+    monkeypatch.delenv(threads.USERS_COUNT_VARIABLE, raising=False)
     yield monkeypatch
     torch.set_num_threads(before)
 
@@ -97,3 +98,17 @@ def test_the_users_count_holds_for_every_run_in_the_process(restore_threads, cap
     assert caplog.text.count("(OMP_NUM_THREADS=1)") == 2
     restore_threads.setenv("OMP_NUM_THREADS", "2")  # set by the user in this process since: it wins
     assert use_threads("auto") == 2
+
+
+def test_a_process_we_start_takes_the_users_count_not_our_export(restore_threads) -> None:
+    """A process this one starts (a DDP rank, a two-process job running several runs) inherits our OMP_NUM_THREADS;
+    the user's value travels beside it, so the child's later runs use the user's setting (none here: auto), not
+    the parent's export (which made spectrum control's SVD run on 2 threads beside a 1-thread reference)."""
+    import subprocess
+    import sys
+
+    use_threads(2)  # the parent's run exports 2; the user exported nothing
+    child = ("import os; os.environ['OMP_NUM_THREADS'] = '2'; from degen_train.devices import threads; "
+             "print(threads._USERS_OMP_NUM_THREADS)")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "None"
