@@ -19,12 +19,12 @@ import torch
 log = logging.getLogger("degen_train")
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-_set_by_us: str | None = None  # the OMP_NUM_THREADS this process exported, told apart from the user's
 # What the user exported, before any run of ours exported its own count: every run honours it, not only the first
 # (issue 55.8: a second run took our export for the user's). A process we start (a DDP rank, a two-process job, a
-# data worker) inherits our export too, so the user's value travels beside it, under USERS_COUNT_VARIABLE ("" for
-# none): read here at import, it is the user's whatever this process's OMP_NUM_THREADS holds.
+# data worker) inherits our export too, so the user's value travels beside it (USERS_COUNT_VARIABLE, "" for none)
+# and so does our export (OURS_VARIABLE): an OMP_NUM_THREADS equal to ours is never taken for the user's.
 USERS_COUNT_VARIABLE = "DEGEN_TRAIN_USERS_OMP_NUM_THREADS"
+OURS_VARIABLE = "DEGEN_TRAIN_OMP_NUM_THREADS"
 _USERS_OMP_NUM_THREADS: str | None = os.environ.get(USERS_COUNT_VARIABLE, os.environ.get("OMP_NUM_THREADS")) or None
 
 
@@ -108,19 +108,16 @@ def local_process_count(trainer_cfg: dict) -> int:
 
 
 def users_thread_count() -> str | None:
-    """The OMP_NUM_THREADS the user set: the current value when it is not ours (exported before this process started,
-    or set in it since our last run), else the value exported when this module was imported."""
+    """The OMP_NUM_THREADS the user set: the current value when it is not the one we exported (in this process or in
+    the one that started it), else the user's value from before our first export."""
     current = os.environ.get("OMP_NUM_THREADS")
-    if current is not None and current != _set_by_us:
-        return current
-    return _USERS_OMP_NUM_THREADS if _set_by_us is not None else current
+    return _USERS_OMP_NUM_THREADS if current == os.environ.get(OURS_VARIABLE) else current
 
 
 def use_threads(setting: int | str, local_processes: int = 1) -> int:
     """Set torch's intra-op threads (and OMP_NUM_THREADS for the processes this one starts) and log why.
 
     An OMP_NUM_THREADS the user exported wins over ``auto``, as it would with torch alone."""
-    global _set_by_us
     cpus = usable_cpus()
     exported = users_thread_count()
     if setting == "auto" and exported and exported.isdigit() and int(exported) > 0:
@@ -134,6 +131,6 @@ def use_threads(setting: int | str, local_processes: int = 1) -> int:
         )
     torch.set_num_threads(count)
     os.environ.setdefault(USERS_COUNT_VARIABLE, _USERS_OMP_NUM_THREADS or "")  # for the processes we start
-    os.environ["OMP_NUM_THREADS"] = _set_by_us = str(count)  # DDP and data workers start with the same count
+    os.environ["OMP_NUM_THREADS"] = os.environ[OURS_VARIABLE] = str(count)  # DDP ranks and data workers start so
     log.info("CPU threads per process: %d (%s)", count, why)
     return count

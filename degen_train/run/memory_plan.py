@@ -16,7 +16,6 @@ teacher (read from its folder only in a run), the CUDA context, the allocator's 
 
 from __future__ import annotations
 
-import math
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -204,8 +203,8 @@ def per_device_peak(step: StepMemory, *, strategy: str, devices: int) -> float:
 
 
 def strategy_name(cfg: DictConfig) -> str:
-    target = str((cfg.get("strategy") or {}).get("_target_", "")) if isinstance(cfg.get("strategy"), DictConfig) else ""
-    text = f"{target} {cfg.get('strategy')}".lower()
+    """fsdp, deepspeed or ddp, from the strategy section (its ``_target_`` names the class) or its name."""
+    text = str(cfg.get("strategy")).lower()
     return "fsdp" if "fsdp" in text else "deepspeed" if "deepspeed" in text else "ddp"
 
 
@@ -321,6 +320,4 @@ def check_plan(cfg: DictConfig, terms: dict, weights: dict, *, data_format: str)
             f"plan: {gib(plan['peak_gib'])} per device does not fit {plan['card']} "
             f"({gib(plan['card_memory_gib'] * plan['headroom'])} usable); this would: {would}"
         )
-    if not math.isfinite(plan["peak_gib"]):
-        raise PlanDoesNotFit("plan: the fake step gave no peak")
     return plan
