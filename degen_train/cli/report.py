@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import base64
 import logging
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -14,7 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from degen_train.core.io import atomic_write_bytes, atomic_write_text
+from degen_train.core.handed_files import printable
+from degen_train.core.io import DiskFull, atomic_write_bytes, atomic_write_text, disk_full_error, is_disk_full
 from degen_train.core.paths import writable_folder
 from degen_train.report.branches import branch_table
 from degen_train.report.figures import cone_images, loss_curves, metric_against_swept, tradeoff
@@ -35,9 +37,45 @@ STYLE = (
 )
 
 
+# A spreadsheet runs a cell that starts with one of these as a formula (OWASP's CSV injection list).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+MARKDOWN_SPECIALS = str.maketrans({c: "\\" + c for c in "\\`[]|"})
+
+
 def shown(frame: pd.DataFrame) -> pd.DataFrame:
     """The table as people read it: swept columns without their prefix, no file paths."""
     return frame.drop(columns=["path"], errors="ignore").rename(columns=lambda c: str(c).removeprefix(SWEPT))
+
+
+def md_text(text: object) -> str:
+    """Text from a handed-over folder as report.md shows it, never as markup: control characters escaped, HTML's
+    ``<``, ``>`` and ``&`` as entities (a Markdown viewer that passes HTML, MkDocs among them, would run a
+    ``<script>``), Markdown's link, image, code and table characters ([ ] ` |) escaped."""
+    return escape(printable(text), quote=False).translate(MARKDOWN_SPECIALS)
+
+
+def md_table(frame: pd.DataFrame) -> str:
+    """``shown(frame)`` as a Markdown table, every text cell and column name through md_text."""
+    table = shown(frame)
+    table = table.rename(columns=md_text)
+    for column in table.columns:
+        if table[column].dtype == object:
+            table[column] = table[column].map(lambda v: md_text(v) if isinstance(v, str) else v)
+    return table.to_markdown(index=False, floatfmt=".4g")
+
+
+def csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """``shown(frame)`` for a spreadsheet: a text cell or column name that a spreadsheet would run as a formula
+    (starting with = + - @, a tab or a carriage return) gets a leading apostrophe, as OWASP's CSV-injection rule
+    says; numbers stay numbers."""
+    def neutral(value: object) -> object:
+        return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
+
+    table = shown(frame).rename(columns=neutral)
+    for column in table.columns:
+        if table[column].dtype == object:
+            table[column] = table[column].map(neutral)
+    return table
 
 
 def analyze_missing(runs: Sequence[Path], *, trust_config: bool = False) -> list[str]:
@@ -45,13 +83,14 @@ def analyze_missing(runs: Sequence[Path], *, trust_config: bool = False) -> list
     from degen_train.evaluation.model_analysis import analyze
 
     problems = []
-    todo = [r for r in runs if (r / "hf" / "config.json").exists() and not (r / "analysis" / "metrics.json").exists()]
+    analysed = [os.path.lexists(r / "analysis" / "metrics.json") for r in runs]
+    todo = [r for r, done in zip(runs, analysed, strict=True) if (r / "hf" / "config.json").is_file() and not done]
     for index, run in enumerate(todo, 1):
         log.info("analysing %s (%d of %d)", run, index, len(todo))
         try:  # a run this user trained here reads the corpus its config names; a handed-over one only its own files
             analyze(run, trust_config=trust_config)
         except Exception as error:  # noqa: BLE001 - one run's analysis must not stop the report
-            problems.append(f"{run.name}: no analysis: {type(error).__name__}: {error}")
+            problems.append(printable(f"{run.name}: no analysis: {type(error).__name__}: {error}"))
             log.warning(problems[-1])
     return problems
 
@@ -60,21 +99,36 @@ def report(
     paths: Sequence[str | Path], *, out: str | Path | None = None, run_analysis: bool = True, trust_config: bool = False
 ) -> dict[str, Any]:
     runs = find_runs(paths)
-    problems = analyze_missing(runs, trust_config=trust_config) if run_analysis else []
+    out_dir = writable_folder(Path(out) if out else Path(paths[0]) / "report", "--out")
+    try:
+        return _written_report(paths, runs, out_dir, run_analysis=run_analysis, trust_config=trust_config)
+    except OSError as error:  # a full disk, a file-size limit, a quota: one line naming the folder
+        if isinstance(error, DiskFull) or not is_disk_full(error):
+            raise
+        raise disk_full_error(out_dir, "give --out a folder on another disk", error) from error
+
+
+def _written_report(
+    paths: Sequence[str | Path], runs: list[Path], out_dir: Path, *, run_analysis: bool, trust_config: bool
+) -> dict[str, Any]:
+    analysis_problems = analyze_missing(runs, trust_config=trust_config) if run_analysis else []
     table, common = collect(runs)
+    # a run whose records do not fit their schema is listed (the others are reported), and so is a figure's file
+    unreadable = [f"{row['run']}: unreadable: {row['error']}" for _, row in table.iterrows()
+                  if row["status"] == "unreadable"]  # fmt: skip
+    problems = [*analysis_problems, *unreadable]
     grouped = seed_groups(table)
     best = best_settings(grouped, table)
-    out_dir = writable_folder(Path(out) if out else Path(paths[0]) / "report", "--out")
-    atomic_write_text(out_dir / "runs.csv", shown(table).to_csv(index=False))
+    atomic_write_text(out_dir / "runs.csv", csv_safe(table).to_csv(index=False))
     if not grouped.empty:
-        atomic_write_text(out_dir / "seeds.csv", shown(grouped).to_csv(index=False))
+        atomic_write_text(out_dir / "seeds.csv", csv_safe(grouped).to_csv(index=False))
     settings = ", ".join(f"{k}={v}" for k, v in sorted(common.items())) or "none"
     headline = grouped if not grouped.empty else table
     headline = headline[headline_columns(headline.columns)]
     plotted = [m for m in PLOTTED if m in table and table[m].notna().any()]
     images = {
-        "train/loss per run": loss_curves(table),
-        "validation loss of the objective's own terms per run": loss_curves(table, "val"),
+        "train/loss per run": loss_curves(table, problems=problems),
+        "validation loss of the objective's own terms per run": loss_curves(table, "val", problems),
         "val_perplexity against embedding IsoScore (one point per setting)": tradeoff(
             grouped, table, x="isotropy/embedding/isoscore", y="val_perplexity"
         ),
@@ -84,26 +138,26 @@ def report(
         images["GLUE average (after fine-tuning) against embedding IsoScore (one point per setting)"] = tradeoff(
             grouped, table, x="isotropy/embedding/isoscore", y="glue/average"
         )
-    cones = cone_images(table)
+    cones = cone_images(table, problems)
     figures = save_figures(out_dir / "figures", {**{k: v for k, v in images.items() if v}, **cones})
-    text = [f"# Sweep report\n\nCommon overrides: {settings}\n", *(f"- {p}" for p in problems)]
+    text = [f"# Sweep report\n\nCommon overrides: {md_text(settings)}\n", *(f"- {md_text(p)}" for p in problems)]
     alike = ("Losses are ranked among runs trained on the same objective and perplexities among runs whose perplexity "
              "is of the same head (the columns objective and val_perplexity_of); where objectives differ, a loss every "
              "run has is ranked too.\n")  # fmt: skip
-    text += ["## Best setting per metric\n", alike, *(f"- {line}" for line in best), ""] if best else []
-    text += ["## Headline\n", shown(headline).to_markdown(index=False, floatfmt=".4g"), ""]
+    text += ["## Best setting per metric\n", alike, *(f"- {md_text(line)}" for line in best), ""] if best else []
+    text += ["## Headline\n", md_table(headline), ""]
     branches = branch_table(table, [Path(p) for p in paths])  # cooldowns branched with branch_from=RUN@STEP
     for heading, frame in branches:
-        text += [f"## Branches of {heading}\n", shown(frame).to_markdown(index=False, floatfmt=".4g"), ""]
-    text += ["## Figures\n", *(f"![{name}]({path})\n" for name, path in figures.items())]
-    text += ["## All runs, every column\n", shown(table).to_markdown(index=False, floatfmt=".4g"), ""]
+        text += [f"## Branches of {md_text(heading)}\n", md_table(frame), ""]
+    text += ["## Figures\n", *(f"![{md_text(name)}]({path})\n" for name, path in figures.items())]
+    text += ["## All runs, every column\n", md_table(table), ""]
     if not grouped.empty:
-        text += ["## Mean ± std over seeds, every column\n", shown(grouped).to_markdown(index=False, floatfmt=".4g")]
+        text += ["## Mean ± std over seeds, every column\n", md_table(grouped)]
     atomic_write_text(out_dir / "report.md", "\n".join(text) + "\n")
     page = html_page(table, grouped, headline, settings, best, images, cones, branches)
     atomic_write_text(out_dir / "report.html", page)
     return {"rows": table.to_dict("records"), "grouped": grouped.to_dict("records"), "out": str(out_dir),
-            "analysis_problems": problems,
+            "analysis_problems": analysis_problems, "unreadable": problems[len(analysis_problems):],
             "branches": {heading: frame.to_dict("records") for heading, frame in branches}}  # fmt: skip
 
 
@@ -180,14 +234,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
         result = report(args.paths, out=args.out, run_analysis=not args.no_analyze, trust_config=args.trust_config)
-    except (ValueError, FileNotFoundError) as error:
-        parser.exit(2, f"degen-report: error: {error}\n")
+    except (ValueError, FileNotFoundError, DiskFull) as error:
+        parser.exit(2, f"degen-report: error: {printable(error)}\n")
     failed = sum(r["status"] == "failed" for r in result["rows"])
-    missing = result["analysis_problems"]
-    print(f"{len(result['rows'])} runs ({failed} failed){f', {len(missing)} without an analysis' if missing else ''}: "
-          f"{result['out']}/report.md, runs.csv, report.html")  # fmt: skip
-    if missing:  # a report without the analyses it should hold is not a success
-        print("\n".join(f"  {line}" for line in missing), file=sys.stderr)
+    missing, unreadable = result["analysis_problems"], result["unreadable"]
+    said = f", {len(missing)} without an analysis" if missing else ""
+    said += f", {len(unreadable)} files unreadable" if unreadable else ""
+    print(f"{len(result['rows'])} runs ({failed} failed){said}: {result['out']}/report.md, runs.csv, report.html")
+    if missing or unreadable:  # a report without the analyses or files it should hold is not a success
+        print("\n".join(f"  {line}" for line in [*missing, *unreadable]), file=sys.stderr)
         sys.exit(1)
 
 

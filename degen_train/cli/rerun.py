@@ -14,8 +14,8 @@ nowhere but its own folder and this user's cache.
 
 from __future__ import annotations
 
-import json
 import logging
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -25,6 +25,8 @@ from omegaconf import OmegaConf
 
 from degen_train.config.handed_over import HandedOverError, read_config_file, with_house_outputs
 from degen_train.config.house_keys import house_value
+from degen_train.config.records import Summary, read_record
+from degen_train.core.handed_files import HandedOverFileError
 from degen_train.core.paths import config_dir, writable_folder
 from degen_train.run.provenance import code_version
 
@@ -38,7 +40,7 @@ def reproduce_argv(run: str, overrides: list[str]) -> list[str]:
     """Hydra arguments that launch RUN's recorded config again (in a fresh run folder)."""
     run_dir = Path(run).expanduser()
     recorded = run_dir / "config.yaml"
-    if not recorded.is_file():
+    if not os.path.lexists(recorded):
         raise SystemExit(f"--reproduce {run}: {recorded} does not exist (is {run} a degen-train run folder?)")
     try:  # the one reader of handed-over settings (config/handed_over.py): data through the house's allow-list
         reading = read_config_file(recorded, advice=ADVICE)
@@ -90,9 +92,13 @@ def recorded_inputs(tree: Any, prefix: str = "") -> list[str]:
 
 def _warn_if_code_differs(run_dir: Path) -> None:
     summary = run_dir / "summary.json"
-    if not summary.is_file():
+    if not os.path.lexists(summary):
         return
-    then = json.loads(summary.read_text()).get("provenance", {}).get("code", {})
+    try:
+        then = read_record(summary, Summary, what="run summary").provenance.code.model_dump()
+    except (HandedOverFileError, AttributeError) as error:
+        log.warning("%s: the code that trained RUN is not known", error)
+        return
     now = code_version()
     if then.get("git_sha") and then.get("git_sha") != now.get("git_sha"):
         log.warning(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from typing import Any
 
 from degen_train.config.house_keys import house_groups, house_keys, house_value, kind_of, schema_fields
 from degen_train.config.renamed import current_target
+from degen_train.core.handed_files import HandedOverFileError, check_bounded, json_record, plain_file_text, printable
 
 # Sections a handed-over file never decides: how and where it was launched, published or logged.
 NOT_READ = {
@@ -44,12 +46,25 @@ NOT_READ = {
 OUTPUT_LEAVES = ("dirpath", "filename", "save_dir", "log_dir", "output_dir", "root_dir", "cache_dir",
                  "default_root_dir")  # fmt: skip
 TERM_OPTION = re.compile(r"^(objective|regularizer)\.(\w+)\.(\w+)$")
+# What protects a run (its checkpoints, its SIGTERM/requeue handler, its divergence guard) and the Trainer switches that
+# change what a run is (a few batches, no checkpoint, an epoch or time limit that ends it before its steps): a file
+# that would switch one off is refused for a run read from it (a branch, a reproduction), never passed on silently.
+PROTECTIVE_CALLBACKS = ("checkpoint", "preemption", "divergence")
+TRAINER_SWITCHES = {
+    "fast_dev_run": "runs a few batches and writes no checkpoint",
+    "limit_train_batches": "trains on part of each epoch only",
+    "overfit_batches": "trains on a few repeated batches",
+    "enable_checkpointing": "decides whether checkpoints are written",
+    "max_epochs": "ends the run after epochs instead of its steps (degen-train counts steps: -1)",
+    "max_time": "ends the run at a wall-clock time instead of its steps",
+}
 KEY = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 CHOICE = re.compile(r"^[\w.-]+$")
 
 
-class HandedOverError(ValueError):
-    """A handed-over file holds a setting the house does not allow; the message names the file, key and value."""
+class HandedOverError(HandedOverFileError):
+    """A handed-over file holds a setting the house does not allow; the message names the file, key and value (its
+    control characters shown escaped: a quoted value cannot forge a line on the terminal)."""
 
 
 @dataclass(frozen=True)
@@ -89,32 +104,35 @@ class Reading:
         """One line naming every key left out with the value the file gave it, or None."""
         if not self.left_out:
             return None
-        shown = ", ".join(_shown(key, value) for key, value in self.left_out.items())
+        shown = printable(", ".join(_shown(key, value) for key, value in self.left_out.items()))
         return (f"{self.source}: not read, this run decides them (where it writes, logs and uploads, how it is "
                 f"launched): {shown}")  # fmt: skip
 
 
-def read_overrides_file(path: Path, *, also_not_read: tuple[str, ...] = (), advice: str = "") -> Reading:
+def read_overrides_file(
+    path: Path, *, also_not_read: tuple[str, ...] = (), advice: str = "", runs: bool = True
+) -> Reading:
     """A run's recorded command-line overrides (RUN/overrides.json: a list of strings), each parsed by Hydra's parser
-    and checked as data. ``also_not_read``: keys this door leaves out besides NOT_READ (a branch: ``branch_from``)."""
+    and checked as data. ``also_not_read``: keys this door leaves out besides NOT_READ (a branch: ``branch_from``).
+    ``runs``: a run is built from the file, so a setting that switches off its protections is refused."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
     path = Path(path)
     reading = Reading(path)
     try:
-        entries = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise HandedOverError(f"{path} is not readable as a JSON list of overrides ({error})") from None
+        entries = json_record(path, what="list of overrides")
+    except HandedOverFileError as error:
+        raise HandedOverError(f"{error}{advice}") from None
     if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
         raise HandedOverError(f"{path} is not a JSON list of override strings, as degen-train writes it")
     parser = OverridesParser.create()
     for text in entries:
         try:
             override = parser.parse_overrides([text])[0]
-        except HydraException as error:
-            why = str(error).splitlines()[0]
-            raise HandedOverError(f"{path}: {text!r} is not an override ({why}){advice}") from None
+        except (HydraException, RecursionError) as error:
+            why = str(error).splitlines()[0] if isinstance(error, HydraException) else "nested too deep"
+            raise HandedOverError(f"{path}: {text[:200]!r} is not an override ({why[:200]}){advice}") from None
         key = override.key_or_group
         if override.package is not None or override.is_sweep_override():
             raise HandedOverError(f"{path}: {text!r}: a package or a sweep is not a setting of one run{advice}")
@@ -122,6 +140,8 @@ def read_overrides_file(path: Path, *, also_not_read: tuple[str, ...] = (), advi
             reading.left_out[key] = override.value()
             continue
         prefix = {"ADD": "+", "FORCE_ADD": "++"}.get(override.type.name, "")
+        if runs:
+            _check_protections(path, text, key, override.value(), override.type.name == "DEL", advice)
         if override.type.name == "DEL":
             _check_known(path, key, advice)
             reading.settings.append(Setting(key, kind="delete"))
@@ -136,26 +156,39 @@ def read_overrides_file(path: Path, *, also_not_read: tuple[str, ...] = (), advi
 
 def recorded_override_texts(path: Path) -> list[str]:
     """A run's recorded overrides as text to show (a report's column, a figure's title), never to run: [] when the
-    file is absent or not a list of strings."""
-    try:
-        entries = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+    file is absent; a file that is not a JSON list of strings (or a link, FIFO, device, or too large) raises
+    HandedOverFileError naming it."""
+    path = Path(path)
+    if not os.path.lexists(path):
         return []
-    return [e for e in entries if isinstance(e, str)] if isinstance(entries, list) else []
+    entries = json_record(path, what="list of overrides")
+    if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+        raise HandedOverFileError(f"{path} is not a JSON list of override strings, as degen-train writes it")
+    return entries
 
 
-def read_config_file(path: Path, *, also_not_read: tuple[str, ...] = (), advice: str = "") -> Reading:
+def read_config_file(
+    path: Path, *, also_not_read: tuple[str, ...] = (), advice: str = "", runs: bool = True
+) -> Reading:
     """A run's recorded config (RUN/config.yaml, written resolved), every key checked as data; ``tree`` holds what
-    was kept, without the keys left out (``with_house_outputs`` puts the house's own values there)."""
+    was kept, without the keys left out (``with_house_outputs`` puts the house's own values there). ``runs``: a run
+    is built from the file, so a value that switches off its protections is refused."""
     import yaml
 
     path = Path(path)
     try:
-        tree = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        tree = yaml.safe_load(plain_file_text(path, what="config"))
+        check_bounded(path, tree, what="config")
+    except HandedOverFileError as error:
+        raise HandedOverError(f"{error}{advice}") from None
+    except RecursionError:
+        raise HandedOverError(f"{path}: nested deeper than any config degen-train writes; it was not read") from None
+    except yaml.YAMLError as error:
         raise HandedOverError(f"{path} is not a readable YAML config ({str(error).splitlines()[0]})") from None
     if not isinstance(tree, dict):
         raise HandedOverError(f"{path} is not a config (a mapping of settings), as degen-train writes it")
+    if runs:
+        _check_recorded_protections(path, tree, advice)
     reading = Reading(path)
     for key, value in tree.items():
         if _not_read(str(key), also_not_read):
@@ -179,6 +212,56 @@ def with_house_outputs(tree: dict[str, Any], dropped: list[str]) -> dict[str, An
                 node = node.setdefault(part, {})
             node[last] = value
     return tree
+
+
+def _check_protections(source: Path, text: str, key: str, value: Any, deleted: bool, advice: str) -> None:
+    """Refuse an override that switches off a run's protections: the callbacks section or a protective callback
+    deleted or set to null, a Trainer switch that changes what the run is, a debug group."""
+    parts = key.replace("/", ".").split(".")
+    shown = printable(text, 200)
+    gone = deleted or value is None
+    if parts[0] == "callbacks" and gone and (len(parts) == 1 or (len(parts) == 2 and parts[1] in PROTECTIVE_CALLBACKS)):
+        what = "every callback" if len(parts) == 1 else f"the {parts[1]} callback"
+        raise HandedOverError(
+            f"{source}: {shown} would switch off {what} (checkpoints, the SIGTERM and requeue handler, the divergence "
+            f"guard) in a run built from it; a handed-over file may not remove what protects a run: remove that "
+            f"entry, or give the setting on your own command line{advice}"
+        )
+    if len(parts) == 2 and parts[0] == "trainer" and parts[1] in TRAINER_SWITCHES and not _harmless(parts[1], value):
+        raise HandedOverError(
+            f"{source}: {shown}: trainer.{parts[1]} {TRAINER_SWITCHES[parts[1]]}, which changes what the run is; a "
+            f"handed-over file may not set it: remove that entry, or give it on your own command line{advice}"
+        )
+    if parts[0] == "debug":
+        raise HandedOverError(
+            f"{source}: {shown}: a debug group changes what the run is (its steps, checkpoints and validation); a "
+            f"handed-over file may not choose one: remove that entry, or add debug=... on your own command line{advice}"
+        )
+
+
+def _check_recorded_protections(source: Path, tree: dict[str, Any], advice: str) -> None:
+    """The same refusals for a recorded config (config.yaml): a null callbacks section or protective callback, a
+    Trainer switch at a value that changes what the run is."""
+    if "callbacks" in tree:
+        callbacks = tree["callbacks"]
+        if callbacks is None:
+            _check_protections(source, "callbacks: null", "callbacks", None, False, advice)
+        elif isinstance(callbacks, dict):
+            for name in PROTECTIVE_CALLBACKS:
+                if name in callbacks and callbacks[name] is None:
+                    _check_protections(source, f"callbacks.{name}: null", f"callbacks.{name}", None, False, advice)
+    trainer = tree.get("trainer")
+    for name, value in trainer.items() if isinstance(trainer, dict) else ():
+        if name in TRAINER_SWITCHES:
+            _check_protections(source, f"trainer.{name}: {value!r}", f"trainer.{name}", value, False, advice)
+
+
+def _harmless(switch: str, value: Any) -> bool:
+    """The value at which a Trainer switch leaves the run as it is (the house's own, or Lightning's default)."""
+    harmless = {"fast_dev_run": (False, 0), "limit_train_batches": (None, 1.0, 1), "overfit_batches": (0, 0.0),
+                "enable_checkpointing": (None, True), "max_epochs": (None, -1), "max_time": (None,)}  # fmt: skip
+    return any(value is h or (not isinstance(value, bool) and value == h and not isinstance(h, bool))
+               for h in harmless[switch])  # fmt: skip
 
 
 def _shown(key: str, value: Any) -> str:
@@ -372,8 +455,10 @@ def _literal(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
-    if isinstance(value, str):  # a quote escaped; a backslash stands for itself (where it does not, the round trip
-        quoted = value.replace("'", "\\'")  # in hydra_literal refuses the value)
+    if isinstance(value, str):  # Hydra's quoted strings: a run of backslashes before a quote (or before the closing
+        # quote) is doubled, a quote escaped; other backslashes stand for themselves (hydra_literal checks the trip)
+        quoted = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
+        quoted = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, quoted)
         return f"'{quoted}'"
     if isinstance(value, list | tuple):
         return "[" + ",".join(_literal(item) for item in value) + "]"

@@ -9,6 +9,7 @@ branch writes, logs and uploads, and how it is launched, are never the parent's 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from degen_train.config.handed_over import read_overrides_file
@@ -35,7 +36,7 @@ def inherited_overrides(overrides: list[str]) -> list[str]:
     if branch is None:
         return list(overrides)
     recorded = Path(branch.rpartition("@")[0]).expanduser() / "overrides.json"
-    if not recorded.is_file():
+    if not os.path.lexists(recorded):  # a link, FIFO or device there is refused by the reader, naming it
         return list(overrides)
     advice = (f" (branch_from={branch}: a parent's recorded overrides are read as data; remove that entry from "
               f"{recorded}, or branch from a run you trust)")  # fmt: skip

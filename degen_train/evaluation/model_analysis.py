@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -16,7 +15,9 @@ from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
 from degen_train.config.handed_over import read_config_file, recorded_override_texts, with_house_outputs
+from degen_train.config.records import Summary, read_record
 from degen_train.config.result_keys import has_no_effect_on_result
+from degen_train.core.handed_files import HandedOverFileError, printable
 from degen_train.core.io import atomic_write_json
 from degen_train.core.paths import writable_folder
 from degen_train.metrics import plots
@@ -66,7 +67,9 @@ def folder_data_config(path: Path, *, trust_config: bool) -> Any:
     only, its cache folder this user's own) and, unless ``trust_config``, naming only files inside the folder: a
     handed-over folder's config must not make this process read /etc/passwd or create folders where its author
     chose."""
-    reading = read_config_file(path / "config.yaml", advice=". Pass --corpus FILE to analyse on text of your choice")
+    reading = read_config_file(
+        path / "config.yaml", advice=". Pass --corpus FILE to analyse on text of your choice", runs=False
+    )
     tree = with_house_outputs(reading.tree, reading.dropped)
     data_cfg = OmegaConf.create(tree.get("data") or {})
     data_cfg.cache_dir = os.environ.get("DEGEN_TRAIN_CACHE", str(Path("~/.cache/degen_train").expanduser()))
@@ -122,16 +125,20 @@ def random_pair_cosines(vectors: torch.Tensor, count: int = 20000, seed: int = 0
 def model_name(path: Path) -> str:
     """What a figure's title calls a run: what sets it apart (its swept overrides, else its loss terms) and its final
     step, never a time-stamped folder name; a model folder that is no run: its name."""
-    summary_file = path / "summary.json"
-    if not summary_file.exists():
+    if not os.path.lexists(path / "summary.json"):
         return path.name
-    summary = json.loads(summary_file.read_text())
-    overrides = recorded_override_texts(path / "overrides.json")
-    config = summary.get("config") or {}
-    terms = [*(config.get("objective") or {}), *(config.get("regularizer") or {})]
+    try:  # a handed-over folder's records, typed (config/records.py); one that does not fit: the folder's name
+        summary = read_record(path / "summary.json", Summary, what="run summary")
+        overrides = recorded_override_texts(path / "overrides.json")
+    except HandedOverFileError as error:
+        log.warning("%s; the figures are titled by the folder's name", error)
+        return path.name
+    config = summary.config
+    regularizer = (config.model_extra or {}).get("regularizer") if config else None
+    terms = [*((config.objective if config else None) or {}), *(regularizer if isinstance(regularizer, dict) else {})]
     shown = [o.lstrip("+~") for o in overrides if not has_no_effect_on_result(o.lstrip("+~").split("=")[0])]
-    label = ", ".join(shown) or " + ".join(terms) or path.name
-    return f"{label}, step {summary.get('final_step')}"
+    label = ", ".join(shown) or " + ".join(map(str, terms)) or path.name
+    return printable(f"{label}, step {summary.final_step}", 300)
 
 
 def analyze(
@@ -165,7 +172,8 @@ def analyze(
     result["layers"] = layers
     with timed(timings, "positional"):  # Luo et al. 2021: are the last layer's outlier dimensions positional?
         result["positional_artefacts"] = positional_artefacts(
-            per_layer[-1], layers[-1]["outlier_dims"], absolute_position_embeddings(encoder.model))
+            per_layer[-1], layers[-1]["outlier_dims"], absolute_position_embeddings(encoder.model)
+        )
     last = torch.cat(per_layer[-1])
     with timed(timings, "outliers"):
         result["outliers"] = outlier_analysis(encoder, sentences, luo_dims=layers[-1]["outlier_dims"])

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import io
+import logging
+import os
 from pathlib import Path
 
 import matplotlib
@@ -13,9 +15,18 @@ import pandas as pd
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from degen_train.config.records import read_metrics_csv, read_png  # noqa: E402
+from degen_train.core.handed_files import HandedOverFileError, printable  # noqa: E402
 from degen_train.report.runs_table import SWEPT  # noqa: E402
 
 MARKERS = "os^vDP*X"
+log = logging.getLogger("degen_train.report")
+
+
+def plain(text: object) -> str:
+    """A label drawn as the text it is: control characters escaped, a dollar sign never starting mathtext (a
+    handed-over override value such as ``$\\frac{$`` would end the figure, and the report, in a parse error)."""
+    return printable(text, 200).replace("$", r"\$")
 
 
 def png(figure: plt.Figure) -> str:
@@ -27,17 +38,23 @@ def png(figure: plt.Figure) -> str:
 
 def setting_label(row: pd.Series) -> str:
     swept = [c for c in row.index if str(c).startswith(SWEPT)]
-    return ", ".join(f"{c.removeprefix(SWEPT)}={row[c]}" for c in swept) or str(row.get("run", "all"))
+    return plain(", ".join(f"{c.removeprefix(SWEPT)}={row[c]}" for c in swept) or str(row.get("run", "all")))
 
 
-def logged_curve(row: pd.Series, split: str) -> pd.DataFrame | None:
+def logged_curve(row: pd.Series, split: str, problems: list[str] | None = None) -> pd.DataFrame | None:
     """(step, value) of a run's logged ``split`` loss: train/loss, or for val the objective's own terms summed
     (val/TERM/loss of each objective term; val/loss when the objective is not known), so that runs with and
-    without a regularizer compare on the same loss."""
+    without a regularizer compare on the same loss. A log that cannot be read (config/records.py) is named in
+    ``problems`` and drawn as no curve."""
     path = Path(row["path"]) / "logs" / "metrics.csv"
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
-    logged = pd.read_csv(path)
+    try:
+        logged = read_metrics_csv(path)
+    except HandedOverFileError as error:
+        if problems is not None and str(error) not in problems:
+            problems.append(str(error))
+        return None
     objective = str(row.get("objective") or "")
     columns = [f"val/{term}/loss" for term in objective.split("+")] if split == "val" and objective else []
     if not columns or not all(c in logged for c in columns):
@@ -56,12 +73,12 @@ def logged_curve(row: pd.Series, split: str) -> pd.DataFrame | None:
     return pd.DataFrame({"step": updates, "value": points[columns].sum(axis=1).to_numpy()})
 
 
-def loss_curves(table: pd.DataFrame, split: str = "train") -> str | None:
+def loss_curves(table: pd.DataFrame, split: str = "train", problems: list[str] | None = None) -> str | None:
     """The ``split`` loss of every run against the step, with markers (short runs have few points)."""
     figure, axis = plt.subplots(figsize=(7, 4))
     drawn = 0
     for index, (_, row) in enumerate(table.iterrows()):
-        points = logged_curve(row, split)
+        points = logged_curve(row, split, problems)
         if points is None:
             continue
         axis.plot(points["step"], points["value"], marker=MARKERS[index % len(MARKERS)], ms=3, lw=1,
@@ -89,9 +106,9 @@ def metric_against_swept(table: pd.DataFrame, metrics: list[str]) -> dict[str, s
                 continue
             figure, axis = plt.subplots(figsize=(4, 3))
             axis.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3)
-            axis.set_xlabel(key.removeprefix(SWEPT))
+            axis.set_xlabel(plain(key.removeprefix(SWEPT)))
             axis.set_ylabel(metric + (" (mean ± std)" if stats["count"].max() > 1 else ""))
-            out[f"{metric} vs {key.removeprefix(SWEPT)}"] = png(figure)
+            out[f"{metric} vs {printable(key.removeprefix(SWEPT), 200)}"] = png(figure)
     return out
 
 
@@ -125,12 +142,21 @@ def tradeoff(grouped: pd.DataFrame, table: pd.DataFrame, *, x: str, y: str) -> s
     return png(figure)
 
 
-def cone_images(table: pd.DataFrame) -> dict[str, str]:
+def cone_images(table: pd.DataFrame, problems: list[str] | None = None) -> dict[str, str]:
+    """Each run's analysis/cone.png (a plain PNG file of the folder, never through a link), by its setting."""
     out = {}
     for _, row in table.iterrows():
         path = Path(row["path"]) / "analysis" / "cone.png"
-        if path.exists():
-            label = setting_label(row)
-            label = label if label.replace(", ", ",") == row["run"] else f"{label} ({row['run']})"
-            out[label] = base64.b64encode(path.read_bytes()).decode()
+        if not os.path.lexists(path):
+            continue
+        try:
+            data = read_png(path)
+        except HandedOverFileError as error:
+            if problems is not None:
+                problems.append(str(error))
+            log.warning("%s", error)
+            continue
+        label = setting_label(row).replace(r"\$", "$")
+        label = label if label.replace(", ", ",") == row["run"] else f"{label} ({printable(row['run'], 200)})"
+        out[label] = base64.b64encode(data).decode()
     return out

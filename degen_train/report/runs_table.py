@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -10,6 +10,8 @@ from typing import Any
 import pandas as pd
 
 from degen_train.config.handed_over import recorded_override_texts
+from degen_train.config.records import Analysis, Failure, Summary, WandbSummary, read_record
+from degen_train.core.handed_files import HandedOverFileError
 from degen_train.run.sweep import FAILED
 
 SEED_KEYS = ("seed",)
@@ -45,16 +47,16 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
 
 
 def _is_run(path: Path) -> bool:
-    return any((path / name).exists() for name in ("summary.json", FAILED, "config.yaml"))
+    return any(os.path.lexists(path / name) for name in ("summary.json", FAILED, "config.yaml"))
 
 
 def swept_values(run: Path) -> dict[str, str]:
     """The overrides that define the run (RUN/overrides.json, or failed.json's record)."""
     path = run / "overrides.json"
-    if path.exists():
+    if os.path.lexists(path):
         overrides = recorded_override_texts(path)  # shown, never run (config/handed_over.py)
-    elif (run / FAILED).exists():
-        overrides = json.loads((run / FAILED).read_text()).get("overrides", [])
+    elif os.path.lexists(run / FAILED):
+        overrides = read_record(run / FAILED, Failure, what="failure record").overrides
     else:
         overrides = []
     pairs = [o.lstrip("+~").split("=", 1) for o in overrides if "=" in o]
@@ -62,21 +64,31 @@ def swept_values(run: Path) -> dict[str, str]:
 
 
 def _wandb_summary(run: Path) -> dict[str, Any]:
-    """Summary metrics of an offline wandb run in RUN/wandb (when the run wrote no summary.json)."""
+    """Summary metrics of an offline wandb run in RUN/wandb (when the run wrote no summary.json): its plain values."""
     for path in sorted(run.glob("wandb/*run-*/files/wandb-summary.json")):
-        return {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith("_")}
+        summary = read_record(path, WandbSummary, what="wandb summary").model_extra or {}
+        return {k: v for k, v in summary.items() if not k.startswith("_") and isinstance(v, int | float | str | None)}
     return {}
 
 
 def run_row(run: Path) -> dict[str, Any]:
+    """One run's row from its records, each read through its typed schema (config/records.py). A record that does
+    not fit makes the row "unreadable", its error the one line that names the file and entry; the others stand."""
     row: dict[str, Any] = {"run": run.name, "status": "incomplete", "path": str(run)}
+    try:
+        return _filled_row(run, row)
+    except HandedOverFileError as error:  # row keeps what was read before the record that does not fit
+        return row | {"status": "unreadable", "error": str(error)}
+
+
+def _filled_row(run: Path, row: dict[str, Any]) -> dict[str, Any]:
     row |= {SWEPT + k: v for k, v in swept_values(run).items()}
-    if (run / FAILED).exists():
-        return row | {"status": "failed", "error": json.loads((run / FAILED).read_text())["error"]}
-    if not (run / "summary.json").exists():
+    if os.path.lexists(run / FAILED):
+        return row | {"status": "failed", "error": read_record(run / FAILED, Failure, what="failure record").error}
+    if not os.path.lexists(run / "summary.json"):
         wandb = _wandb_summary(run)
         return row | {"status": "finished (wandb)", **wandb} if wandb else row
-    summary = json.loads((run / "summary.json").read_text())
+    summary = read_record(run / "summary.json", Summary, what="run summary").model_dump()
     row["status"] = "finished"
     row |= {k: summary.get(k) for k in SUMMARY_KEYS}
     # Every term's own value, weighted or not: a weight-0 baseline still reports its regularizer.
@@ -95,8 +107,8 @@ def run_row(run: Path) -> dict[str, Any]:
             row["average/val_objective_loss"] = sum(beside)
     row |= summary.get("isotropy", {})
     analysis = run / "analysis" / "metrics.json"
-    if analysis.exists():  # degen-analyze's numbers on the export (degen-report runs it when missing)
-        analysed = json.loads(analysis.read_text())
+    if os.path.lexists(analysis):  # degen-analyze's numbers on the export (degen-report runs it when missing)
+        analysed = read_record(analysis, Analysis, what="analysis").model_dump()
         last = analysed["layers"][-1]
         row["analysis/last_layer_mean_cosine"] = last.get("mean_cosine")
         row["analysis/last_layer_self_similarity"] = last.get("self_similarity")
@@ -107,12 +119,12 @@ def run_row(run: Path) -> dict[str, Any]:
     evaluation = summary.get("eval", {})
     for name, scores in evaluation.get("sts", {}).items():
         row[f"sts/{name}"] = scores.get("raw")
-    if "w8a8" in evaluation:  # the export's quantization gap (eval.w8a8)
+    if evaluation.get("w8a8"):  # the export's quantization gap (eval.w8a8)
         gap = evaluation["w8a8"]
         row["w8a8/perplexity_gap"] = gap.get("perplexity_gap")
-        if "sts_gap" in gap:
+        if gap.get("sts_gap") is not None:
             row["w8a8/sts_gap"] = gap["sts_gap"]
-    if "wic" in evaluation:
+    if evaluation.get("wic"):
         wic = evaluation["wic"]["raw"]
         row["wic/accuracy"] = wic.get("accuracy", wic.get("accuracy_threshold_fitted_on_scored_items"))
     glue = summary.get("glue") or {}  # eval.glue: each task's dev score (mean over fine-tuning seeds), the average

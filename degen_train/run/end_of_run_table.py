@@ -90,7 +90,7 @@ def end_of_run_table(summary: dict[str, Any], run_dir: Path, overrides: list[str
         ),
         ("export", str(run / "hf") if (run / "hf").exists() else "none (export_hf=false)"),
         ("logs", f"{run / 'logs' / 'metrics.csv'}, {run / 'train.log'}"),
-        ("checkpoints", str(run / "checkpoints")),
+        ("checkpoints", str(run / "checkpoints") if (run / "checkpoints").is_dir() else "none written"),
         next_step,
         ("analyse", shlex.join(["degen-analyze", str(run)])),
     ]
@@ -102,8 +102,13 @@ def average_row(averaging: dict) -> list[tuple[str, str]]:
     """The weight average's validation beside the trained model's (callbacks.weight_averaging, validate: both)."""
     if averaging.get("val_loss") is None:
         return []
-    return [(f"{averaging['kind']} average", f"val loss {_number(averaging['val_loss'])}, perplexity "
-                                             f"{_number(averaging.get('val_perplexity'))} ({averaging['validated']})")]
+    return [
+        (
+            f"{averaging['kind']} average",
+            f"val loss {_number(averaging['val_loss'])}, perplexity "
+            f"{_number(averaging.get('val_perplexity'))} ({averaging['validated']})",
+        )
+    ]
 
 
 def next_command(run: Path, steps: int, total: int | None, schedule: str | None, kept: list[str]) -> tuple[str, str]:

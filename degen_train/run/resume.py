@@ -15,8 +15,8 @@
 
 from __future__ import annotations
 
-import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from degen_train.config.renamed import current_targets
 from degen_train.config.result_keys import has_no_effect_on_result
+from degen_train.core.handed_files import HandedOverFileError, json_record
 from degen_train.models.architectures import DEFAULT_ARCH
 from degen_train.storage.checkpoints import CheckpointError, checkpoint_header, newest_checkpoint
 
@@ -243,9 +244,11 @@ def finished_summary(run_dir: Path, cfg: DictConfig) -> dict | None:
     fewer steps: it resumes). A finished run whose recorded config differs in a key that changes the result is
     refused, naming each key and both values. Keys only one side has (added by a later version) are not compared."""
     path = run_dir / "summary.json"
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
-    summary = json.loads(path.read_text())
+    summary = json_record(path, what="run summary")  # a plain file, bounded: the folder may be handed over
+    if not isinstance(summary, dict):
+        raise HandedOverFileError(f"{path} is not a JSON mapping, as degen-train writes a run summary; remove it")
     if summary.get("final_step") != int(cfg.trainer.max_steps):
         return None
     before = flatten(current_targets(summary.get("config") or {}))
@@ -258,5 +261,3 @@ def finished_summary(run_dir: Path, cfg: DictConfig) -> dict | None:
             f"for this config. Sweep into a new folder (hydra.sweep.dir=...) or run into another hydra.run.dir"
         )
     return summary
-
-

@@ -15,6 +15,7 @@ import os
 import uuid
 from pathlib import Path
 
+from degen_train.core.handed_files import json_record
 from degen_train.core.io import file_sha256
 
 log = logging.getLogger("degen_train")
@@ -65,8 +66,8 @@ def is_own(run_dir: Path) -> bool:
 
 def _summary_run_id(run_dir: Path) -> str | None:
     try:
-        return json.loads((run_dir / "summary.json").read_text())["provenance"]["run_id"]
-    except (OSError, ValueError, KeyError, TypeError):
+        return json_record(run_dir / "summary.json", what="run summary")["provenance"]["run_id"]
+    except (OSError, ValueError, KeyError, TypeError):  # HandedOverFileError is a ValueError
         return None
 
 

@@ -1,0 +1,195 @@
+"""The typed schemas of every file degen-report reads from a run folder it did not write this session: summary.json,
+failed.json, analysis/metrics.json, an offline wandb summary, logs/metrics.csv and analysis/cone.png.
+
+Each file is read through core.handed_files (a plain file, bounded, never a link, FIFO or device), then validated
+here: keys degen-train does not read are allowed (a newer version may add some), keys it reads must have its types.
+A file that does not fit is one line naming the file, the entry and what to do (RecordError); the report lists the
+run as unreadable and goes on with the others.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from degen_train.core.handed_files import (
+    IMAGE_BYTES,
+    TABLE_BYTES,
+    HandedOverFileError,
+    json_record,
+    plain_file_bytes,
+    printable,
+)
+
+Number = float | None
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+class Record(BaseModel):
+    """A record's section: unknown keys allowed, the keys read typed."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class RecordError(HandedOverFileError):
+    """A handed-over record that does not fit its schema: the file, the entry and what to do."""
+
+
+class StsScores(Record):
+    raw: Number = None
+
+
+class WicScores(Record):
+    accuracy: Number = None
+    accuracy_threshold_fitted_on_scored_items: Number = None
+
+
+class Wic(Record):
+    raw: WicScores
+
+
+class W8A8(Record):
+    perplexity_gap: Number = None
+    sts_gap: Number = None
+
+
+class Evaluation(Record):
+    sts: dict[str, StsScores] = {}
+    wic: Wic | None = None
+    w8a8: W8A8 | None = None
+
+
+class GlueTask(Record):
+    mean: Number
+    baselines: dict[str, Number] = {}
+    one_class: str | bool | None = None
+
+
+class Glue(Record):
+    tasks: dict[str, GlueTask] = {}
+    average: Number = None
+
+
+class WeightAveraging(Record):
+    val_loss: Number = None
+    val_perplexity: Number = None
+
+
+class RecordedConfig(Record):
+    objective: dict[str, Any] | None = None
+
+
+class Code(Record):
+    git_sha: str | None = None
+    dirty: bool | None = None
+
+
+class Provenance(Record):
+    code: Code = Code()
+    run_id: str | None = None
+
+
+class Summary(Record):
+    """RUN/summary.json, as run/pretrain.py writes it (the keys the report reads)."""
+
+    final_step: int | None = None
+    val_loss: Number = None
+    val_perplexity: Number = None
+    val_perplexity_of: str | None = None
+    train_loss: Number = None
+    tokens_per_s: Number = None
+    mfu: Number = None
+    mfu_total: Number = None
+    val_terms: dict[str, Number] | None = None
+    train_terms: dict[str, Number] | None = None
+    val_metrics: dict[str, Number] | None = None
+    config: RecordedConfig | None = None
+    weight_averaging: WeightAveraging | None = None
+    isotropy: dict[str, Number] = {}
+    eval: Evaluation = Evaluation()
+    glue: Glue | None = None
+    provenance: Provenance = Provenance()
+
+
+class Failure(Record):
+    """RUN/failed.json, as run/sweep.py writes it."""
+
+    error: str
+    overrides: list[str] = []
+
+
+class AnalysedLayer(Record):
+    mean_cosine: Number = None
+    self_similarity: Number = None
+
+
+class Outliers(Record):
+    max_kurtosis: Number = None
+    max_inf_norm: Number = None
+    massive_activations: Number = None
+    attention_sink_rate: Number = None
+
+
+class Analysis(Record):
+    """RUN/analysis/metrics.json, as degen-analyze writes it: at least one layer."""
+
+    layers: list[AnalysedLayer]
+    outliers: Outliers | None = None
+
+    @field_validator("layers")
+    @classmethod
+    def _some_layer(cls, layers: list[AnalysedLayer]) -> list[AnalysedLayer]:
+        if not layers:
+            raise ValueError("an analysis measures at least one layer")
+        return layers
+
+
+class WandbSummary(Record):
+    """An offline wandb run's files/wandb-summary.json: a mapping of metric names to values."""
+
+
+Model = TypeVar("Model", bound=Record)
+ADVICE = "replace the file by the run's own, or remove the run from the folder given"
+
+
+def read_record(path: Path, schema: type[Model], *, what: str) -> Model:
+    """``path`` read safely and validated against ``schema``; RecordError names the file, the first entry that does
+    not fit, its value and what degen-train writes there."""
+    value = json_record(path, what=what)
+    if not isinstance(value, dict):
+        raise RecordError(f"{path}: holds a JSON {type(value).__name__}, where degen-train writes {what} as a mapping "
+                          f"of keys; {ADVICE}")  # fmt: skip
+    try:
+        return schema.model_validate(value)
+    except ValidationError as error:
+        first = error.errors()[0]
+        entry = ".".join(str(part) for part in first["loc"]) or "(top)"
+        given = printable(repr(first.get("input")), 80)
+        raise RecordError(f"{path}: {entry}={given}: {first['msg'].lower()} ({what}); {ADVICE}") from None
+
+
+def read_metrics_csv(path: Path) -> pd.DataFrame:
+    """RUN/logs/metrics.csv as a table (Lightning's CSV logger's file): a plain file within TABLE_BYTES, parsed by
+    pandas; a step column is required."""
+    data = plain_file_bytes(path, limit=TABLE_BYTES, what="metrics log")
+    try:
+        table = pd.read_csv(io.BytesIO(data))
+    except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as error:
+        reason = printable(str(error).splitlines()[0] if str(error) else type(error).__name__, 120)
+        raise RecordError(f"{path}: not a CSV table as Lightning writes it ({reason}); {ADVICE}") from None
+    if "step" not in table:
+        raise RecordError(f"{path}: no step column, which every metrics log has; {ADVICE}")
+    table["step"] = pd.to_numeric(table["step"], errors="coerce")
+    return table
+
+
+def read_png(path: Path) -> bytes:
+    """RUN/analysis/cone.png: a plain file within IMAGE_BYTES that starts as a PNG does."""
+    data = plain_file_bytes(path, limit=IMAGE_BYTES, what="figure")
+    if not data.startswith(PNG_SIGNATURE):
+        raise RecordError(f"{path}: not a PNG image, as degen-analyze writes it; {ADVICE}")
+    return data

@@ -1,0 +1,130 @@
+"""Reading one file of a folder someone handed over: a plain file of bounded size, never through a link, a FIFO or a
+device, its text shown back with no control characters. The typed schemas of what each file holds live with the door
+that reads it (report/records.py for a run's records); this module only gets the bytes safely."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+# The largest handed-over record read (summary.json, failed.json, analysis/metrics.json, overrides.json, a
+# fine-tuning record): degen-train writes them in kilobytes; a bigger one is a mistake or an attack.
+RECORD_BYTES = 16 * 2**20
+TABLE_BYTES = 256 * 2**20  # logs/metrics.csv of a long run
+IMAGE_BYTES = 32 * 2**20  # analysis/cone.png
+MAX_DEPTH = 64  # nesting of a JSON/YAML record degen-train writes is under 10
+MAX_ENTRIES = 100_000  # values in one record
+# C0 and C1 control characters other than tab, and DEL: a terminal acts on them (erase a line, move the cursor).
+CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+class HandedOverFileError(ValueError):
+    """A file of a handed-over folder that cannot be read as what degen-train writes there: one line naming the
+    file, the entry and what to do, with control characters shown escaped."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(printable(message))
+
+
+def printable(text: Any, limit: int = 0) -> str:
+    """``text`` with every control character (ANSI escapes, carriage returns, newlines) shown as its escape, so a
+    quoted value cannot erase or forge a line on the terminal that prints it; cut to ``limit`` characters if given."""
+    shown = CONTROL.sub(lambda m: repr(m.group())[1:-1], str(text))
+    return shown if not limit or len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+def plain_file_bytes(path: Path, *, limit: int = RECORD_BYTES, what: str = "record") -> bytes:
+    """The bytes of ``path``, refused in one line before it is opened when it is a link, a FIFO, a device or a
+    folder, or larger than ``limit`` (checked again on the open file, which is never followed through a link)."""
+    path = Path(path)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        raise HandedOverFileError(f"{path}: no such file") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise HandedOverFileError(
+            f"{path} is a link (to {printable(os.readlink(path), 200)}): a handed-over {what} is read only from the "
+            f"folder itself, never through a link; replace the link by a copy of its file"
+        )
+    if not stat.S_ISREG(info.st_mode):
+        raise HandedOverFileError(
+            f"{path} is {_kind(info.st_mode)}, not a plain file: a {what} is read only from a plain file (a FIFO or a "
+            f"device would never end); replace it by the file it stands for"
+        )
+    if info.st_size > limit:
+        raise HandedOverFileError(
+            f"{path} holds {info.st_size / 2**20:.1f} MiB, more than any {what} degen-train writes "
+            f"({limit / 2**20:.0f} MiB): it was not read; replace it by the run's own file"
+        )
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as error:
+        if error.errno == errno.ELOOP:  # swapped for a link after the check
+            raise HandedOverFileError(f"{path} is a link: a handed-over {what} is never read through one") from None
+        raise HandedOverFileError(f"{path} cannot be read ({error.strerror})") from None
+    with os.fdopen(descriptor, "rb") as stream:
+        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+            raise HandedOverFileError(f"{path} is not a plain file: a {what} is read only from one")
+        data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise HandedOverFileError(f"{path} grew past {limit / 2**20:.0f} MiB while read: it was not read")
+    return data
+
+
+def plain_file_text(path: Path, *, limit: int = RECORD_BYTES, what: str = "record") -> str:
+    """``plain_file_bytes`` decoded as UTF-8 (a byte-order mark dropped), or one line naming the file and the line."""
+    data = plain_file_bytes(path, limit=limit, what=what)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise HandedOverFileError(f"{path}, line {line}: not UTF-8 text, as degen-train writes a {what}") from None
+
+
+def json_record(path: Path, *, what: str = "record", limit: int = RECORD_BYTES) -> Any:
+    """A handed-over JSON file's value, its nesting and size bounded; a file that is not JSON is one line naming the
+    file, the line and the column."""
+    text = plain_file_text(path, limit=limit, what=what)
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise HandedOverFileError(f"{path}: nested deeper than any {what} degen-train writes; not read") from None
+    except ValueError as error:
+        reason = getattr(error, "msg", str(error))
+        where = f"line {error.lineno}, column {error.colno}" if hasattr(error, "lineno") else "here"
+        raise HandedOverFileError(
+            f"{path} is not JSON ({reason} at {where}): degen-train writes a {what} as JSON; replace it by the run's "
+            f"own file or remove it"
+        ) from None
+    check_bounded(path, value, what=what)
+    return value
+
+
+def check_bounded(path: Path, value: Any, *, what: str = "record") -> None:
+    """Refuse a value nested deeper than MAX_DEPTH or holding more than MAX_ENTRIES values (a YAML alias bomb
+    expands to billions), walked without recursion."""
+    stack, entries = [(value, 1)], 0
+    while stack:
+        item, depth = stack.pop()
+        entries += 1
+        if depth > MAX_DEPTH or entries > MAX_ENTRIES:
+            reason = f"nested over {MAX_DEPTH} deep" if depth > MAX_DEPTH else f"over {MAX_ENTRIES:,} values"
+            raise HandedOverFileError(f"{path}: {reason}, far beyond any {what} degen-train writes; it was not read")
+        if isinstance(item, dict):
+            stack.extend((inner, depth + 1) for inner in item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend((inner, depth + 1) for inner in item)
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))  # fmt: skip
+    for test, name in kinds:
+        if test(mode):
+            return name
+    return "not a plain file"
