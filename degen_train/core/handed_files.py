@@ -128,3 +128,28 @@ def _kind(mode: int) -> str:
         if test(mode):
             return name
     return "not a plain file"
+
+
+# The files of a model folder where transformers finds Python code to import (``auto_map``).
+CODE_NAMING_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json")
+
+
+def no_remote_code(source: str | Path) -> dict[str, bool]:
+    """The keyword every transformers loader here is called with, ``trust_remote_code=False`` (no prompt can ever
+    appear, no folder's Python is imported), after a local folder's ``auto_map`` is named and refused: a config or
+    tokenizer config that points transformers at the folder's own code."""
+    folder = Path(str(source)).expanduser()
+    if folder.is_dir():
+        for name in CODE_NAMING_FILES:
+            path = folder / name
+            if not os.path.lexists(path):
+                continue
+            value = json_record(path, what="model file")
+            if isinstance(value, dict) and value.get("auto_map"):
+                named = printable(json.dumps(value["auto_map"], default=str), 200)
+                raise HandedOverFileError(
+                    f"{path}: auto_map={named} names Python code for transformers to import from the folder; "
+                    f"degen-train never runs a model folder's code (trust_remote_code=False): remove auto_map, or use "
+                    f"a model whose model_type transformers ships"
+                )
+    return {"trust_remote_code": False}

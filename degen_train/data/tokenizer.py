@@ -16,6 +16,7 @@ from typing import Any
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, BertTokenizerFast, GPT2TokenizerFast, PreTrainedTokenizerFast
 
+from degen_train.core.handed_files import HandedOverFileError, no_remote_code
 from degen_train.core.io import CACHE_ELSEWHERE, atomic_directory, cache_key, resolve_pretrained
 from degen_train.data.cache_lock import building
 
@@ -49,7 +50,10 @@ def load_tokenizer(source: str | Path) -> PreTrainedTokenizerFast:
                     raise ValueError(f"{path} is not JSON ({error}): not a tokenizer's file, or one cut short; copy "
                                      f"the tokenizer folder again from its source") from None  # fmt: skip
     try:
-        return AutoTokenizer.from_pretrained(str(source))
+        remote = no_remote_code(source)  # a folder whose tokenizer_config.json names its own code is refused
+        return AutoTokenizer.from_pretrained(str(source), **remote)
+    except HandedOverFileError:
+        raise
     except Exception as error:  # noqa: BLE001 - transformers and the Rust library raise many kinds: one line here
         first = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
         raise ValueError(f"{source}: its tokenizer could not be loaded ({first}); give a folder holding a "

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from degen_train.config.handed_over import read_config_file, recorded_override_texts, with_house_outputs
 from degen_train.config.records import Summary, read_record
 from degen_train.config.result_keys import has_no_effect_on_result
-from degen_train.core.handed_files import HandedOverFileError, printable
+from degen_train.core.handed_files import HandedOverFileError, no_remote_code, printable
 from degen_train.core.io import atomic_write_json
 from degen_train.core.paths import writable_folder
 from degen_train.metrics import plots
@@ -239,7 +239,7 @@ def generation_analysis(encoder: Any, sentences: list[str]) -> dict[str, Any]:
 
     from degen_train.metrics.generation import repetition_probe
 
-    model = AutoModelForCausalLM.from_pretrained(encoder.source).eval()
+    model = AutoModelForCausalLM.from_pretrained(encoder.source, **no_remote_code(encoder.source)).eval()
     documents = [encoder.tokenizer(text, verbose=False)["input_ids"] for text in sentences]
     try:
         return repetition_probe(model, documents, batch_size=encoder.batch_size)

@@ -31,6 +31,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 import degen_train.models  # noqa: F401 - registers the degen_<arch> types of exports with an attention variant
+from degen_train.core.handed_files import no_remote_code
 from degen_train.core.io import atomic_directory
 from degen_train.finetune.baselines import predicted_classes, task_baselines
 from degen_train.finetune.metrics import split_metrics, task_score
@@ -238,6 +239,7 @@ def load_classifier(model_dir: Path, task: Task) -> tuple[Any, Any]:
             model_dir,
             num_labels=task.num_labels,
             problem_type="regression" if task.num_labels == 1 else "single_label_classification",
+            **no_remote_code(model_dir),
         )
     finally:
         transformers_logging.set_verbosity(verbosity)

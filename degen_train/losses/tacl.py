@@ -12,6 +12,7 @@ from annotated_types import Gt
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoModel
 
+from degen_train.core.handed_files import no_remote_code
 from degen_train.core.io import resolve_pretrained
 from degen_train.devices.precision import autocast_off
 from degen_train.losses.contract import LossTerm, TermContext, TermOutput, distributed_mean, register_term
@@ -81,7 +82,7 @@ class TokenContrastiveTerm(LossTerm):
         return self._teacher[0] if self._teacher else None
 
     def setup(self, context: TermContext) -> None:
-        model_type = AutoConfig.from_pretrained(self.teacher_path).model_type
+        model_type = AutoConfig.from_pretrained(self.teacher_path, **no_remote_code(self.teacher_path)).model_type
         pooler = {"add_pooling_layer": False} if model_type in ("bert", "roberta") else {}  # no pooler to skip
         teacher = load_pretrained(AutoModel, self.teacher_path, "TaCL teacher", **pooler)
         config = teacher.config

@@ -15,6 +15,7 @@ from transformers import AutoModel
 from transformers.utils import logging as transformers_logging
 
 import degen_train.models  # noqa: F401 - registers the degen_<arch> types of exports with an attention variant
+from degen_train.core.handed_files import no_remote_code
 from degen_train.data.tokenizer import load_tokenizer
 from degen_train.models.loading import check_weights_fit_config
 
@@ -85,9 +86,9 @@ def load_encoder(path: str | Path, *, batch_size: int = 32, max_length: int | No
     transformers_logging.set_verbosity_error()  # the export's MLM/NSP heads are expected to go unused here
     transformers_logging.disable_progress_bar()  # a "Loading weights" bar for a small local model
     try:  # an MLM export has no pooler: do not let AutoModel add a random one (and warn about it)
-        model = AutoModel.from_pretrained(model_dir, add_pooling_layer=False).eval()
+        model = AutoModel.from_pretrained(model_dir, add_pooling_layer=False, **no_remote_code(model_dir)).eval()
     except TypeError:
-        model = AutoModel.from_pretrained(model_dir).eval()
+        model = AutoModel.from_pretrained(model_dir, **no_remote_code(model_dir)).eval()
     finally:
         transformers_logging.set_verbosity(verbosity)
     tokenizer = load_tokenizer(model_dir)

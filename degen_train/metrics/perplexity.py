@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
+from degen_train.core.handed_files import no_remote_code
 from degen_train.core.io import utf8_text
 from degen_train.data.tokenizer import load_tokenizer
 from degen_train.models.architectures import architecture_of
@@ -130,7 +131,7 @@ def perplexity(
     tokenizer = load_tokenizer(model_dir)
     from transformers import AutoConfig
 
-    arch = architecture_of(AutoConfig.from_pretrained(str(model_dir)).model_type)
+    arch = architecture_of(AutoConfig.from_pretrained(str(model_dir), **no_remote_code(model_dir)).model_type)
     decoder = arch is not None and arch.family == "decoder"
     loader = AutoModelForCausalLM if decoder else AutoModelForMaskedLM
     model = load_pretrained(loader, str(model_dir), "perplexity model").eval()

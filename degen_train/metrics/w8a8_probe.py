@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from degen_train.core.handed_files import no_remote_code
 from degen_train.metrics.perplexity import causal_perplexity
 from degen_train.metrics.quantization import SETTINGS, QuantSettings, simulated_w8a8
 
@@ -185,7 +186,7 @@ def w8a8_gap_of_export(
 
     documents = read_documents(text, unit, what="W8A8 text file")
     tokenizer = load_tokenizer(model_dir)
-    arch = architecture_of(AutoConfig.from_pretrained(str(model_dir)).model_type)
+    arch = architecture_of(AutoConfig.from_pretrained(str(model_dir), **no_remote_code(model_dir)).model_type)
     decoder = arch is not None and arch.family == "decoder"
     if not decoder and tokenizer.mask_token_id is None:
         raise ValueError(f"{model_dir}'s tokenizer has no mask token: the masked-LM perplexity needs one")

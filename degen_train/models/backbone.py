@@ -21,6 +21,7 @@ from transformers import (
 )
 
 from degen_train.config.schema import ModelConfig, model_section
+from degen_train.core.handed_files import no_remote_code
 from degen_train.core.io import resolve_pretrained
 from degen_train.models.architectures import ARCHITECTURES, Architecture, architecture, architecture_of
 from degen_train.models.attention_variants import SETTINGS_KEY, install_attention_variant, variant_settings
@@ -42,7 +43,8 @@ def model_architecture(section: ModelConfig | DictConfig) -> Architecture:
     refused when it does not fit ``cfg.family``."""
     cfg = model_section(section)
     if cfg.init_from:
-        model_type = AutoConfig.from_pretrained(resolve_pretrained(cfg.init_from)).model_type
+        source = resolve_pretrained(cfg.init_from)
+        model_type = AutoConfig.from_pretrained(source, **no_remote_code(source)).model_type
         arch = architecture_of(model_type)
         if arch is None:
             raise ValueError(

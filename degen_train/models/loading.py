@@ -14,6 +14,8 @@ from typing import Any
 
 from transformers.utils import logging as transformers_logging
 
+from degen_train.core.handed_files import no_remote_code
+
 log = logging.getLogger("degen_train")
 
 
@@ -34,7 +36,7 @@ def load_pretrained(loader: Any, source: str, what: str, *, missing: list[str] |
     transformers_logging.set_verbosity_error()
     transformers_logging.disable_progress_bar()
     try:
-        model, info = loader.from_pretrained(source, output_loading_info=True, **kwargs)
+        model, info = loader.from_pretrained(source, output_loading_info=True, **kwargs, **no_remote_code(source))
     finally:
         transformers_logging.set_verbosity(verbosity)
         if bars:
@@ -73,7 +75,7 @@ def check_weights_fit_config(model_dir: Path) -> None:
                              f"weights; copy it again from its source") from None  # fmt: skip
     from degen_train.models import attention_variants
 
-    config = AutoConfig.from_pretrained(str(model_dir))
+    config = AutoConfig.from_pretrained(str(model_dir), **no_remote_code(model_dir))
     architecture = (config.architectures or [""])[0]
     variant = config.model_type.startswith(attention_variants.EXPORTED_TYPE_PREFIX)  # built as degen_train builds it
     model_class = getattr(attention_variants if variant else transformers, f"Degen{architecture}" if variant else

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from degen_train.callbacks.preemption import PREEMPTED_EXIT, PreparationStopped, RunPreempted
@@ -22,6 +23,23 @@ FAILED = "failed.json"
 # non-zero.
 SWEEP_OUTCOMES: dict[str, list[str]] = {"trained": [], "skipped": [], "failed": []}
 FAILED_RUNS = SWEEP_OUTCOMES["failed"]
+
+
+class SweepFolderCheck(Callback):
+    """A Hydra callback (conf/hydra/default.yaml): before the sweeper writes anything (multirun.yaml first), the sweep
+    folder Hydra resolved is checked for links (storage/runlock.py), the same check as a command line's
+    ``hydra.sweep.dir``, for a folder named by a config or an interpolation. A refusal is one line and exit 2."""
+
+    def on_multirun_start(self, config: DictConfig, **_: Any) -> None:
+        import sys
+
+        from degen_train.storage.runlock import refuse_links_in_sweep
+
+        try:
+            refuse_links_in_sweep(Path(str(config.hydra.sweep.dir)))
+        except ValueError as error:
+            print(f"degen-train: error: {error}", file=sys.stderr)
+            raise SystemExit(2) from None
 
 
 def swept_keys(root: Any = None, argv: list[str] | None = None) -> set[str]:

@@ -65,6 +65,27 @@ def is_run_folder(folder: Path) -> bool:
     return (folder / "config.yaml").is_file() and (folder / "checkpoints").is_dir()
 
 
+def refuse_links_in_sweep(sweep_dir: Path, key: str = "hydra.sweep.dir") -> None:
+    """A sweep folder is written by Hydra and the sweeper before any run starts (multirun.yaml, Optuna's
+    optimization_results.yaml, each KEY=VALUE run folder, its train.log): refuse a link at the folder or anywhere in it
+    (a wandb/ folder's own links aside), naming each, before anything is written there."""
+    sweep_dir = Path(sweep_dir).expanduser()
+    if sweep_dir.is_symlink():
+        raise ValueError(f"{key}={sweep_dir} is a link to {os.readlink(sweep_dir)}: a sweep writes into the folder it "
+                         f"was given, never through a link; remove the link or give {key} another folder")  # fmt: skip
+    if not sweep_dir.is_dir():
+        return
+    links = [p for p in sweep_dir.rglob("*") if p.is_symlink() and "wandb" not in p.relative_to(sweep_dir).parts[:-1]
+             and p.name != "wandb"]  # fmt: skip
+    if links:
+        shown = ", ".join(f"{p} -> {os.readlink(p)}" for p in links[:5])
+        raise ValueError(
+            f"{key}={sweep_dir} holds symbolic links ({shown}{', ...' if len(links) > 5 else ''}): Hydra and the "
+            f"sweeper would write its files (multirun.yaml, optimization_results.yaml, each run's folder and "
+            f"train.log) through them. Replace each link by a copy of its file, or remove it"
+        )
+
+
 def refuse_run_inside_a_run(folder: Path, what: str) -> None:
     """A run's folder holds one run: a new run inside another's (a branch into PARENT/sub or PARENT/checkpoints)
     would mix its files with the parent's. Refused naming both."""
@@ -122,10 +143,16 @@ def check_output_folders_in(arguments: list[str]) -> None:
         values[key.lstrip("+")] = value.strip("'\"")
         if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and value and "${" not in value:
             check_output_folder(value.strip("'\""), key.lstrip("+"))
+    sweep_dir = values.get("hydra.sweep.dir")
+    if sweep_dir and "${" not in sweep_dir:
+        refuse_links_in_sweep(Path(sweep_dir))
     run_dir = values.get("hydra.run.dir")
     if not run_dir or "${" in run_dir:
         return
     refuse_links_in(Path(run_dir))
+    if (Path(run_dir).expanduser() / "multirun.yaml").exists():  # its runs would fail later, with a branch's advice
+        raise ValueError(f"hydra.run.dir={run_dir} is a sweep's folder (it holds multirun.yaml): a single run goes "
+                         f"into a folder of its own; continue the sweep with -m hydra.sweep.dir={run_dir}")  # fmt: skip
     if values.get("branch_from"):  # the parent itself as the branch's folder (its train.log would be appended to)
         parent = Path(values["branch_from"].rpartition("@")[0]).expanduser().resolve()
         if is_run_folder(parent) and Path(run_dir).expanduser().resolve() == parent:

@@ -28,7 +28,7 @@ LEVELS = [  # top to bottom; packages on one level never import each other
 ALLOWED = {  # package: the packages it imports
     "cli": {"callbacks", "config", "core", "data", "evaluation", "finetune", "losses", "metrics", "models", "report",
             "reproduce", "run", "storage"},
-    "report": {"config", "run", "storage"},
+    "report": {"config", "core", "run", "storage"},
     "reproduce": {"config", "core", "evaluation", "finetune", "metrics", "run"},
     "run": {"callbacks", "config", "core", "data", "devices", "evaluation", "finetune", "losses", "metrics", "models",
             "optim", "storage"},
