@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import pathlib
 import signal
 import sys
 from collections.abc import Sequence
@@ -131,6 +132,10 @@ def main(argv: Sequence[str] | None = None) -> None:
               f"rest (exit code {PREEMPTED_EXIT}, 'resume me')", file=sys.stderr)  # fmt: skip
         sys.exit(PREEMPTED_EXIT)
     except (ValueError, OSError) as error:
+        from degen_train.core.io import DiskFull, disk_full_error, is_disk_full
+
+        if isinstance(error, OSError) and not isinstance(error, DiskFull) and is_disk_full(error):
+            error = disk_full_error(pathlib.Path(args.out), "give --out a folder on another disk", error)
         sys.exit(f"degen-finetune: error: {error}")
     from degen_train.finetune.grid import format_summary
 

@@ -11,6 +11,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
+from degen_train.callbacks.divergence import DivergenceError  # noqa: E402
 from degen_train.callbacks.preemption import PREEMPTED_EXIT, PreparationStopped, RunPreempted  # noqa: E402
 from degen_train.config.inherited import inherited_overrides  # noqa: E402
 from degen_train.config.overrides import open_trainer_keys, refuse_unquoted_equals  # noqa: E402
@@ -37,7 +38,8 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     except PreparationStopped as stopped:
         print(f"degen-train: {stopped} (exit code {PREEMPTED_EXIT})", file=sys.stderr)
         raise SystemExit(PREEMPTED_EXIT) from None
-    except (ValueError, OSError, RunDirBusy) as error:  # bad input, a full disk, a busy folder: the message says it
+    except (ValueError, OSError, RunDirBusy, DivergenceError) as error:  # bad input, a full disk, a busy folder, a
+        # diverged run (its message says what was kept and what to change): one line
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(f"degen-train: error: {error}\n(HYDRA_FULL_ERROR=1 shows where it was raised)", file=sys.stderr)

@@ -65,7 +65,7 @@ class Evaluation(Record):
 
 class GlueTask(Record):
     mean: Number
-    baselines: dict[str, Number] = {}
+    baselines: dict[str, float | str | None] = {}
     one_class: str | bool | None = None
 
 

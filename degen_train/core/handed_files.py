@@ -121,6 +121,17 @@ def check_bounded(path: Path, value: Any, *, what: str = "record") -> None:
             stack.extend((inner, depth + 1) for inner in item)
 
 
+def not_a_plain_file(path: Path) -> str | None:
+    """What ``path`` is when it exists (through links) and is neither a plain file nor a folder: "a FIFO", "a
+    character device" (/dev/zero), ...; None otherwise. A FIFO or a device as a text file would never end, or read
+    as empty."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else _kind(mode)
+
+
 def _kind(mode: int) -> str:
     kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
              (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))  # fmt: skip

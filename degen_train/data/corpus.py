@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow.compute
 
 from degen_train.config.schema import DataConfig, data_section
+from degen_train.core.handed_files import not_a_plain_file
 from degen_train.core.io import atomic_write_text, cache_key, file_sha256
 from degen_train.data.builtin_corpus import builtin_documents
 from degen_train.data.text_files import UNIT_MEANS, check_each_file, text_documents
@@ -75,6 +76,9 @@ def _load_local(cfg: Any, path_value: str | None, key: str) -> tuple[Any, str, l
     if not path.exists():
         where = f" ({cfg.missing_hint})" if cfg.missing_hint else ""
         raise FileNotFoundError(f"{key}={path} does not exist{where}")
+    kind = not_a_plain_file(path)
+    if kind:  # read as "empty (0 bytes)" before, or never ended
+        raise ValueError(f"{key}={path} is {kind}, not a plain file or folder: give the corpus as a file or folder")
     if path.is_dir() and any((path / mark).is_file() for mark in SAVED_MARKS):
         return _load_saved(cfg, path, key)
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]

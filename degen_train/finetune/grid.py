@@ -8,15 +8,17 @@ one (a cell killed midway starts again: cells are short), and refuses an OUT mad
 
 from __future__ import annotations
 
-import json
+import hashlib
 import logging
+import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from degen_train.core.io import atomic_write_json, atomic_write_text
+from degen_train.core.handed_files import json_record
+from degen_train.core.io import atomic_write_json, atomic_write_text, file_sha256
 from degen_train.finetune.baselines import one_class_note
 from degen_train.finetune.cell import STOP_ASKED, CellsInterrupted, Processes, Protocol, finetune_cell
 from degen_train.finetune.metrics import average_of
@@ -41,14 +43,14 @@ def run_grid(
         raise ValueError("the learning-rate grid is empty: give at least one (--lr 2e-5)")
     if not seeds:
         raise ValueError("no seeds: give --seeds 1 or more")
-    settings = {"model": str(model_dir), "protocol": asdict(protocol)}
+    settings = {"model": str(model_dir), "weights": weights_sha256(model_dir), "protocol": asdict(protocol)}
     _check_same_settings(out, settings, write=processes.rank == 0)
     cells = [(t, lr, s) for t in tasks for lr in learning_rates for s in seeds]
     results: dict[str, list[dict[str, Any]]] = {t.layout.name: [] for t in tasks}
     for index, (task, lr, seed) in enumerate(cells, 1):
         path = cell_file(out, task.layout.name, lr, seed)
-        if path.exists():
-            results[task.layout.name].append(json.loads(path.read_text()))
+        if os.path.lexists(path):
+            results[task.layout.name].append(json_record(path, what="fine-tuning result"))
             continue
         if STOP_ASKED.is_set():
             raise CellsInterrupted(f"stopped before cell {index} of {len(cells)}")
@@ -76,7 +78,7 @@ def finished_cells(out: Path, results: dict[str, list[dict[str, Any]]]) -> dict[
     protocol) with this invocation's, one per (task, rate, seed)."""
     cells: dict[str, dict[tuple[float, int], dict[str, Any]]] = {}
     for path in sorted(out.glob("*/lr=*/seed=*/result.json")):
-        cell = json.loads(path.read_text())
+        cell = json_record(path, what="fine-tuning result")
         cells.setdefault(cell["task"], {})[(float(cell["lr"]), int(cell["seed"]))] = cell
     for task, done in results.items():
         for cell in done:
@@ -84,15 +86,31 @@ def finished_cells(out: Path, results: dict[str, list[dict[str, Any]]]) -> dict[
     return {task: list(by_cell.values()) for task, by_cell in cells.items()}
 
 
+def weights_sha256(model_dir: Path) -> str:
+    """One sha256 over the model folder's weight files (name and bytes, in name order): what the grid's cells were
+    fine-tuned from, so that a folder whose weights were swapped at the same path is not averaged with them."""
+    digest = hashlib.sha256()
+    for path in sorted([*model_dir.glob("*.safetensors"), *model_dir.glob("*.bin")]):
+        digest.update(f"{path.name}:{file_sha256(path)}\n".encode())
+    return digest.hexdigest()
+
+
 def _check_same_settings(out: Path, settings: dict[str, Any], *, write: bool) -> None:
     record = out / "settings.json"
-    if record.exists():
-        before = json.loads(record.read_text())
-        # A key added to the protocol since the folder was made counts as its default (padding: dynamic).
-        before["protocol"] = {**asdict(Protocol()), **before.get("protocol", {})}
+    if os.path.lexists(record):
+        before = json_record(record, what="fine-tuning settings")
+        if not isinstance(before, dict):
+            raise ValueError(f"{record} is not a JSON mapping, as degen-finetune writes it: give another --out")
+        # A key added to the protocol since the folder was made counts as its default (padding: dynamic); a folder
+        # made before the weights were recorded is bound to them from now on only where it names the same model.
+        before["protocol"] = {**asdict(Protocol()), **(before.get("protocol") or {})}
+        before.setdefault("weights", settings["weights"])
         if before != settings:
             changed = sorted(k for k in set(before["protocol"]) | set(settings["protocol"])
                              if before["protocol"].get(k) != settings["protocol"].get(k))  # fmt: skip
+            if before.get("weights") != settings["weights"]:
+                changed.insert(0, f"the model's weights (sha256 {str(before.get('weights'))[:12]} then, "
+                                  f"{settings['weights'][:12]} now: its files were replaced)")  # fmt: skip
             if before.get("model") != settings["model"]:
                 changed.insert(0, "model")
             raise ValueError(

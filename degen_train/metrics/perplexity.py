@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
-from degen_train.core.handed_files import no_remote_code
+from degen_train.core.handed_files import no_remote_code, not_a_plain_file
 from degen_train.core.io import utf8_text
 from degen_train.data.tokenizer import load_tokenizer
 from degen_train.models.architectures import architecture_of
@@ -39,6 +39,9 @@ class Perplexity:
 def read_documents(path: str | Path, unit: str = "line", what: str = "perplexity file") -> list[str]:
     """The non-blank documents of a UTF-8 text file: each line, or each blank-line-separated paragraph."""
     path = Path(path)
+    kind = not_a_plain_file(path)
+    if kind:
+        raise ValueError(f"{what} {path} is {kind}, not a plain file: give a UTF-8 text file")
     if not path.is_file():
         raise FileNotFoundError(f"{what} {path} does not exist")
     text = utf8_text(path, what=what)

@@ -37,6 +37,15 @@ def load_pretrained(loader: Any, source: str, what: str, *, missing: list[str] |
     transformers_logging.disable_progress_bar()
     try:
         model, info = loader.from_pretrained(source, output_loading_info=True, **kwargs, **no_remote_code(source))
+    except Exception as error:
+        if not _refused_pickle(error):
+            raise
+        files = ", ".join(p.name for p in sorted(Path(source).glob("*.bin"))) or "its weights file"
+        raise ValueError(
+            f"{what}={source}: {files} is a pickle that torch's weights-only load refused (it holds more than tensors, "
+            f"so loading it would run code); degen-train loads such a file no other way: use the model's safetensors "
+            f"export (model.safetensors)"
+        ) from None
     finally:
         transformers_logging.set_verbosity(verbosity)
         if bars:
@@ -53,6 +62,19 @@ def load_pretrained(loader: Any, source: str, what: str, *, missing: list[str] |
         parts.append(f"shape differs, re-initialised: {grouped(mismatched)}")
     log.info("; ".join(parts))
     return model
+
+
+def _refused_pickle(error: BaseException | None) -> bool:
+    """torch's weights-only unpickler refused a file (anywhere in the chain)."""
+    import pickle
+
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, pickle.UnpicklingError) or "Weights only load failed" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def check_weights_fit_config(model_dir: Path) -> None:

@@ -222,7 +222,13 @@ def newest_checkpoint(folder: Path) -> tuple[Path | None, list[str]]:
         if claimed is None:
             notes.append(f"{path.name}: no sidecar, or its size or hash disagrees")
             continue
-        held = _held_step(path)
+        try:
+            held = int(checkpoint_header(path).get("global_step", -1))
+        except CheckpointError as error:  # a refused pickle, a torn file: said as such, never as a stale sidecar
+            notes.append(f"{path.name}: passed over: {error}")
+            continue
+        except (OSError, ValueError, TypeError):
+            held = None
         if held == claimed:
             return path, notes
         notes.append(f"{path.name}: its sidecar claims step {claimed}, the file holds step {held} (an edited or stale "
@@ -235,14 +241,6 @@ def newest_checkpoint(folder: Path) -> tuple[Path | None, list[str]]:
             continue
         return path, notes
     return None, notes
-
-
-def _held_step(path: Path) -> int | None:
-    """The step a checkpoint itself holds (its header's global_step), None when it cannot be read."""
-    try:
-        return int(checkpoint_header(path).get("global_step", -1))
-    except (CheckpointError, OSError, ValueError, TypeError):
-        return None
 
 
 def refuse_lightning_hpc_checkpoints(run_dir: Path) -> None:
