@@ -58,8 +58,8 @@ def md_table(frame: pd.DataFrame) -> str:
     """``shown(frame)`` as a Markdown table, every text cell and column name through md_text."""
     table = shown(frame)
     table = table.rename(columns=md_text)
-    for column in table.columns:
-        if table[column].dtype == object:
+    for column in table.columns:  # pandas 3 keeps text as its own dtype, not object: every column is looked at
+        if not pd.api.types.is_numeric_dtype(table[column]):
             table[column] = table[column].map(lambda v: md_text(v) if isinstance(v, str) else v)
     return table.to_markdown(index=False, floatfmt=".4g")
 
@@ -73,7 +73,7 @@ def csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
 
     table = shown(frame).rename(columns=neutral)
     for column in table.columns:
-        if table[column].dtype == object:
+        if not pd.api.types.is_numeric_dtype(table[column]):
             table[column] = table[column].map(neutral)
     return table
 

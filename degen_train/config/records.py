@@ -93,6 +93,14 @@ class Provenance(Record):
     run_id: str | None = None
 
 
+class Branched(Record):
+    """summary.json's ``branched_from``: the parent's folder, the step, the parent's weights validated there."""
+
+    run: str
+    step: int
+    validation: dict[str, Number] = {}
+
+
 class Summary(Record):
     """RUN/summary.json, as run/pretrain.py writes it (the keys the report reads)."""
 
@@ -113,6 +121,7 @@ class Summary(Record):
     eval: Evaluation = Evaluation()
     glue: Glue | None = None
     provenance: Provenance = Provenance()
+    branched_from: Branched | None = None
 
 
 class Failure(Record):

@@ -50,8 +50,8 @@ def load_tokenizer(source: str | Path) -> PreTrainedTokenizerFast:
                     raise ValueError(f"{path} is not JSON ({error}): not a tokenizer's file, or one cut short; copy "
                                      f"the tokenizer folder again from its source") from None  # fmt: skip
     try:
-        remote = no_remote_code(source)  # a folder whose tokenizer_config.json names its own code is refused
-        return AutoTokenizer.from_pretrained(str(source), **remote)
+        # a folder whose tokenizer_config.json names its own code is refused (HandedOverFileError, passed on)
+        return AutoTokenizer.from_pretrained(str(source), **no_remote_code(source))
     except HandedOverFileError:
         raise
     except Exception as error:  # noqa: BLE001 - transformers and the Rust library raise many kinds: one line here

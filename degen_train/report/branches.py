@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import csv
-import json
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
+from degen_train.config.records import Summary, read_metrics_csv, read_record
+from degen_train.core.handed_files import HandedOverFileError
 from degen_train.report.runs_table import SWEPT
 from degen_train.storage.own_runs import is_own
 
@@ -20,9 +21,13 @@ COMPARED = ("val_objective_loss", "val_loss", "val_perplexity", "isotropy/embedd
 def branch_of(run: Path) -> dict | None:
     """summary.json's ``branched_from`` (parent run folder, step), or None for a run that was not branched."""
     path = run / "summary.json"
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
-    return json.loads(path.read_text()).get("branched_from")
+    try:  # the run's row already named a summary that does not fit its schema
+        branch = read_record(path, Summary, what="run summary").branched_from
+    except HandedOverFileError:
+        return None
+    return branch.model_dump() if branch else None
 
 
 def parent_at(parent: Path, step: int) -> dict[str, float]:
@@ -32,22 +37,28 @@ def parent_at(parent: Path, step: int) -> dict[str, float]:
     A validation during training is stamped with the 0-based index of the update it follows (after update 6:
     step 5)."""
     path = parent / "logs" / "metrics.csv"
-    if not path.exists():
+    if not os.path.lexists(path):
         return {}
-    summary = json.loads((parent / "summary.json").read_text()) if (parent / "summary.json").exists() else {}
+    try:  # the parent's files are handed over like the branch's: typed, bounded, never through a link
+        logged = read_metrics_csv(path)
+        has_summary = os.path.lexists(parent / "summary.json")
+        summary = read_record(parent / "summary.json", Summary, what="run summary").model_dump() if has_summary else {}
+    except HandedOverFileError:
+        return {}
     objective = list((summary.get("config") or {}).get("objective") or {})
     perplexity_of = summary.get("val_perplexity_of")
     found: dict[str, float] = {}
-    with open(path, newline="") as handle:
-        for row in csv.DictReader(handle):
-            if row.get("val/loss") and row.get("step") and int(row["step"]) + 1 <= step:
-                found = {"validated_at": int(row["step"]) + 1, "val_loss": float(row["val/loss"])}
-                own = [row.get(f"val/{term}/loss") for term in objective]
-                if objective and all(own):
-                    found["val_objective_loss"] = sum(float(v) for v in own)
-                if perplexity_of and row.get(f"val/{perplexity_of}") and float(row[f"val/{perplexity_of}"]) < 50:
-                    found["val_perplexity"] = math.exp(float(row[f"val/{perplexity_of}"]))
-                found |= {k: float(v) for k, v in row.items() if k.startswith("isotropy/embedding/") and v}
+    numbers = logged.apply(pd.to_numeric, errors="coerce")  # a cell that is no number is no value
+    rows = [{k: v for k, v in row.items() if pd.notna(v)} for row in numbers.to_dict("records")]
+    for row in rows:
+        if "val/loss" in row and "step" in row and int(row["step"]) + 1 <= step:
+            found = {"validated_at": int(row["step"]) + 1, "val_loss": float(row["val/loss"])}
+            own = [row.get(f"val/{term}/loss") for term in objective]
+            if objective and None not in own:
+                found["val_objective_loss"] = sum(float(v) for v in own)
+            if perplexity_of and row.get(f"val/{perplexity_of}") is not None and row[f"val/{perplexity_of}"] < 50:
+                found["val_perplexity"] = math.exp(float(row[f"val/{perplexity_of}"]))
+            found |= {k: float(v) for k, v in row.items() if k.startswith("isotropy/embedding/")}
     return found
 
 
@@ -84,7 +95,7 @@ def branch_table(table: pd.DataFrame, given: Sequence[Path] = ()) -> list[tuple[
         return []
     groups: dict[tuple[str, int], list[dict]] = {}
     for record in table.to_dict("records"):
-        branch = branch_of(Path(record["path"]))
+        branch = branch_of(Path(record["path"])) if record.get("status") == "finished" else None
         if branch:
             groups.setdefault((branch["run"], int(branch["step"])), []).append(record)
     sections = []

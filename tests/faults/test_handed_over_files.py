@@ -1,0 +1,424 @@
+"""Every file of a handed-over folder is typed data (hostile drills, round 6): the report's inputs, what the report
+writes for other programs, a parent or record that would switch off a run's protections, the sweep folder Hydra
+writes, remote code, and the smaller items. Each test names the drill it answers; each fails on c266ffa."""
+
+from __future__ import annotations
+
+import csv
+import errno
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from omegaconf import OmegaConf
+
+from degen_train.cli.report import report
+from degen_train.config.handed_over import HandedOverError, hydra_literal, read_config_file, read_overrides_file
+from degen_train.core.handed_files import HandedOverFileError, no_remote_code, printable
+
+PRIVATE = b"private bytes of someone else's file\n"
+
+
+def finished_run(folder: Path, name: str, override: str, loss: float = 4.0) -> Path:
+    """A finished run's records, as run/pretrain.py writes them (no training: the report reads files only)."""
+    run = folder / name
+    (run / "logs").mkdir(parents=True)
+    (run / "config.yaml").write_text("seed: 0\n")
+    (run / "overrides.json").write_text(json.dumps([override]))
+    summary = {"config": {"objective": {"mlm": {"weight": 1.0}}}, "final_step": 4, "val_loss": loss,
+               "val_terms": {"mlm": loss}, "val_perplexity": 50.0,
+               "isotropy": {"isotropy/embedding/mean_cosine": 0.3}}  # fmt: skip
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "logs" / "metrics.csv").write_text("step,train/loss,val/mlm/loss\n0,5.0,\n3,4.5,4.0\n")
+    return run
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    folder = tmp_path / "sweep"
+    finished_run(folder, "good", "model.dim=32", 4.0)
+    finished_run(folder, "bad", "model.dim=64", 3.0)
+    return folder
+
+
+def _summary(run: Path) -> dict:
+    return json.loads((run / "summary.json").read_text())
+
+
+def corrupt(kind: str, run: Path) -> None:
+    """One drill of class 1 (NO2-NO10, OR5) applied to ``run``."""
+    if kind == "summary is a list (NO6)":
+        (run / "summary.json").write_text("[1, 2]")
+    elif kind == "summary is not JSON (NO10)":
+        (run / "summary.json").write_text("not json")
+    elif kind == "final_step is text (OR5)":
+        (run / "summary.json").write_text(json.dumps({**_summary(run), "final_step": "abc"}))
+    elif kind == "wic without raw (NO9)":
+        (run / "summary.json").write_text(json.dumps({**_summary(run), "eval": {"wic": {}}}))
+    elif kind == "failure without error (NO7)":
+        (run / "failed.json").write_text(json.dumps({"overrides": ["model.dim=64"]}))
+    elif kind == "analysis with no layers (NO8)":
+        (run / "analysis").mkdir()
+        (run / "analysis" / "metrics.json").write_text(json.dumps({"layers": []}))
+    elif kind == "summary links to /dev/zero (NO5)":
+        (run / "summary.json").unlink()
+        (run / "summary.json").symlink_to("/dev/zero")
+    elif kind == "metrics log is a FIFO (NO4)":
+        (run / "logs" / "metrics.csv").unlink()
+        os.mkfifo(run / "logs" / "metrics.csv")
+    elif kind == "summary nested 100,000 deep":
+        (run / "summary.json").write_text("[" * 100_000 + "]" * 100_000)
+
+
+@pytest.mark.parametrize("kind", ["summary is a list (NO6)", "summary is not JSON (NO10)", "final_step is text (OR5)",
+                                  "wic without raw (NO9)", "failure without error (NO7)",
+                                  "analysis with no layers (NO8)", "summary links to /dev/zero (NO5)",
+                                  "metrics log is a FIFO (NO4)", "summary nested 100,000 deep"])  # fmt: skip
+def test_a_bad_file_is_one_line_naming_it_and_the_other_runs_stand(sweep: Path, kind: str) -> None:
+    """Before: raw AttributeError/KeyError/IndexError/ValueError tracebacks, a hang on the FIFO, MemoryError on
+    /dev/zero. Now the report is written, the good run is in it, and the bad file is named with what to do."""
+    corrupt(kind, sweep / "bad")
+    result = report([sweep], run_analysis=False)
+    rows = {row["run"]: row for row in result["rows"]}
+    assert rows["good"]["status"] == "finished" and rows["good"]["val_perplexity"] == 50.0
+    said = "\n".join(result["unreadable"])
+    assert str(sweep / "bad") in said, said
+    assert re.search(r"(summary\.json|failed\.json|metrics\.json|metrics\.csv)", said)
+    assert re.search(r"replace|remove|not read|never", said), said
+    assert "\n" not in said.strip() or len(result["unreadable"]) == 1
+    assert (sweep / "report" / "report.md").is_file() and (sweep / "report" / "runs.csv").is_file()
+
+
+def test_a_cone_image_linked_to_a_private_file_is_never_copied(sweep: Path, tmp_path: Path) -> None:
+    """NO3: analysis/cone.png a link to a private file: its bytes were embedded in report.html and copied to
+    report/figures/."""
+    private = tmp_path / "private.png"
+    private.write_bytes(b"\x89PNG\r\n\x1a\n" + PRIVATE)
+    (sweep / "bad" / "analysis").mkdir()
+    (sweep / "bad" / "analysis" / "cone.png").symlink_to(private)
+    result = report([sweep], run_analysis=False)
+    assert any("cone.png is a link" in line for line in result["unreadable"])
+    written = b"".join(p.read_bytes() for p in (sweep / "report").rglob("*") if p.is_file())
+    assert PRIVATE not in written
+    import base64
+
+    assert base64.b64encode(b"\x89PNG\r\n\x1a\n" + PRIVATE)[:40] not in written
+
+
+def test_a_mathtext_value_is_drawn_as_text(sweep: Path) -> None:
+    """NO2: an override value `$\\frac{$` ended the whole report in matplotlib's mathtext parse error."""
+    (sweep / "bad" / "overrides.json").write_text(json.dumps(["model.name=$\\frac{$"]))
+    report([sweep], run_analysis=False)
+    assert list((sweep / "report" / "figures").glob("*.png"))
+
+
+def test_report_md_and_runs_csv_carry_no_markup_or_formula(sweep: Path) -> None:
+    """NO1: report.md carried a handed-over <script> seven times; NO12: runs.csv kept =HYPERLINK(...) live."""
+    (sweep / "bad" / "overrides.json").write_text(json.dumps(["model.name=<script>alert(1)</script>"]))
+    (sweep / "good" / "overrides.json").write_text(json.dumps(['model.name==HYPERLINK("http://x.example/")']))
+    report([sweep], run_analysis=False)
+    markdown = (sweep / "report" / "report.md").read_text()
+    assert "<script>alert" not in markdown and "&lt;script&gt;alert(1)&lt;/script&gt;" in markdown
+    html = (sweep / "report" / "report.html").read_text()
+    assert "<script>alert" not in html
+    with open(sweep / "report" / "runs.csv", newline="") as handle:
+        cells = [cell for row in csv.reader(handle) for cell in row]
+    assert "'=HYPERLINK(\"http://x.example/\")" in cells
+    assert not any(cell.startswith(("=", "+", "@")) for cell in cells)
+
+
+def test_a_quoted_value_cannot_forge_a_terminal_line(tmp_path: Path) -> None:
+    """NB22: a parent entry with terminal escape bytes reached the terminal raw through Hydra's lexer message."""
+    record = tmp_path / "overrides.json"
+    record.write_text(json.dumps(["seed=\x1b[2K\rOK: all checks passed\x1b[0m'"]))
+    with pytest.raises(HandedOverError) as raised:
+        read_overrides_file(record)
+    assert "\x1b" not in str(raised.value) and "\r" not in str(raised.value) and "\\x1b" in str(raised.value)
+    assert printable("a\x1b[2Kb\nc") == "a\\x1b[2Kb\\nc"
+
+
+@pytest.mark.parametrize(
+    "entry, words",
+    [
+        ("~callbacks.checkpoint", "the checkpoint callback"),  # NB3
+        ("++callbacks.checkpoint=null", "the checkpoint callback"),  # NB5
+        ("~callbacks.divergence", "the divergence callback"),  # NB2
+        ("~callbacks.preemption", "the preemption callback"),  # NB4
+        ("~callbacks", "every callback"),
+        ("trainer.fast_dev_run=true", "trainer.fast_dev_run runs a few batches"),  # NB7
+        ("trainer.limit_train_batches=0", "trainer.limit_train_batches trains on part"),  # NB9
+        ("trainer.enable_checkpointing=false", "trainer.enable_checkpointing decides"),  # NB6
+        ("trainer.max_epochs=1", "trainer.max_epochs ends the run after epochs"),
+        ("debug=profile", "a debug group changes what the run is"),  # FP24, NB18
+    ],
+)
+def test_a_parent_may_not_switch_off_a_runs_protections(tmp_path: Path, entry: str, words: str) -> None:
+    """Before: each was accepted, some listed as the user's own "-> None" changes."""
+    record = tmp_path / "overrides.json"
+    record.write_text(json.dumps(["seed=3", entry]))
+    with pytest.raises(HandedOverError, match=re.escape(words)) as raised:
+        read_overrides_file(record)
+    assert str(record) in str(raised.value) and "remove that entry" in str(raised.value)
+    assert read_overrides_file(record, runs=False).settings  # what is only shown (a report) is still read
+
+
+def test_what_leaves_a_run_as_it_is_is_still_read(tmp_path: Path) -> None:
+    record = tmp_path / "overrides.json"
+    kept = ["+trainer.fast_dev_run=false", "trainer.max_epochs=-1", "trainer.limit_val_batches=2",
+            "trainer.limit_train_batches=1.0", "callbacks.checkpoint.every_n_train_steps=5"]
+    record.write_text(json.dumps(kept))
+    settings = read_overrides_file(record).settings
+    assert len(settings) == len(kept)
+
+
+def test_a_record_may_not_switch_off_a_runs_protections(tmp_path: Path) -> None:
+    """NR1: `callbacks: null` in a record gave a run with no checkpoint, no SIGTERM handler, no divergence guard."""
+    record = tmp_path / "config.yaml"
+    record.write_text(yaml.safe_dump({"seed": 0, "callbacks": None}))
+    with pytest.raises(HandedOverError, match="would switch off every callback"):
+        read_config_file(record)
+    record.write_text(yaml.safe_dump({"seed": 0, "trainer": {"fast_dev_run": True, "max_epochs": -1}}))
+    with pytest.raises(HandedOverError, match="trainer.fast_dev_run runs a few batches"):
+        read_config_file(record)
+    assert read_config_file(record, runs=False).tree["seed"] == 0  # degen-analyze reads only its data section
+
+
+@pytest.mark.parametrize("text", ["a\\", "a\\\\", "a\\'b", "\\'", "a\\b"])
+def test_a_backslash_value_is_passed_on_as_hydra_reads_it(text: str) -> None:
+    """NB1: a value ending in a backslash was written back in a form Hydra's own lexer refuses (raw traceback)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    assert OverridesParser.create().parse_overrides([f"k={hydra_literal(text)}"])[0].value() == text
+
+
+def test_deep_nesting_and_alias_bombs_are_one_line(tmp_path: Path) -> None:
+    """NB27: 100,000 nested brackets ended in RecursionError; an alias bomb or 200,000 entries crashed or hung."""
+    record = tmp_path / "overrides.json"
+    record.write_text(json.dumps(["model.dim=" + "[" * 100_000 + "]" * 100_000]))
+    with pytest.raises(HandedOverError, match=r"overrides\.json"):
+        read_overrides_file(record)
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8)
+    )
+    config = tmp_path / "config.yaml"
+    config.write_text(bomb)
+    with pytest.raises(HandedOverError, match=r"over 100,000 values"):
+        read_config_file(config)
+    config.write_text(yaml.safe_dump({f"k{i}": i for i in range(200_000)}))
+    with pytest.raises(HandedOverError, match=r"over 100,000 values"):
+        read_config_file(config)
+
+
+def test_a_parents_overrides_linked_to_a_device_are_refused_not_skipped(tmp_path: Path) -> None:
+    """NB28: overrides.json a link to /dev/zero was skipped without a word; the branch failed later on a diff."""
+    from degen_train.config.inherited import inherited_overrides
+
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    (parent / "overrides.json").symlink_to("/dev/zero")
+    with pytest.raises(HandedOverError, match=r"overrides\.json is a link .*never through a link"):
+        inherited_overrides([f"branch_from={parent}@2"])
+
+
+def test_the_closing_table_names_no_checkpoints_folder_that_is_not_there(tmp_path: Path) -> None:
+    """NB3/NB5: the table named a checkpoints folder that did not exist."""
+    from degen_train.run.end_of_run_table import end_of_run_table
+
+    table = end_of_run_table({"final_step": 2, "config": {}}, tmp_path, [])
+    assert re.search(r"checkpoints\s+none written", table) and str(tmp_path / "checkpoints") not in table
+
+
+def test_the_sweep_folder_is_checked_before_hydra_writes(tmp_path: Path) -> None:
+    """NL15-NL17: multirun.yaml (and Optuna's results file) a link to a user's file was overwritten, rc 0; a run
+    folder linked elsewhere had its train.log appended to before the refusal."""
+    from degen_train.run.sweep import SweepFolderCheck
+    from degen_train.storage.runlock import check_output_folders_in
+    from tests.helpers import command
+
+    victim = tmp_path / "victim.yaml"
+    victim.write_bytes(PRIVATE)
+    folder = tmp_path / "SW"
+    folder.mkdir()
+    (folder / "optimization_results.yaml").symlink_to(victim)
+    with pytest.raises(ValueError, match=r"optimization_results\.yaml -> .*victim\.yaml"):
+        check_output_folders_in([f"hydra.sweep.dir={folder}"])
+    with pytest.raises(SystemExit) as stopped:  # a folder Hydra resolved from an interpolation or a config
+        SweepFolderCheck().on_multirun_start(config=OmegaConf.create({"hydra": {"sweep": {"dir": str(folder)}}}))
+    assert stopped.value.code == 2
+    (folder / "optimization_results.yaml").unlink()
+    (folder / "seed=1").symlink_to(tmp_path)
+    result = command("degen-train", "-m", "seed=0,1", f"hydra.sweep.dir={folder}")
+    assert result.returncode != 0 and "seed=1 ->" in result.stderr
+    assert victim.read_bytes() == PRIVATE and not (folder / "multirun.yaml").exists()
+    assert not (tmp_path / "train.log").exists()
+
+
+def test_a_single_run_into_a_sweeps_folder_is_refused(tmp_path: Path) -> None:
+    """CC3: a plain run started in a sweep folder was accepted, and the sweep's runs then failed."""
+    from degen_train.storage.runlock import check_output_folders_in
+
+    (tmp_path / "multirun.yaml").write_text("hydra: {}\n")
+    with pytest.raises(ValueError, match=r"is a sweep's folder .* -m hydra\.sweep\.dir="):
+        check_output_folders_in([f"hydra.run.dir={tmp_path}"])
+
+
+@pytest.fixture
+def folder_with_code(tmp_path: Path) -> tuple[Path, Path]:
+    """An export whose config names an unknown model_type and an auto_map into the folder's own Python (NC_tty,
+    NC_eval_automap2, NC_an_automap2, NR18b, NB26): the code would touch ``marker``."""
+    folder = tmp_path / "export"
+    folder.mkdir()
+    marker = tmp_path / "code-ran"
+    (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').close()\nfrom transformers import BertConfig\n"
+                                    f"class EvilConfig(BertConfig):\n    model_type = 'evil'\n")  # fmt: skip
+    config = {"model_type": "evil", "auto_map": {"AutoConfig": "evil.EvilConfig", "AutoModel": "evil.EvilModel"}}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"auto_map": {"AutoTokenizer": ["evil.Tok", None]}}))
+    return folder, marker
+
+
+def test_a_folders_own_code_is_never_offered(folder_with_code: tuple[Path, Path]) -> None:
+    from transformers import AutoModel
+
+    from degen_train.data.tokenizer import load_tokenizer
+    from degen_train.models.loading import load_pretrained
+
+    folder, marker = folder_with_code
+    for load in (lambda: no_remote_code(folder), lambda: load_tokenizer(folder),
+                 lambda: load_pretrained(AutoModel, str(folder), "model.init_from")):  # fmt: skip
+        with pytest.raises(HandedOverFileError, match=r"auto_map=.*never runs a model folder's code"):
+            load()
+    assert not marker.exists()
+
+
+def test_every_transformers_load_passes_trust_remote_code_false() -> None:
+    """NC_*: degen_train never passed trust_remote_code=False, so transformers could prompt on a terminal."""
+    package = Path(__file__).parents[2] / "degen_train"
+    calls = []
+    for path in package.rglob("*.py"):
+        text = path.read_text()
+        for found in re.finditer(r"\.from_pretrained\(", text):
+            line = text[: found.start()].count("\n") + 1
+            call = text[found.start() : text.find("\n\n", found.start())]
+            depth, end = 0, 0
+            for index, char in enumerate(call):
+                depth += char == "("
+                depth -= char == ")"
+                if depth == 0 and char == ")":
+                    end = index
+                    break
+            if "`" not in text.splitlines()[line - 1] and '"' not in text.splitlines()[line - 1].split(".from_")[0]:
+                calls.append((f"{path.name}:{line}", call[: end + 1]))
+    assert len(calls) >= 9
+    assert all("no_remote_code(" in call for _, call in calls), [where for where, call in calls
+                                                                 if "no_remote_code(" not in call]  # fmt: skip
+
+
+def test_a_fifo_or_device_is_named_as_such(tmp_path: Path) -> None:
+    """NI6, NI7, NB23: a FIFO or /dev/zero as a corpus or W8A8 file was called "empty" or "does not exist"."""
+    from degen_train.config import load_config
+    from degen_train.metrics.perplexity import read_documents
+    from degen_train.run.checks import check
+
+    fifo = tmp_path / "corpus.txt"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match=r"eval\.w8a8 text file /dev/zero is a character device, not a plain file"):
+        read_documents("/dev/zero", what="eval.w8a8 text file")
+    from degen_train.data.corpus import load_corpus
+
+    cfg = load_config(["data=text", f"data.path={fifo}"], run_dir=tmp_path / "run")
+    with pytest.raises(ValueError, match=r"data\.path=.*corpus\.txt is a FIFO, not a plain file"):
+        load_corpus(check(cfg).config.data)
+
+
+def test_a_pickled_export_is_refused_in_one_line(tmp_path: Path) -> None:
+    """NC_init_bin, NC_teacher_bin: an 11-frame traceback that ended advising weights_only=False."""
+    from transformers import AutoModel, BertConfig
+
+    from degen_train.models.loading import load_pretrained
+
+    BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+               intermediate_size=32).save_pretrained(tmp_path)  # fmt: skip
+    marker = tmp_path / "ran"
+
+    class Code:
+        def __reduce__(self) -> tuple:
+            return (os.system, (f"touch {marker}",))
+
+    torch.save({"x": Code()}, tmp_path / "pytorch_model.bin")
+    refused = r"teacher=.*pytorch_model\.bin is a pickle that torch's weights-only"
+    with pytest.raises(ValueError, match=refused) as raised:
+        load_pretrained(AutoModel, str(tmp_path), "teacher")
+    assert "weights_only=False" not in str(raised.value) and not marker.exists()
+
+
+def test_a_refused_pickle_in_last_ckpt_is_said_as_such(tmp_path: Path) -> None:
+    """NC1: a tampered last.ckpt (sidecar rewritten to match) was passed over as "an edited or stale sidecar"."""
+    import hashlib
+
+    from degen_train.storage.checkpoints import newest_checkpoint, save_checkpoint_file, sidecar_of
+
+    save_checkpoint_file({"global_step": 2, "state_dict": {"w": torch.ones(2)}}, tmp_path / "step=2.ckpt")
+    last = tmp_path / "last.ckpt"
+
+    class Code:
+        def __reduce__(self) -> tuple:
+            return (os.system, ("true",))
+
+    torch.save({"global_step": 4, "state_dict": {}, "x": Code()}, last)
+    data = last.read_bytes()
+    sidecar_of(last).write_text(json.dumps({"size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                                            "global_step": 4}))  # fmt: skip
+    chosen, notes = newest_checkpoint(tmp_path)
+    assert chosen == tmp_path / "step=2.ckpt"
+    assert any(n.startswith("last.ckpt: passed over: refused to load") for n in notes), notes
+    assert not any("stale" in n for n in notes)
+
+
+def test_the_fine_tuning_grid_is_bound_to_its_models_weights(tmp_path: Path) -> None:
+    """NF1: a grid resumed after the model's weights were swapped averaged seeds of two models into one glue.json."""
+    from dataclasses import asdict
+
+    from degen_train.finetune.cell import Protocol
+    from degen_train.finetune.grid import _check_same_settings, weights_sha256
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"first weights")
+    out = tmp_path / "glue"
+    settings = {"model": str(model), "weights": weights_sha256(model), "protocol": asdict(Protocol())}
+    _check_same_settings(out, settings, write=True)
+    _check_same_settings(out, settings, write=False)  # the same model resumes
+    (model / "model.safetensors").write_bytes(b"other weights")
+    swapped = {**settings, "weights": weights_sha256(model)}
+    with pytest.raises(ValueError, match=r"the model's weights \(sha256 .* then, .* now: its files were replaced\)"):
+        _check_same_settings(out, swapped, write=False)
+
+
+def test_a_report_under_a_file_size_limit_names_its_folder(sweep: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ND2: a report under a file-size limit ended in a raw `OSError: [Errno 27]` naming no file."""
+    import degen_train.cli.report as report_module
+    from degen_train.core.io import DiskFull
+
+    def too_large(path: Path, text: str) -> None:
+        raise OSError(errno.EFBIG, "File too large")
+
+    monkeypatch.setattr(report_module, "atomic_write_text", too_large)
+    with pytest.raises(DiskFull, match=r"a file over this process's size limit .* writing .*report"):
+        report([sweep], run_analysis=False)
+
+
+def test_a_diverged_run_ends_in_its_one_line(tmp_path: Path) -> None:
+    """NI12: optimizer.lr=1e30 gave the right message at the end of a 40-frame traceback (docs/faults.md promises
+    one line)."""
+    from tests.conftest import FAST
+    from tests.helpers import command
+
+    result = command("degen-train", *FAST, "optimizer.lr=1e30", f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 1
+    assert "degen-train: error: step 1: non-finite loss in term(s) mlm. Training stopped" in result.stderr
+    assert "Traceback" not in result.stderr and "File \"" not in result.stderr
