@@ -95,7 +95,7 @@ def branch_table(table: pd.DataFrame, given: Sequence[Path] = ()) -> list[tuple[
         return []
     groups: dict[tuple[str, int], list[dict]] = {}
     for record in table.to_dict("records"):
-        branch = branch_of(Path(record["path"])) if record.get("status") == "finished" else None
+        branch = branch_of(Path(record["path"]))
         if branch:
             groups.setdefault((branch["run"], int(branch["step"])), []).append(record)
     sections = []
