@@ -30,10 +30,10 @@ def test_the_page_says_each_verdict_by_the_one_rule() -> None:
     rows = pd.DataFrame({"part": ["p"] * 6 + ["q"], "variant": ["a"] * 3 + ["b"] * 3 + ["a"],
                          "x": [1.0, 1.1, 0.9, 0.5, 0.6, 0.4, 9.0]})  # fmt: skip
     claim = Claim("a", "x", ("p", "a"), ("p", "b"), "lower")
-    # means 1.0 → 0.5 (part q's row of variant a is another part's), pooled std 0.1 over 3 + 3 seeds: noise
-    # √(0.01/3 · 2) = 0.0816, two of it 0.163
+    # means 1.0 → 0.5 (part q's row of variant a is another part's), each arm's std 0.1 over 3 seeds: noise
+    # √(0.01/3 · 2) = 0.0816, Welch df (2·0.01/3)² / (2·(0.01/3)²/2) = 4, t(0.975, 4) = 2.776: ± 0.227
     assert claim.line(rows) == (
-        "- x: 1 (a) → 0.5 (b), effect -0.5 ± 0.163 (two standard errors), expected lower: **shows**")  # fmt: skip
+        "- x: 1 (a) → 0.5 (b), effect -0.5 ± 0.227 (95%, t at df 4), expected lower: **shows**")  # fmt: skip
     assert replace(claim, expect="higher").line(rows).endswith("**does not show**")
     assert replace(claim, expect="same").line(rows).endswith("**does not show**")
     assert replace(claim, column="y").line(rows) == "- y: not measured"

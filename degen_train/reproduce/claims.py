@@ -17,13 +17,30 @@ from pathlib import Path
 import pandas as pd
 
 from degen_train.reproduce.methods import METHOD_PARTS
-from degen_train.reproduce.verdicts import Verdict, glue_sampling_error, judge
+from degen_train.reproduce.verdicts import (
+    CONFIDENCE,
+    RULE,
+    Verdict,
+    accuracy_sampling_error,
+    correlation_sampling_error,
+    glue_sampling_error,
+    judge,
+)
 
 # The dev splits' sizes (GLUE's own: gluebenchmark.com's tasks; MNLI matched + mismatched). The test checks the ones
 # in ../shared/data against these when it is there.
 GLUE_DEV_ITEMS = {"RTE": 277, "SST-2": 872, "STS-B": 1500, "MRPC": 408, "CoLA": 1043, "QNLI": 5463, "QQP": 40430,
                   "MNLI": 9815 + 9832, "WNLI": 71}  # fmt: skip
 GLUE_AVERAGE = "GLUE average"
+# The probes' own evaluation sets (reproduce/runs.py): STS-B dev's 1,500 pairs scored by Spearman's ρ, and the held-out
+# half of WiC's train split (5,428 items cut in two: 2,714 scored). The test checks them against ../shared/data.
+STS_B_DEV_PAIRS = 1500
+WIC_SCORED_ITEMS = 2714
+EVALUATION_SETS = {
+    **{column: ("spearman", STS_B_DEV_PAIRS) for column in ("STS-B raw", "STS-B whitened", "STS-B clipped",
+                                                            "STS-B raw [CLS]")},
+    "WiC acc (held-out t)": ("accuracy", WIC_SCORED_ITEMS),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -40,7 +57,8 @@ class Claim:
         arms = [_values(rows, arm, self.column) for arm in (self.base, self.other)]
         if any(not values for values in arms):
             return None
-        sampling = glue_average_sampling(rows, self.other) if self.column == GLUE_AVERAGE else 0.0
+        sampling = (glue_average_sampling(rows, self.other) if self.column == GLUE_AVERAGE else
+                    measure_sampling(self.column, arms))  # fmt: skip
         return judge(self.column, self.base[1], self.other[1], arms[0], arms[1], expect=self.expect,
                      sampling=sampling)  # fmt: skip
 
@@ -60,6 +78,20 @@ def _values(rows: pd.DataFrame, arm: tuple[str, str], column: str) -> list[float
         return []
     part, variant = arm
     return rows.loc[(rows["part"] == part) & (rows["variant"] == variant), column].dropna().tolist()
+
+
+def measure_sampling(column: str, arms: list[list[float]]) -> float:
+    """Each arm's evaluation-set standard error for ``column`` (at the two arms' mean score), STS-B's and WiC's from
+    EVALUATION_SETS; 0 for a measure without one recorded (perplexity, the W8A8 gap: their per-document values are
+    not on the pages)."""
+    kind_items = EVALUATION_SETS.get(column)
+    if kind_items is None:
+        return 0.0
+    kind, items = kind_items
+    score = sum(sum(values) / len(values) for values in arms) / len(arms)
+    if kind == "accuracy":
+        return accuracy_sampling_error(score, items)
+    return correlation_sampling_error(score, items, spearman=True)
 
 
 def glue_average_sampling(rows: pd.DataFrame, arm: tuple[str, str]) -> float:
@@ -120,6 +152,10 @@ SUPERSEDED: dict[tuple[str, str], tuple[str, str]] = {
        for part in ("clipped_softmax", "gated_attention", "output_gate")},  # fmt: skip
     ("output_gate", "attention sink %"): ("2026-11-27", "the sink probe of 2026-11-26 read HF eager attention, "
                                           "without the output gate (issue 44.1)"),  # fmt: skip
+    # a decoder's FFN kurtosis read per sequence on the page of 2026-11-26; per token row, as validate_clm.py takes
+    # it, since 2026-11-27 (a17bfcc): the same gao/mle/seed0 reads 2.958 there and 2.891 re-measured (issue 54.4)
+    ("muon", "max kurtosis"): ("2026-11-27", "the outlier probe of 2026-11-26 read a decoder's kurtosis per "
+                               "sequence, not per token row as the release does (issue 54.4)"),  # fmt: skip
 }
 WRITTEN_ON = re.compile(r"^Written by .* on (\d{4}-\d{2}-\d{2})", re.MULTILINE)
 
@@ -135,7 +171,7 @@ def summary(pages: list[tuple[Path, str]], root: Path) -> str:
     """Markdown: every claim of the sections ``letters`` judged on each page's runs.csv (pages as (folder under
     ``root``, letters)), one table row each, the numbers superseded since the page was written marked in place of
     their verdict."""
-    lines = []
+    lines = [RULE, ""]
     for page, letters in pages:
         rows = pd.read_csv(page / "runs.csv")
         day = written_on(page)
@@ -146,14 +182,14 @@ def summary(pages: list[tuple[Path, str]], root: Path) -> str:
                 continue
             mended, why = SUPERSEDED.get((claim.other[0], claim.column), ("", ""))
             word = f"superseded: {why}" if day < mended else f"**{verdict.word}**"
-            noise = f"± {2 * verdict.noise:.3g}" if verdict.noise is not None else "(noise unknown)"
             judged.append(f"| ({claim.section}) | {claim.base[1]} → {claim.other[1]} | {claim.column} | "
-                          f"{verdict.before:.4g} → {verdict.after:.4g} | {verdict.effect:+.3g} {noise} | "
-                          f"{claim.expect} | {word} |")  # fmt: skip
+                          f"{verdict.before:.4g} → {verdict.after:.4g} | {verdict.effect:+.3g} "
+                          f"{verdict.interval_text()} | {claim.expect} | {word} |")  # fmt: skip
         if judged:
             link = (page / "README.md").relative_to(root).as_posix()
             lines += [f"From [{link}]({link}), sections {', '.join(f'({x})' for x in letters)}:", "",
-                      "| part | arms | measure | means | effect ± two standard errors | expected | verdict |",
+                      f"| part | arms | measure | means | effect ± its {CONFIDENCE:.0%} interval | expected | "
+                      "verdict |",
                       "| --- | --- | --- | --- | --- | --- | --- |", *judged, ""]  # fmt: skip
     return "\n".join(lines).rstrip() + "\n"
 

@@ -23,6 +23,7 @@ from degen_train.reproduce.page import (
     spectrum_figure,
 )
 from degen_train.reproduce.runs import Run
+from degen_train.reproduce.verdicts import RULE
 
 GAO_COLUMNS = ["val perplexity", "embedding mean cos", "IsoScore", "top-1 variance share", "val cosreg",
                "val loss fall over last fifth %"]  # fmt: skip
@@ -71,9 +72,7 @@ def header(cfg: DictConfig, results: list[tuple[Run, dict]]) -> str:
         "# Reproduction at CPU scale\n\n"
         f"Written by `make reproduce` (`degen-reproduce`) on {datetime.date.today().isoformat()}; every number "
         "below is read from the runs' own files (`runs.csv` holds one row per run). Means ± standard deviation "
-        "over seeds. Each verdict states its effect beside two standard errors of the difference (the seed spread "
-        "of both arms; for GLUE, the dev sets' sampling error too) and says **shows**, **does not show** or "
-        "**cannot tell at this scale** by one rule (degen_train/reproduce/verdicts.py).\n\n"
+        f"over seeds. The verdicts are judged by one rule (degen_train/reproduce/verdicts.py): {RULE}\n\n"
         f"Time spent per part on the machine that first ran it (training, analysis and probes, recorded in each run "
         f"folder): {timing}.\n\n"
         f"<details><summary>settings</summary>\n\n```yaml\n{settings}\n```\n</details>"
@@ -85,7 +84,7 @@ def gao_section(rows: pd.DataFrame, results: list[tuple[Run, dict]], folder: Pat
     cones = {v: copy_picture(_picture(results, v, "cone"), folder / f"gao_cone_{v}.png") for v in ("mle", "cosreg")}
     return "\n\n".join(
         [
-            "## (a) Gao et al. 2019: CosReg removes the cone at no cost in perplexity",
+            "## (a) Gao et al. 2019: CosReg removes the cone and lowers perplexity (their Table 1)",
             "Decoder trained with MLE (γ = 0: the CosReg value is logged, not optimised) and with MLE + γ·CosReg, "
             "γ = 1, otherwise identical (recipe `gao_cosreg`). The last column is how much the validation loss still "
             "fell over the last fifth of the run: a large value means the run is far from converged.",

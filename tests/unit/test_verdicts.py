@@ -8,35 +8,91 @@ import math
 import pytest
 
 from degen_train.reproduce.verdicts import (
+    CONFIDENCE,
+    MIN_SEEDS,
+    RULE,
+    TOLERANCE,
     accuracy_sampling_error,
     average_sampling_error,
     correlation_sampling_error,
     difference_noise,
     judge,
+    t_quantile,
+    welch,
 )
 
 
-def test_the_noise_of_a_difference_pools_the_seed_spread_and_adds_the_sampling_error() -> None:
-    # base 1.0, 1.2 and other 0.6, 0.8: each arm's squared deviations 0.02, pooled variance 0.04 / 2 = 0.02,
-    # standard error √(0.02/2 + 0.02/2) = √0.02.
+def test_welchs_standard_error_and_degrees_of_freedom_by_hand() -> None:
+    # base 1.0, 1.2 and other 0.6, 0.8: each arm's variance 0.02 (ddof 1), each mean's 0.01, SE = √0.02; df by
+    # Welch–Satterthwaite: 0.02² / (0.01²/1 + 0.01²/1) = 2 (Student's pooled df for 2 + 2 seeds, equal spreads).
+    se, dof = welch([1.0, 1.2], [0.6, 0.8])
+    assert se == pytest.approx(math.sqrt(0.02)) and dof == pytest.approx(2.0)
+    # unequal spreads: other 0.3, 0.6, 0.9 has variance 0.18 / 2 = 0.09, its mean's 0.03; SE² = 0.01 + 0.03 = 0.04,
+    # df = 0.04² / (0.01²/1 + 0.03²/2) = 0.0016 / 0.00055 = 2.909...
+    se, dof = welch([1.0, 1.2], [0.3, 0.6, 0.9])
+    assert se == pytest.approx(0.2) and dof == pytest.approx(0.0016 / 0.00055)
+    # a sampling error adds a known variance: more degrees of freedom, never fewer
+    se, dof = welch([1.0, 1.2], [0.6, 0.8], sampling=0.1)
+    assert se == pytest.approx(math.sqrt(0.02 + 2 * 0.01)) and dof == pytest.approx(0.04**2 / 0.0002)
+    assert welch([1.0], [0.6, 0.8]) is None and welch([1.0], [0.6], sampling=3.0) is None
     assert difference_noise([1.0, 1.2], [0.6, 0.8]) == pytest.approx(math.sqrt(0.02))
-    assert difference_noise([1.0, 1.2], [0.6, 0.8], sampling=0.1) == pytest.approx(math.sqrt(0.02 + 2 * 0.01))
-    assert difference_noise([1.0], [0.6, 0.8]) is None and difference_noise([1.0], [0.6], sampling=3.0) == (
-        pytest.approx(3 * math.sqrt(2)))  # fmt: skip
+    assert t_quantile(2) == pytest.approx(4.303, abs=1e-3) and t_quantile(math.inf) == pytest.approx(1.960, abs=1e-3)
+
+
+def test_the_audits_boundary_cases_under_welchs_t() -> None:
+    """Issue 54.1: the z-rule called (g)'s unlikelihood seq-rep-4, −0.0295 with a standard error of 0.01435 at
+    2 + 2 seeds, "shows" (t = 2.06, p = 0.11); at Student's t (df 2: 4.30) its interval holds zero."""
+    base, other = [0.1, 0.1 + 2 * 0.01435 / math.sqrt(2) * math.sqrt(2)], [0.0705, 0.0705 + 0.0287]
+    verdict = judge("seq-rep-4", "mle", "unlikelihood", base, other, expect="lower")
+    assert verdict.effect == pytest.approx(-0.0295) and verdict.word == "cannot tell at this scale"
+    assert "(95%, t at df 2)" in verdict.line()
+    twice = judge("x", "a", "b", [1.0, 1.0 + 0.1], [0.5, 0.5 + 0.1], expect="lower")  # SE 0.05·√2·... , t far beyond
+    assert twice.word == "shows"
+
+
+def test_one_seed_in_either_arm_never_decides() -> None:
+    """Issue 54.2: [50] → [60] with sampling error 2 was "shows", and [50] against [50, 60, 70] dropped the other
+    arm's spread."""
+    assert judge("x", "a", "b", [50.0], [60.0], expect="higher", sampling=2.0).word == "cannot tell at this scale"
+    assert judge("x", "a", "b", [50.0], [50.0, 60.0, 70.0], expect="higher", sampling=2.0).word == (
+        "cannot tell at this scale")  # fmt: skip
+    assert "(noise unknown)" in judge("x", "a", "b", [1.0], [0.5], expect="lower").line()
+
+
+def test_zero_spread_never_makes_the_noise_zero() -> None:
+    """Issue 54.2: two identical seeds per arm gave noise 0, so an effect of 1e-9 "showed"."""
+    assert judge("x", "a", "b", [1.0, 1.0], [1.0 + 1e-9, 1.0 + 1e-9], expect="higher").word == (
+        "cannot tell at this scale")  # fmt: skip
+    # with an evaluation set, its sampling error stays: identical seeds 60 → 61 on 1,500 STS-B pairs
+    sampled = judge("STS-B raw", "a", "b", [60.0, 60.0], [61.0, 61.0], expect="higher",
+                    sampling=correlation_sampling_error(60.5, 1500, spearman=True))  # fmt: skip
+    assert sampled.noise == pytest.approx(math.sqrt(2) * 100 * (1 - 0.605**2) * math.sqrt(1.06 / 1497))
+    assert math.isinf(sampled.dof) and sampled.word == "cannot tell at this scale"
+    far = judge("STS-B raw", "a", "b", [60.0, 60.0], [70.0, 70.0], expect="higher",
+                sampling=correlation_sampling_error(65.0, 1500, spearman=True))  # fmt: skip
+    assert far.word == "shows" and "t at df ∞, with its evaluation set" in far.line()
+
+
+def test_the_page_prints_the_rule_from_the_same_constants() -> None:
+    assert f"{CONFIDENCE:.0%} interval" in RULE and f"fewer than {MIN_SEEDS} seeds" in RULE
+    assert f"within {TOLERANCE:.0%} of the baseline" in RULE
 
 
 def test_dev_set_sampling_errors_are_the_audits() -> None:
     """Issue 44.2: about 3.0 points on RTE (277 items), 1.5 on SST-2 (872), 2.5 on STS-B (1,500 pairs) at r = 0.15."""
     assert accuracy_sampling_error(50.0, 277) == pytest.approx(3.0, abs=0.01)
     assert accuracy_sampling_error(72.0, 872) == pytest.approx(1.52, abs=0.01)
-    assert correlation_sampling_error(15.0, 1500) == pytest.approx(2.5, abs=0.03)
+    assert correlation_sampling_error(15.0, 1500) == pytest.approx(2.5, abs=0.03)  # Fisher z: (1 − r²)/√(n − 3)
+    assert correlation_sampling_error(15.0, 1500) == pytest.approx(100 * (1 - 0.0225) / math.sqrt(1497))
+    assert correlation_sampling_error(15.0, 1500, spearman=True) == pytest.approx(
+        100 * (1 - 0.0225) * math.sqrt(1.06 / 1497))  # fmt: skip
     average = average_sampling_error([3.0, 1.5, 2.5])
     assert average == pytest.approx(math.sqrt(9 + 2.25 + 6.25) / 3)  # 1.39: the partial average of three tasks
     assert math.sqrt(2) * average == pytest.approx(1.97, abs=0.01)  # "about 2 points on the difference"
 
 
-def test_a_directional_claim_shows_only_beyond_twice_its_noise() -> None:
-    clear = judge("x", "a", "b", [1.0, 1.1, 0.9], [0.5, 0.6, 0.4], expect="lower")  # −0.5 against 2 × 0.082
+def test_a_directional_claim_shows_only_when_its_interval_excludes_zero() -> None:
+    clear = judge("x", "a", "b", [1.0, 1.1, 0.9], [0.5, 0.6, 0.4], expect="lower")  # −0.5 against 2.78 × 0.082
     assert clear.word == "shows" and "effect -0.5 ±" in clear.line()
     assert judge("x", "a", "b", [1.0, 1.1, 0.9], [0.5, 0.6, 0.4], expect="higher").word == "does not show"
     assert judge("x", "a", "b", [1.0, 1.2], [1.05, 1.25], expect="higher").word == "cannot tell at this scale"
@@ -45,8 +101,6 @@ def test_a_directional_claim_shows_only_beyond_twice_its_noise() -> None:
 def test_one_seed_never_decides_and_the_audits_glue_claim_cannot_tell() -> None:
     """Part (m) called TaCL's 46.7 → 48.1 "the paper's way" from one seed per arm: with the dev sets' sampling error
     alone (1.39 points on each partial average of RTE, SST-2 and STS-B) the effect of 1.4 is inside 2 × 1.97."""
-    single = judge("x", "a", "b", [1.0], [0.5], expect="lower")
-    assert single.word == "cannot tell at this scale" and "(noise unknown)" in single.line()
     glue = judge("partial GLUE average", "mlm_nsp", "tacl", [46.7], [48.1], expect="higher",
                  sampling=average_sampling_error([3.0, 1.5, 2.5]))  # fmt: skip
     assert glue.word == "cannot tell at this scale"
