@@ -11,18 +11,25 @@ Where the quantizers sit (``placement``):
     quantizer, β stays float; ``autoquant_utils.py`` line 65, ``hijacker.py`` line 94);
   - the outputs of those linears and norms; an embedding lookup is the quantized table's rows, not quantized again
     (``QuantEmbedding``'s ``FP32Acts``, ``autoquant_utils.py`` line 81);
-  - the MLP's up-projection and activation as released: OPT's ``fc1`` and its ``nn.ReLU`` are fused, one quantizer
-    after the activation (``quantized_opt.py`` line 293); BERT's intermediate ``GELUActivation`` is not in the
-    hijacker's ``activations_set`` (``hijacker.py`` line 15, ``nn.GELU`` only), so ``quantize_intermediate``
-    (``quantized_bert.py`` line 610) quantizes the dense output and leaves the activation's output float
-    (``QuantSettings.activation_quantized``);
+  - the MLP's up-projection and activation fused, one quantizer after the activation, in both releases: OPT's
+    ``fc1`` and its ``nn.ReLU`` (``quantized_opt.py`` line 293); BERT's ``dense`` and GELU, because
+    ``validate_mlm.py`` (lines 158-160) replaces every ``intermediate_act_fn`` by ``nn.GELU()`` before building
+    ``QuantizedBertForMaskedLM`` (line 451), and ``nn.GELU`` is in the hijacker's ``activations_set``
+    (``hijacker.py`` line 15), so ``quantize_intermediate`` fuses them. The up-projection's own output, the
+    pre-activation, stays float. Families without a release follow the same rule: ModernBERT's GeGLU quantizes its
+    ``Wi`` output (not a named up-projection: the product's two halves are read apart) and its activation's;
+    Llama/Qwen2's SwiGLU quantizes after the activation of ``gate_proj`` and the output of ``up_proj``;
   - GPT-2's fused q, k, v projection (``c_attn``; ModernBERT's ``Wqkv``) as three projections, each with its own
     weight range and output range, as OPT's ``q_proj``, ``k_proj``, ``v_proj`` are (``quantized_opt.py`` line 68);
   - the embedding sums: word + token type (``sum_input_token_type_embd_act_quantizer``, ``quantized_bert.py``
     line 211), then + position, which is the first norm's input (below);
-  - inside attention, the scores, the probabilities and the context, the variant's softmax and gate kept, the gate
-    before the context quantizer (``quantized_bert.py`` lines 249, 423, 435); the gate itself stays float
-    (``self.alpha = org_model.alpha  # do not quantize for now``, line 258);
+  - inside attention, the scores, the probabilities and the context, the variant's softmax and gate kept; where the
+    gate sits as released (``QuantSettings.gate_after_context_quantizer``): an encoder gates before the context
+    quantizer (``quantized_bert.py`` lines 249, 423, 435), a decoder quantizes the context and then gates it
+    (``quantized_opt.py`` line 211, then 225-258; the gated context is not quantized again, the output projection's
+    output is). The gate itself stays float (``self.alpha = org_model.alpha  # do not quantize for now``,
+    ``quantized_bert.py`` line 258, ``quantized_opt.py`` line 87). The output gate (no release) follows its family's
+    attention gate; ModernBERT follows BERT's rule, Llama/Qwen2 OPT's;
   - the residual sums (every norm's input, quantized in place, so the residual stream itself carries the quantized
     sum, as the released ``res_act_quantizer`` does).
   In float: the vocabulary head (BERT's ``cls``, OPT's ``fp32_head``: its transform and output layer, weights and
@@ -72,17 +79,21 @@ class QuantSettings:
     calibration_batches: int
     block: int  # tokens per sequence
     batch_size: int  # sequences per calibration batch
-    # the MLP activation's output quantized (OPT: fc1 and ReLU fused, one quantizer after the ReLU) or left float with
-    # the up-projection's output quantized (BERT under transformers 4.31: GELUActivation is not fused by the hijacker)
+    # the MLP activation's output quantized, fused with its up-projection (both releases: OPT's fc1 + ReLU; BERT's
+    # dense + nn.GELU, which validate_mlm.py puts in place of GELUActivation), or left float with the up-projection's
+    # output quantized (kept for comparison: what quantize_intermediate does with HF's GELUActivation)
     activation_quantized: bool
+    # a gated attention's context quantized before the gate (OPT, quantized_opt.py) or after it (BERT)
+    gate_after_context_quantizer: bool = False
 
 
 SETTINGS = {
     # validate_mlm.py --quantize --est_num_batches 16 --max_seq_length 128 --per_device_eval_batch_size 32
-    "encoder": QuantSettings("bert", "minmax", None, 16, 128, 32, activation_quantized=False),
+    "encoder": QuantSettings("bert", "minmax", None, 16, 128, 32, activation_quantized=True),
     # validate_clm.py --quantize --quant_setup fp32_head --percentile 99.999 --est_num_batches 4 --block_size 512,
     # MSE weight ranges (grid), calibration on the training loader's batches of 8
-    "decoder": QuantSettings("opt", "mse", 99.999, 4, 512, 8, activation_quantized=True),
+    "decoder": QuantSettings("opt", "mse", 99.999, 4, 512, 8, activation_quantized=True,
+                             gate_after_context_quantizer=True),
 }
 
 
@@ -154,10 +165,11 @@ class _Quantizers:
     """The activation quantizers of one model: a range per site; calibrating updates it (and quantizes with it, as
     the released range estimation does); after calibration the ranges stay fixed."""
 
-    def __init__(self, percentile: float | None = None) -> None:
+    def __init__(self, percentile: float | None = None, *, gate_after_context: bool = False) -> None:
         self.ranges: dict[Any, RunningRange] = {}
         self.calibrating = True
         self.percentile = percentile
+        self.gate_after_context = gate_after_context
 
     def __call__(self, site: Any, x: Tensor) -> Tensor:
         if not torch.is_floating_point(x):
@@ -185,7 +197,8 @@ def _quantized_attention(
 ) -> tuple[Tensor, Tensor]:
     """Eager attention as the model computes it, its variant included (a key/value bias slot, clipped softmax, a
     gate: models/attention_variants.py), with the scores, probabilities and context quantized; the gate acts before
-    the context quantizer, as the released ``quantized_bert.py`` places it (query, key, value: (B, H, T, D))."""
+    the context quantizer (``quantized_bert.py``) or after it (``quantized_opt.py``) as the settings say (query, key,
+    value: (B, H, T, D))."""
     quantize = _active[-1]
     bias = getattr(module, "attention_kv_bias", None)
     if bias is not None:  # Sun et al.'s slot, open to every query (eager masks are explicit)
@@ -203,8 +216,11 @@ def _quantized_attention(
     probabilities = variant_probabilities(module, scores).to(query.dtype)  # plain or clipped softmax
     probabilities = quantize((module, "probabilities"), probabilities)
     probabilities = nn.functional.dropout(probabilities, p=dropout, training=module.training)
-    context = gated(module, torch.matmul(probabilities, value).transpose(1, 2).contiguous())  # (B, T, H, D)
-    context = quantize((module, "context"), context)
+    context = torch.matmul(probabilities, value).transpose(1, 2).contiguous()  # (B, T, H, D)
+    if quantize.gate_after_context:  # OPT: context_act_quantizer, then the gate (quantized_opt.py 211, 225-258)
+        context = gated(module, quantize((module, "context"), context))
+    else:  # BERT: the gate, then the context quantizer (quantized_bert.py 423, 435)
+        context = quantize((module, "context"), gated(module, context))
     return context, (probabilities[..., 1:] if bias is not None else probabilities)
 
 
@@ -277,8 +293,9 @@ def simulated_w8a8(
     if placement not in PLACEMENTS:
         raise ValueError(f"W8A8 placement {placement!r} is not one of {', '.join(PLACEMENTS)}")
     settings = settings or SETTINGS["encoder"]
-    quantizers = _Quantizers(percentile=settings.percentile)
     released = placement == "released"
+    quantizers = _Quantizers(percentile=settings.percentile,
+                             gate_after_context=released and settings.gate_after_context_quantizer)  # fmt: skip
     head = vocabulary_head(model) if released else set()
     floats = head | _gates(model) if released else set()
     up_projections = _up_projections(model) if released and settings.activation_quantized else set()

@@ -108,7 +108,14 @@ def test_the_quantized_attention_without_quantizers_is_eager_attention() -> None
     mask = torch.zeros(2, 1, 6, 6)
     mask[1, ..., 4:] = torch.finfo(torch.float32).min  # the second sequence has two padded keys
     module = torch.nn.Module().eval()
-    quantization._active.append(lambda _site, x: x)
+
+    class Identity:
+        gate_after_context = False
+
+        def __call__(self, _site: object, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    quantization._active.append(Identity())
     try:
         ours = quantization._quantized_attention(module, query, key, value, mask, scaling=0.3)
     finally:
@@ -292,10 +299,11 @@ def test_bert_embeddings_are_quantized_as_the_released_embeddings() -> None:
 
 
 def test_the_mlp_is_quantized_where_each_released_model_quantizes_it() -> None:
-    """Issue 44.3. BERT (quantized_bert.py quantize_intermediate, line 610, under the pinned transformers 4.31):
-    the intermediate's GELUActivation is not in hijacker.py's activations_set (line 15: nn.GELU), so the dense output
-    is quantized and the activation's output is not. OPT (quantized_opt.py line 293): fc1 and its activation are
-    fused, one quantizer after the activation; fc1's own output, the pre-activation, is not quantized."""
+    """Issue 54.3a. BERT: validate_mlm.py lines 158-160 replace every intermediate_act_fn by nn.GELU() before
+    QuantizedBertForMaskedLM is built (line 451); nn.GELU is in hijacker.py's activations_set (line 15), so
+    quantize_intermediate fuses dense and GELU: one quantizer after the GELU, the dense output (the pre-activation)
+    in float. (Before: the dense output quantized and GELU's left float, argued from hijacker.py alone.) OPT
+    (quantized_opt.py line 293): fc1 and its ReLU fused the same way."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     model = with_trained_norms(tiny_bert())
@@ -303,16 +311,20 @@ def test_the_mlp_is_quantized_where_each_released_model_quantizes_it() -> None:
     ids = torch.randint(5, 120, (4, 16), generator=torch.Generator().manual_seed(14))
     seen = calibrated_once(model, ids, intermediate)
     (hidden,) = seen["args"]
-    with torch.no_grad():
-        dense = minmax(hidden @ released_symmetric(intermediate.dense.weight).T + intermediate.dense.bias)
-    assert torch.allclose(seen["out"], intermediate.intermediate_act_fn(dense), atol=1e-5)
+    with torch.no_grad():  # the transcription: QuantizedBertIntermediate over Sequential(dense, nn.GELU())
+        dense = hidden @ released_symmetric(intermediate.dense.weight).T + intermediate.dense.bias
+        expected = minmax(torch.nn.GELU()(dense))
+        before = intermediate.intermediate_act_fn(minmax(dense))  # the placement of c266ffa
+    assert torch.allclose(seen["out"], expected, atol=1e-5)
+    assert not torch.allclose(seen["out"], before, atol=1e-3)
 
     torch.manual_seed(0)
     decoder = GPT2LMHeadModel(GPT2Config(vocab_size=90, n_embd=32, n_layer=2, n_head=4, n_positions=32,
                                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).eval()  # fmt: skip
     mlp = decoder.transformer.h[1].mlp
     ids = torch.randint(0, 90, (3, 12), generator=torch.Generator().manual_seed(15))
-    settings = quantization.QuantSettings("opt, min-max", "minmax", None, 4, 12, 3, activation_quantized=True)
+    settings = quantization.QuantSettings("opt, min-max", "minmax", None, 4, 12, 3, activation_quantized=True,
+                                          gate_after_context_quantizer=True)  # fmt: skip
     seen = calibrated_once(decoder, ids, mlp.act, settings=settings)
     (up,) = seen["args"]
     hidden = calibrated_once(decoder, ids, mlp.c_fc, settings=settings)["args"][0]
@@ -483,3 +495,56 @@ def test_embeddings_that_skip_their_token_types_are_named_not_mismeasured() -> N
     ids = torch.randint(5, 120, (2, 8), generator=torch.Generator().manual_seed(17))
     with pytest.raises(RuntimeError, match="without its token types"), simulated_w8a8(model), torch.no_grad():
         model(input_ids=ids)
+
+
+class _Stub(torch.nn.Module):
+    """An attention module as the quantized attention reads it: a head gate, no config, no key/value slot."""
+
+    def __init__(self, heads: int, head_dim: int) -> None:
+        super().__init__()
+        from degen_train.models.attention_variants import HeadGate
+
+        self.attention_gate = HeadGate(heads, head_dim, form="linear", init=None)
+        torch.nn.init.normal_(self.attention_gate.weight, std=1.0)
+
+
+def quantized_attention_output(module: _Stub, x: torch.Tensor, qkv: tuple, *, gate_after: bool) -> torch.Tensor:
+    """The quantized attention's output (B, T, H, d) with its ranges calibrated on the same tensors."""
+    quantizers = quantization._Quantizers(gate_after_context=gate_after)
+    quantization._active.append(quantizers)
+    try:
+        with torch.no_grad():
+            for _ in range(2):  # calibrate, then fix the ranges and run again
+                module.__dict__["attention_gate_input"] = x
+                out, _ = quantization._quantized_attention(module, *qkv, None)
+                quantizers.calibrating = False
+    finally:
+        quantization._active.remove(quantizers)
+    return out
+
+
+def test_a_gated_decoder_quantizes_its_context_before_the_gate_as_released() -> None:
+    """Issue 54.3b, against a transcription of quantized_opt.py's QuantizedOPTAttentionWithExtras.forward: scores
+    quantized (attn_scores_act_quantizer), softmax, probabilities quantized, P @ V quantized (context_act_quantizer,
+    line 211), then the gate (lines 225-258), the gated context not quantized again. An encoder keeps BERT's order
+    (quantized_bert.py lines 423, 435: the gate, then the context quantizer). Before: the gate came first for every
+    family."""
+    batch, heads, length, head_dim = 2, 4, 6, 8
+    generator = torch.Generator().manual_seed(21)
+    module = _Stub(heads, head_dim).eval()
+    x = torch.randn(batch, length, heads * head_dim, generator=generator)
+    qkv = tuple(torch.randn(batch, heads, length, head_dim, generator=generator) for _ in range(3))
+    query, key, value = qkv
+    with torch.no_grad():
+        gate = module.attention_gate(x).transpose(1, 2)  # (B, H, T, 1)
+        scores = minmax(query @ key.transpose(2, 3) * head_dim**-0.5)
+        probabilities = minmax(torch.softmax(scores, dim=-1))
+        context = probabilities @ value  # (B, H, T, d)
+        opt = (minmax(context) * gate).transpose(1, 2)  # quantized_opt.py: quantize, then gate
+        bert = minmax(context * gate).transpose(1, 2)  # quantized_bert.py: gate, then quantize
+    decoder = quantized_attention_output(module, x, qkv, gate_after=True)
+    encoder = quantized_attention_output(module, x, qkv, gate_after=False)
+    assert (decoder - opt).abs().max() <= 1e-6 and (encoder - bert).abs().max() <= 1e-6
+    assert (opt - bert).abs().max() > 1e-3  # the two orders differ: the test can tell them apart
+    assert quantization.SETTINGS["decoder"].gate_after_context_quantizer
+    assert not quantization.SETTINGS["encoder"].gate_after_context_quantizer
