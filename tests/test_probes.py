@@ -138,7 +138,7 @@ def test_analyze_minilm_writes_metrics_and_pictures(minilm: Path, tmp_path: Path
 
 @pytest.mark.usefixtures("no_analysis_pictures")
 def test_analyze_gives_alignment_and_uniformity_of_cls_for_sts_pairs(minilm: Path, tmp_path: Path) -> None:
-    """degen-analyze --pairs FILE: Wang & Isola's ℓ_align over the pairs scored >= 4 and ℓ_uniform over every
+    """degen-analyze --pairs FILE: Wang & Isola's ℓ_align over the pairs scored above 4 and ℓ_uniform over every
     sentence, of the last layer's [CLS] vectors (issue 44.3), equal to the measures on those vectors computed apart;
     a bad pairs file is refused before any model is loaded."""
     from degen_train.metrics.encode import load_encoder, sentence_vectors
@@ -147,7 +147,8 @@ def test_analyze_gives_alignment_and_uniformity_of_cls_for_sts_pairs(minilm: Pat
     pairs = tmp_path / "pairs.csv"
     pairs.write_text("sentence1,sentence2,score\nA man plays a guitar.,A man is playing the guitar.,4.8\n"
                      "A dog runs in the park.,The stock market fell today.,0.2\n"
-                     "Two kids are swimming.,Children swim in a pool.,4.2\n")  # fmt: skip
+                     "Two kids are swimming.,Children swim in a pool.,4.2\n"
+                     "A woman is slicing an onion.,Someone cuts an onion.,4.0\n")  # fmt: skip (4.0: not above 4)
     result = analyze(minilm, out=tmp_path / "out", max_sentences=10, pairs=pairs)["sentence_pairs"]
     encoder = load_encoder(minilm, batch_size=8, max_length=128)
     similar = (["A man plays a guitar.", "Two kids are swimming."],

@@ -50,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     pairs = result.get("sentence_pairs")
     if pairs:
         print(f"[CLS] of {pairs['file']}: alignment {pairs['alignment']:.4f} ({pairs['similar_pairs']} pairs scored "
-              f">= {pairs['similar_at_score']:g}), uniformity {pairs['uniformity']:.4f} ({2 * pairs['pairs']} "
+              f"above {pairs['similar_above_score']:g}), uniformity {pairs['uniformity']:.4f} ({2 * pairs['pairs']} "
               f"sentences)")  # fmt: skip
     for line in outlier_lines(result.get("outliers") or {}):
         print(line)

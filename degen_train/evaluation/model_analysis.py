@@ -36,7 +36,7 @@ from degen_train.metrics.isotropy import (
     top_k_variance_share,
 )
 from degen_train.metrics.positional import absolute_position_embeddings, positional_artefacts
-from degen_train.metrics.probes import alignment, read_sts, uniformity
+from degen_train.metrics.probes import ALIGNED_ABOVE, alignment, read_sts, uniformity
 from degen_train.metrics.transforms import clip_outliers, fit_whitening
 from degen_train.models.vocabulary import real_rows
 from degen_train.storage.own_runs import is_own as is_own_run
@@ -197,15 +197,15 @@ def analyze(
     return result
 
 
-def pair_geometry(encoder: Any, pairs: Any, source: str, *, similar_at: float = 4.0) -> dict[str, Any]:
-    """Alignment over the pairs scored >= ``similar_at`` and uniformity over every sentence, of the last layer's
-    [CLS] vectors (Wang & Isola 2020, as COCO-LM reports them)."""
+def pair_geometry(encoder: Any, pairs: Any, source: str, *, similar_above: float = ALIGNED_ABOVE) -> dict[str, Any]:
+    """Alignment over the pairs scored above ``similar_above`` (SimCSE's positives: above 4) and uniformity over every
+    sentence, of the last layer's [CLS] vectors (Wang & Isola 2020, as SimCSE and COCO-LM report them)."""
     vectors = sentence_vectors(encoder, pairs.first + pairs.second, pooling="cls")  # (2N, H)
     count = len(pairs.scores)
-    similar = torch.tensor(pairs.scores) >= similar_at
+    similar = torch.tensor(pairs.scores) > similar_above
     if not bool(similar.any()):
-        raise ValueError(f"{source}: no pair is scored {similar_at} or more; alignment needs similar pairs")
-    return {"file": source, "pooling": "cls", "layer": "last", "pairs": count, "similar_at_score": similar_at,
+        raise ValueError(f"{source}: no pair is scored above {similar_above}; alignment needs similar pairs")
+    return {"file": source, "pooling": "cls", "layer": "last", "pairs": count, "similar_above_score": similar_above,
             "similar_pairs": int(similar.sum()), "alignment": alignment(vectors[:count][similar],
             vectors[count:][similar]), "uniformity": uniformity(vectors)}  # fmt: skip
 

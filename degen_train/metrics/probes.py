@@ -161,31 +161,43 @@ def sts_scores(pairs: SentencePairs, encode: Callable[[list[str]], Tensor], *, p
     return result
 
 
+# SimCSE's positive pairs for ℓ_align: STS-B pairs scored above 4 (Gao, Yao & Chen 2021, section 5: "pairs with
+# scores higher than 4"), strictly: 208 of STS-B dev's 1,500, where >= 4 takes 264.
+ALIGNED_ABOVE = 4.0
+
+
 def pair_cosines(vectors: Tensor, scores: list[float], *, similar_at: float = 4.0, seed: int = 0) -> dict[str, Tensor]:
     """Raw cosines of the pairs scored >= ``similar_at`` and of as many random pairings of the same sentences
-    (first of one pair with second of another): the two distributions of Meng et al. 2021's figure."""
+    (first of one pair with second of another): the two distributions of Meng et al. 2021's figure; and
+    ``aligned``, the cosines of the pairs scored above ALIGNED_ABOVE (SimCSE's positives, for ℓ_align)."""
     count = len(scores)
     first, second = vectors[:count].double(), vectors[count:].double()
     similar = torch.tensor(scores) >= similar_at
+    aligned = torch.tensor(scores) > ALIGNED_ABOVE
     generator = torch.Generator().manual_seed(seed)
     shuffled = torch.randperm(count, generator=generator)
     shuffled = torch.where(shuffled == torch.arange(count), (shuffled + 1) % count, shuffled)  # never a true pair
     return {
         "similar": torch.nn.functional.cosine_similarity(first[similar], second[similar], dim=-1),
+        "aligned": torch.nn.functional.cosine_similarity(first[aligned], second[aligned], dim=-1),
         "random": torch.nn.functional.cosine_similarity(first, second[shuffled], dim=-1),
     }
 
 
 def sentence_geometry(vectors: Tensor, cosines: dict[str, Tensor], *, similar_at: float = 4.0) -> dict:
     """Mean cosine of all sentence vectors, of the similar vs random pairs ``pair_cosines`` gave, and Wang & Isola's
-    alignment (over the similar pairs) and uniformity (over every sentence), as SimCSE and COCO-LM report them."""
+    alignment (over the pairs scored above 4, SimCSE's positives) and uniformity (over every sentence), as SimCSE and
+    COCO-LM report them."""
+    aligned = cosines.get("aligned", cosines["similar"])
     return {
         "mean_cosine_all_sentences": mean_pairwise_cosine(vectors),
         "similar_pairs_mean_cosine": float(cosines["similar"].mean()) if len(cosines["similar"]) else None,
         "random_pairs_mean_cosine": float(cosines["random"].mean()),
         "similar_pairs": len(cosines["similar"]),
         "similar_at_score": similar_at,
-        "alignment": alignment_from_cosines(cosines["similar"]) if len(cosines["similar"]) else None,
+        "aligned_above_score": ALIGNED_ABOVE,
+        "aligned_pairs": len(aligned),
+        "alignment": alignment_from_cosines(aligned) if len(aligned) else None,
         "uniformity": uniformity(vectors),
     }
 

@@ -171,6 +171,8 @@ def test_raw_and_centred_spectra_and_sentence_pair_geometry() -> None:
     assert len(cosines["random"]) == 3  # first of one pair with the second of another, never its own
     geometry = sentence_geometry(vectors, cosines)
     assert geometry["similar_pairs_mean_cosine"] == 0.0 and geometry["similar_pairs"] == 2
+    # ℓ_align over SimCSE's positives, scored above 4 (issue 54.5): (e2, -e2) scored exactly 4 is not one of them
+    assert cosines["aligned"].tolist() == [1.0] and geometry["aligned_pairs"] == 1 and geometry["alignment"] == 0.0
 
 
 def test_alignment_and_uniformity_on_a_hand_computed_case() -> None:
@@ -193,6 +195,6 @@ def test_alignment_and_uniformity_on_a_hand_computed_case() -> None:
     assert uniformity(three) == pytest.approx(math.log((2 * math.exp(-4) + math.exp(-8)) / 3))
     assert alignment_from_cosines(torch.tensor([1.0, 0.0])) == pytest.approx(1.0)  # the same pairs' cosines
     vectors = torch.stack([e1, e1, e2, e1, e2, -e2])  # pairs (e1, e1) scored 5, (e1, e2) 0, (e2, -e2) 4
-    geometry = sentence_geometry(vectors, pair_cosines(vectors, [5.0, 0.0, 4.0]))
+    geometry = sentence_geometry(vectors, pair_cosines(vectors, [5.0, 0.0, 4.2]))  # 4.2: above 4, a positive
     assert geometry["alignment"] == pytest.approx((0 + 4) / 2) and geometry["uniformity"] == pytest.approx(
         uniformity(vectors))  # fmt: skip
