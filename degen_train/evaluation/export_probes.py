@@ -12,6 +12,7 @@ from typing import Any
 from degen_train.core.io import atomic_write_json
 from degen_train.core.paths import writable_folder
 from degen_train.metrics.encode import load_encoder, sentence_vectors, word_vectors
+from degen_train.metrics.probe_versions import current_versions
 from degen_train.metrics.probes import MODES, read_sts, read_wic, sts_scores, wic_scores
 
 log = logging.getLogger("degen_train.eval")
@@ -80,6 +81,7 @@ def evaluate(
             encoder.source, perplexity_files, perplexity_unit, max_length, stride, limit
         )
     result["truncated_sequences"] = encoder.truncated
+    result["probe_versions"] = current_versions()  # which probes measured these numbers (metrics/probe_versions.py)
     if encoder.truncated:
         log.warning("%d sequences were longer than %d tokens and were truncated", encoder.truncated, encoder.max_length)
     atomic_write_json(Path(out) / "eval.json", result)

@@ -36,6 +36,7 @@ from degen_train.metrics.isotropy import (
     top_k_variance_share,
 )
 from degen_train.metrics.positional import absolute_position_embeddings, positional_artefacts
+from degen_train.metrics.probe_versions import current_versions
 from degen_train.metrics.probes import ALIGNED_ABOVE, alignment, read_sts, uniformity
 from degen_train.metrics.transforms import clip_outliers, fit_whitening
 from degen_train.models.vocabulary import real_rows
@@ -193,6 +194,7 @@ def analyze(
     with timed(timings, "plots"):
         result["pictures"] = pictures(result, encoder, ids, per_layer, curves, out_dir, title=model_name(path))
     result["timings_s"] = timings
+    result["probe_versions"] = current_versions()  # which probes measured these numbers (metrics/probe_versions.py)
     atomic_write_json(out_dir / "metrics.json", result)
     return result
 

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from degen_train.core.handed_files import no_remote_code
 from degen_train.metrics.perplexity import causal_perplexity
+from degen_train.metrics.probe_versions import PROBES
 from degen_train.metrics.quantization import SETTINGS, QuantSettings, simulated_w8a8
 
 MASK_RATE = 0.15
@@ -151,6 +152,7 @@ def w8a8_gap(
         "calibration_blocks": len(calibration),
         "scored_blocks": len(scored),
         "block": settings.block,
+        "probe_versions": {"w8a8": PROBES["w8a8"].version},  # metrics/probe_versions.py
     }
     if "sts_spearman" in baseline:
         result["sts_gap"] = quantized["sts_spearman"] - baseline["sts_spearman"]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from degen_train.metrics.probe_versions import COLUMN_PROBES, PROBES
 from degen_train.reproduce.methods import METHOD_PARTS
 from degen_train.reproduce.verdicts import (
     CONFIDENCE,
@@ -144,20 +145,35 @@ def all_claims() -> Iterator[Claim]:
             yield from claims
 
 
-# Numbers measured by code since found wrong, per (part, column): (the day the code was mended, why). A page written
-# before that day says so in place of a verdict; a page written since is judged.
-SUPERSEDED: dict[tuple[str, str], tuple[str, str]] = {
-    **{(part, "W8A8 gap"): ("2026-11-27", "the W8A8 probe of 2026-11-26 replaced the variant's attention with plain "
-                            "softmax (issue 44.1), and placed some quantizers otherwise than the release (issue 44.3)")
-       for part in ("clipped_softmax", "gated_attention", "output_gate")},  # fmt: skip
-    ("output_gate", "attention sink %"): ("2026-11-27", "the sink probe of 2026-11-26 read HF eager attention, "
-                                          "without the output gate (issue 44.1)"),  # fmt: skip
-    # a decoder's FFN kurtosis read per sequence on the page of 2026-11-26; per token row, as validate_clm.py takes
-    # it, since 2026-11-27 (a17bfcc): the same gao/mle/seed0 reads 2.958 there and 2.891 re-measured (issue 54.4)
-    ("muon", "max kurtosis"): ("2026-11-27", "the outlier probe of 2026-11-26 read a decoder's kurtosis per "
-                               "sequence, not per token row as the release does (issue 54.4)"),  # fmt: skip
-}
 WRITTEN_ON = re.compile(r"^Written by .* on (\d{4}-\d{2}-\d{2})", re.MULTILINE)
+
+
+STAMP = "probe versions"  # a runs.csv column: the probes' versions that measured the row (JSON), reproduce/page.py
+
+
+def measured_version(rows: pd.DataFrame, claim: Claim, probe: str, day: str) -> int:
+    """The version of ``probe`` that measured the claim's two arms: the oldest stamped on their rows, or, for rows
+    written before the stamps, the version the probe had on the day the page was written."""
+    import json
+
+    arms = rows[[(part, variant) in (claim.base, claim.other) for part, variant in zip(rows["part"], rows["variant"],
+                                                                                         strict=True)]]  # fmt: skip
+    stamps = [json.loads(text).get(probe) for text in arms.get(STAMP, pd.Series(dtype=str)).dropna()]
+    known = [version for version in stamps if isinstance(version, int)]
+    if known and len(known) == len(arms):
+        return min(known)
+    return PROBES[probe].version_on(day or "0000-00-00")
+
+
+def older_probe(rows: pd.DataFrame, claim: Claim, day: str) -> str:
+    """Why the claim's numbers are an older probe's than the current one (metrics/probe_versions.py), or ''."""
+    probe = COLUMN_PROBES.get(claim.column)
+    if probe is None:
+        return ""
+    then, now = measured_version(rows, claim, probe, day), PROBES[probe].version
+    if then >= now:
+        return ""
+    return f"measured by the {probe} probe v{then}, now v{now} ({'; '.join(PROBES[probe].changes_since(then))})"
 
 
 def written_on(page: Path) -> str:
@@ -169,8 +185,8 @@ def written_on(page: Path) -> str:
 
 def summary(pages: list[tuple[Path, str]], root: Path) -> str:
     """Markdown: every claim of the sections ``letters`` judged on each page's runs.csv (pages as (folder under
-    ``root``, letters)), one table row each, the numbers superseded since the page was written marked in place of
-    their verdict."""
+    ``root``, letters)), one table row each; a number an older probe measured (its stamp, or the page's day against
+    the probe's changelog) is marked in place of its verdict."""
     lines = [RULE, ""]
     for page, letters in pages:
         rows = pd.read_csv(page / "runs.csv")
@@ -180,8 +196,8 @@ def summary(pages: list[tuple[Path, str]], root: Path) -> str:
             verdict = claim.judge(rows) if claim.section in letters else None
             if verdict is None:
                 continue
-            mended, why = SUPERSEDED.get((claim.other[0], claim.column), ("", ""))
-            word = f"superseded: {why}" if day < mended else f"**{verdict.word}**"
+            older = older_probe(rows, claim, day)
+            word = f"superseded: {older}" if older else f"**{verdict.word}**"
             judged.append(f"| ({claim.section}) | {claim.base[1]} → {claim.other[1]} | {claim.column} | "
                           f"{verdict.before:.4g} → {verdict.after:.4g} | {verdict.effect:+.3g} "
                           f"{verdict.interval_text()} | {claim.expect} | {word} |")  # fmt: skip

@@ -8,6 +8,7 @@ reproduce/verdicts.py.
 from __future__ import annotations
 
 import csv
+import json
 import math
 import shutil
 from pathlib import Path
@@ -28,6 +29,8 @@ def row_of(run: Run, result: dict[str, Any]) -> dict[str, Any]:
     """One run as one flat row of the numbers the page shows."""
     summary, analysis = result["summary"], result["analysis"]
     embedding, layers = analysis["embedding"], analysis["layers"]
+    versions = {**(analysis.get("probe_versions") or {}), **(result.get("eval", {}).get("probe_versions") or {}),
+                **((result.get("w8a8") or {}).get("probe_versions") or {})}  # fmt: skip
     row = {
         "part": run.part,
         "variant": run.variant,
@@ -80,6 +83,8 @@ def row_of(run: Run, result: dict[str, Any]) -> dict[str, Any]:
         row["WiC acc (held-out t)"] = wic["raw"].get("accuracy") * 100
     row.update(glue_columns(result.get("glue")))
     row.update(glue_rates(result.get("glue")))
+    if versions:  # which version of each probe measured the row (metrics/probe_versions.py; claims.older_probe)
+        row["probe versions"] = json.dumps(versions, sort_keys=True)
     return row
 
 

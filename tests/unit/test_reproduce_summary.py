@@ -61,27 +61,37 @@ def test_every_method_claim_comes_from_its_part() -> None:
         assert {(name, column, (name, "control")) for column in part.control_expectations} <= listed
 
 
-def test_the_superseded_probes_numbers_are_marked_not_judged(tmp_path: Path) -> None:
-    """Part (n)'s W8A8 gaps of the attention variants and the output gate's sink rate came from probes that switched
-    the variant off (issue 44.1) on the page of 2026-11-26: a page written before the probes were mended says so
-    instead of a verdict; the page regenerated since (2026-11-27) is judged."""
+def test_an_older_probes_numbers_are_marked_not_judged(tmp_path: Path) -> None:
+    """No hand list (issue 54.4): a number is an older probe's when its row's stamp, or the page's day against the
+    probe's changelog (metrics/probe_versions.py), gives an older version than the current one. Part (n) of
+    2026-11-27 has the outliers probe of that day (its sink rates are judged) and the W8A8 probe before the
+    placements of 2026-11-28 (its gaps are marked); a page of 2026-11-26 had neither."""
+    import json
 
-    def probe_rows(page: Path) -> list[str]:
+    from degen_train.metrics.probe_versions import PROBES
+
+    def probe_rows(page: Path) -> dict[str, list[str]]:
         text = summary([(page, "n")], page.parent)
-        return [line for line in text.splitlines() if "| W8A8 gap |" in line or "| attention sink % |" in line]
+        return {column: [line for line in text.splitlines() if f"| {column} |" in line]
+                for column in ("W8A8 gap", "attention sink %")}  # fmt: skip
 
     current = ROOT / "docs" / "reproduce" / "part_n"
-    assert written_on(current) >= "2026-11-27"
+    assert written_on(current) == "2026-11-27" and PROBES["w8a8"].version == 3
     rows = probe_rows(current)
-    assert len(rows) == 4 and all("superseded: " not in row and "**" in row for row in rows)
+    assert len(rows["W8A8 gap"]) == 3 and all("superseded: measured by the w8a8 probe v2, now v3" in row
+                                              for row in rows["W8A8 gap"])  # fmt: skip
+    assert len(rows["attention sink %"]) == 1 and "**" in rows["attention sink %"][0]
     old = tmp_path / "part_n"
     old.mkdir()
     (old / "runs.csv").write_bytes((current / "runs.csv").read_bytes())
     (old / "README.md").write_text("# Reproduction at CPU scale\n\nWritten by `make reproduce` (`degen-reproduce`) "
                                    "on 2026-11-26; every number below ...\n")  # fmt: skip
-    assert written_on(old) == "2026-11-26"
     rows = probe_rows(old)
-    assert len(rows) == 4 and all("superseded: " in row and "**" not in row for row in rows)
+    assert all("superseded: measured by" in row and "**" not in row for row in sum(rows.values(), []))
+    stamped = pd.read_csv(current / "runs.csv").assign(**{"probe versions": json.dumps({"w8a8": 3, "outliers": 2})})
+    stamped.to_csv(old / "runs.csv", index=False)  # every row measured by today's probes: judged, whatever the day
+    rows = probe_rows(old)
+    assert all("superseded" not in row and "**" in row for row in sum(rows.values(), []))
 
 
 def test_a_glue_claim_carries_the_dev_sets_sampling_error() -> None:

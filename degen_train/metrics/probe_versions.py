@@ -1,0 +1,94 @@
+"""Which version of each probe measured a number: every probe has a changelog, and its version is 1 + the entries in
+it. A change to a probe's code must add an entry (tests/unit/test_probe_versions.py holds each probe's code
+fingerprint at its version and fails on code that changed without one), so a number stamped with an older version,
+or measured on a page written before the entry's day, is known to be an older probe's, and the reproduce summary
+marks it instead of judging it (reproduce/claims.py) — no list of superseded numbers is kept by hand.
+
+A probe's files are fingerprinted by their syntax tree without docstrings: comments and prose may change freely.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A probe: the files whose code computes it, its changelog ((day, what changed), oldest first) and the
+    fingerprint of its code at the current version."""
+
+    files: tuple[str, ...]
+    changes: tuple[tuple[str, str], ...]
+    fingerprint: str
+
+    @property
+    def version(self) -> int:
+        return 1 + len(self.changes)
+
+    def version_on(self, day: str) -> int:
+        """The version a page written on ``day`` (YYYY-MM-DD) measured with: the changes made by that day."""
+        return 1 + sum(changed <= day for changed, _ in self.changes)
+
+    def changes_since(self, version: int) -> list[str]:
+        """What changed after ``version``, for the line that says why a number is an older probe's."""
+        return [f"{day}: {what}" for day, what in self.changes[version - 1 :]]
+
+
+PROBES = {
+    "w8a8": Probe(
+        ("metrics/quantization.py", "metrics/w8a8_probe.py"),
+        (("2026-11-27", "the variant's own attention kept (clipped softmax, gates, key/value slot) and the quantizers "
+                        "placed as the release places them: norms' γ, embedding sums, residual sums (issue 44)"),
+         ("2026-11-28", "BERT's MLP quantized after its GELU (validate_mlm.py 158-160) and a decoder's context "
+                        "quantized before its gate (quantized_opt.py 211), as released (issue 54.3)")),
+        "0a375caee49edefb",
+    ),  # fmt: skip
+    "outliers": Probe(
+        ("metrics/outliers.py", "metrics/outlier_sites.py"),
+        (("2026-11-27", "a decoder's FFN kurtosis and ∞-norm per token row, as validate_clm.py reads them, and the "
+                        "sink rate from the variant's own attention maps (issue 44)"),),
+        "9ed3850a2644b4bb",
+    ),  # fmt: skip
+    "sentence_pairs": Probe(
+        ("metrics/probes.py",),
+        (("2026-11-28", "ℓ_align over STS-B pairs scored above 4, SimCSE's positives (was: 4 or more; issue 54.5)"),),
+        "ac88ab008ac007bf",
+    ),  # fmt: skip
+}
+# The columns of a reproduce page each probe measures.
+COLUMN_PROBES = {
+    "W8A8 gap": "w8a8",
+    "max kurtosis": "outliers",
+    "max ‖x‖∞": "outliers",
+    "attention sink %": "outliers",
+    "ℓ_align [CLS]": "sentence_pairs",
+}
+
+
+def code_fingerprint(files: tuple[str, ...], root: Path = PACKAGE) -> str:
+    """A short sha256 of the files' syntax trees (under ``root``) with their docstrings removed (comments never
+    reach the tree)."""
+    digest = hashlib.sha256()
+    for name in files:
+        tree = ast.parse((root / name).read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if isinstance(body, list) and body and _is_docstring(body[0]):
+                node.body = body[1:] or [ast.Pass()]
+        digest.update(name.encode() + b"\0" + ast.dump(tree).encode() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _is_docstring(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) and isinstance(
+        statement.value.value, str)  # fmt: skip
+
+
+def current_versions() -> dict[str, int]:
+    """{probe: its version now}: what a measurement written today is stamped with."""
+    return {name: probe.version for name, probe in PROBES.items()}
