@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -70,8 +71,8 @@ def test_the_gao_scale_part_is_sized_for_a_gpu_sitting_and_runs_at_tiny_size_her
     from degen_train.models.backbone import build_hf_model
 
     cfg = load_settings(["preset=gao_scale"])
-    assert (list(cfg.parts), cfg.decoder, cfg.seeds, list(cfg.run_overrides)) == (
-        ["gao"], "gpt2_gao_scale", 1, ["trainer=gpu", "model.compile=true"])  # fmt: skip
+    assert (list(cfg.parts), cfg.decoder, cfg.seeds, list(cfg.run_overrides), cfg.word_perplexity) == (
+        ["gao"], "gpt2_gao_scale", 3, ["trainer=gpu", "model.compile=true"], True)  # fmt: skip
     class Vocabulary:  # what build_hf_model reads of a tokenizer: its size and padding id
         pad_token_id = bos_token_id = eos_token_id = 0
 
@@ -80,6 +81,18 @@ def test_the_gao_scale_part_is_sized_for_a_gpu_sitting_and_runs_at_tiny_size_her
 
     model = build_hf_model(load_config([f"model={cfg.decoder}"]).model, tokenizer=Vocabulary(), with_nsp_head=False)
     assert 20e6 <= sum(p.numel() for p in model.parameters()) <= 25e6
+    # Issue 54.6: three seeds per arm in at most 4 GPU-minutes of training by the FLOP count (PaLM's, at 35% of an
+    # H100's dense bf16 peak of 989.4 TFLOP/s; the vocabulary head counted at every position of a decoder).
+    from degen_train.metrics.flops import model_flops
+
+    head = model.get_output_embeddings().weight.numel()
+    body = sum(p.numel() for p in model.parameters()) - head - model.transformer.wpe.weight.numel()
+    tokens = cfg.batch_size * cfg.block_size
+    per_batch = model_flops(body=body, head=head, layers=model.config.n_layer, hidden=model.config.n_embd,
+                            batch=cfg.batch_size, length=cfg.block_size, predicted=tokens)  # fmt: skip
+    runs = 2 * cfg.seeds  # MLE and MLE + CosReg
+    gpu_minutes = runs * cfg.steps.gao * per_batch / (0.35 * 989.4e12) / 60
+    assert 1.0 <= gpu_minutes <= 4.0, gpu_minutes
     # WikiText-2's training text under an 8,000-entry byte-level BPE: 2,699,338 tokens (tokenizers'
     # ByteLevelBPETokenizer trained on ../shared/data/wikitext-2/train.txt, min_frequency 2, every line encoded).
     wikitext2_training_tokens = 2.7e6
@@ -87,9 +100,18 @@ def test_the_gao_scale_part_is_sized_for_a_gpu_sitting_and_runs_at_tiny_size_her
     assert 10 <= epochs <= 40  # "tens of epochs"
     with pytest.raises(ValueError, match=r"preset='gao_scal' is not one of gao_scale \(conf/reproduce/\)"):
         load_settings(["preset=gao_scal"])
-    tiny = ["decoder=gpt2_tiny", "run_overrides=[trainer=cpu]", *miniature(tmp_path, parts="[gao]", seeds=1)]
+    tiny = ["decoder=gpt2_tiny", "run_overrides=[trainer=cpu]", "word_perplexity_lines=20",
+            *miniature(tmp_path, parts="[gao]", seeds=1)]  # fmt: skip
     text = Path(reproduce(load_settings(["preset=gao_scale", *tiny]))).read_text()
     assert "| mle | 1 |" in text and "| cosreg | 1 |" in text and "val perplexity: " in text
+    if (Path(str(cfg.shared_data)) / "wikitext-2" / "valid.txt").is_file():  # per word beside per token
+        assert "valid perplexity (word)" in text and "valid perplexity (word): " in text
+        assert "not Gao et al.'s AWD-LSTM" in text
+        scored = json.loads((tmp_path / "runs" / "gao" / "mle" / "seed0" / "eval_perplexity" / "eval.json").read_text())
+        valid = scored["perplexity"]["valid"]  # the same total NLL over the words instead of the tokens
+        assert valid["documents"] == 20 and valid["words"] > 0
+        total = valid["nll_per_token"] * valid["tokens"]
+        assert valid["per_word_perplexity"] == pytest.approx(math.exp(total / valid["words"]))
     config = (tmp_path / "runs" / "gao" / "cosreg" / "seed0" / "config.yaml").read_text()
     assert "accelerator: cpu" in config
 

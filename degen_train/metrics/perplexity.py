@@ -34,6 +34,8 @@ class Perplexity:
     documents: int
     window: int
     stride: int | None
+    words: int | None = None  # decoders: the scored documents' words, as WikiText's word-level benchmarks count them
+    per_word_perplexity: float | None = None  # exp(total NLL / words): comparable across tokenizers
 
 
 def read_documents(path: str | Path, unit: str = "line", what: str = "perplexity file") -> list[str]:
@@ -151,6 +153,7 @@ def perplexity(
         stride = stride or window
         total, count = causal_perplexity(model, stream, window=window, stride=stride, batch_size=batch_size)
         kind = "perplexity"
+        words = word_count(documents)
     else:
         if tokenizer.mask_token_id is None:
             raise ValueError(f"{model_dir}'s tokenizer has no mask token: pseudo-perplexity needs one")
@@ -160,10 +163,20 @@ def perplexity(
             ids = tokenizer(document, truncation=True, max_length=window)["input_ids"]
             nll, scored = pseudo_log_likelihood(model, ids, tokenizer.mask_token_id, special, batch_size * 8)
             total, count = total + nll, count + scored
-        kind, stride = "pseudo_perplexity", None
+        kind, stride, words = "pseudo_perplexity", None, None
     if count == 0:
         raise ValueError(f"{path}: no token to score")
-    return Perplexity(kind, math.exp(total / count), total / count, count, len(documents), window, stride)
+    per_word = math.exp(total / words) if words else None
+    return Perplexity(kind, math.exp(total / count), total / count, count, len(documents), window, stride, words,
+                      per_word)  # fmt: skip
+
+
+def word_count(documents: list[str]) -> int:
+    """Words of the documents as WikiText's word-level language-modelling benchmarks count them (Merity et al. 2017;
+    AWD-LSTM's data.py): each line's space-separated tokens and one end of line, here over the scored (non-blank)
+    lines. Per-word perplexity exp(total NLL / words) puts a subword model beside Gao et al.'s word-level numbers
+    (their 33k-word vocabulary), since the total NLL of a text does not depend on how it is cut into tokens."""
+    return sum(len(document.split()) + 1 for document in documents)
 
 
 def as_dict(result: Perplexity) -> dict[str, Any]:

@@ -55,6 +55,9 @@ def row_of(run: Run, result: dict[str, Any]) -> dict[str, Any]:
                     "outlier dims (Luo)": float(len(layers[-1].get("outlier_dims") or []))})  # fmt: skip
         if outliers.get("attention_sink_rate") is not None:
             row["attention sink %"] = outliers["attention_sink_rate"]
+    if result.get("perplexity"):  # the whole valid.txt: per token and per word (word_perplexity=true)
+        row["valid perplexity (token)"] = result["perplexity"]["value"]
+        row["valid perplexity (word)"] = result["perplexity"].get("per_word_perplexity")
     if result.get("w8a8"):  # the W8A8 probe's perplexity gap (part (n))
         row["W8A8 gap"] = result["w8a8"]["perplexity_gap"]
     generation = analysis.get("generation") or {}

@@ -149,6 +149,15 @@ def execute(run: Run, cfg: DictConfig) -> dict[str, Any]:
             evaluate(run.folder, sts=[sts], pooling="cls", out=run.folder / "eval_cls")
         result["eval_cls"] = json.loads(cls_file.read_text())
     w8a8_file, text = run.folder / "eval_w8a8" / "eval.json", shared / "wikitext-2" / "valid.txt"
+    words_file = run.folder / "eval_perplexity" / "eval.json"
+    if cfg.get("word_perplexity") and not run.encoder and text.exists():  # per token and per word, the whole text
+        if not words_file.exists():
+            started = time.perf_counter()
+            lines = cfg.get("word_perplexity_lines")
+            evaluate(run.folder, perplexity_files=[text], out=run.folder / "eval_perplexity",
+                     limit=int(lines) if lines else None)  # fmt: skip
+            seconds["perplexity"] = time.perf_counter() - started
+        result["perplexity"] = json.loads(words_file.read_text())["perplexity"][text.stem]
     if w8a8_wanted(run, cfg) and text.exists():
         if not w8a8_file.exists():
             started = time.perf_counter()

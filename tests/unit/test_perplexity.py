@@ -84,3 +84,11 @@ def test_bad_perplexity_input_is_named(tmp_path: Path) -> None:
     (tmp_path / "two.txt").write_text("one  two\n\nthree\nfour\n")
     assert read_documents(tmp_path / "two.txt") == ["one two", "three", "four"]
     assert read_documents(tmp_path / "two.txt", "paragraph") == ["one two", "three four"]
+
+
+def test_words_are_counted_as_wikitexts_word_level_benchmarks_count_them() -> None:
+    """Merity et al. 2017 / AWD-LSTM's data.py: each line's space-separated tokens plus one end of line (issue 54.6:
+    Gao et al.'s 52.0 → 50.0 is per word, ours was per BPE token)."""
+    from degen_train.metrics.perplexity import word_count
+
+    assert word_count(["the cat sat", " = Valkyria Chronicles = ", "a @-@ b"]) == (3 + 1) + (4 + 1) + (3 + 1)
