@@ -229,3 +229,19 @@ def test_the_attention_part_trains_variants_beside_plain_softmax_and_measures_th
         assert "W8A8 gap: " in text and "W8A8 gap: not measured" not in text
     else:
         pytest.skip("W8A8 gap: ../shared/data/wikitext-2/valid.txt is absent (a user's clone)")
+
+
+def test_luos_ablation_is_a_part_of_its_own_beside_the_plain_encoder(tmp_path: Path) -> None:
+    """Issue 54.5: Luo et al.'s evidence is an ablation (pretraining without position embeddings); part (o) trains
+    part (n)'s plain encoder with and without them, the same steps and seeds, and judges the outlier dimensions."""
+    from degen_train.reproduce.claims import all_claims
+    from degen_train.reproduce.runs import plan
+
+    runs = plan(load_settings([*miniature(tmp_path, parts="[positions]", seeds=2)]))
+    by_arm = {(run.part, run.variant, run.seed): run for run in runs}
+    assert set(by_arm) == {("attention", "softmax", 0), ("attention", "softmax", 1), ("positions", "positions", 0),
+                           ("positions", "positions", 1)}  # fmt: skip
+    without, plain = by_arm["positions", "positions", 0].overrides, by_arm["attention", "softmax", 0].overrides
+    assert [o for o in without if o not in plain] == ["model.position_embeddings=none"]
+    claims = {(c.column, c.expect) for c in all_claims() if c.other == ("positions", "positions")}
+    assert claims == {("outlier dims (Luo)", "lower"), ("max ‖x‖∞", "lower")}

@@ -132,6 +132,7 @@ class ModelConfig(BaseModel):
     # models/activation_checkpointing.py: none, full, or every k-th block (an integer k >= 1)
     activation_checkpointing: Literal["none", "full"] | Annotated[int, Field(ge=1)] = "none"
     pad_vocab_to_multiple_of: int = Field(default=1, ge=1)  # models/vocabulary.py: 1 = the tokenizer's size
+    position_embeddings: Literal["learned", "none"] = "learned"  # none: the absolute table zeroed and frozen
     local_attention: int = Field(default=128, ge=1)  # ModernBERT's sliding window (its released 128)
     rope_theta: float = Field(default=10000.0, gt=0)  # Llama / Qwen2's RoPE base (Llama's released 10,000)
     norm_eps: float = Field(default=1e-6, gt=0)  # Llama / Qwen2's RMSNorm ε (both released at 1e-6)

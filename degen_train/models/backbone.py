@@ -112,7 +112,28 @@ def build_hf_model(
         return pad_vocabulary(model, cfg.pad_vocab_to_multiple_of).train()
     model_class = arch.nsp_class if with_nsp_head else arch.model_class
     model = install_attention_variant(model_class(arch.make_config(cfg, tokenizer)), variant, arch=arch.name)
+    if getattr(cfg, "position_embeddings", "learned") == "none":
+        without_positions(model, arch.name)
     return pad_vocabulary(model, cfg.pad_vocab_to_multiple_of)
+
+
+POSITION_TABLES = ("position_embeddings", "wpe")  # BERT's and RoBERTa's, GPT-2's learned absolute positions
+
+
+def without_positions(model: nn.Module, arch: str) -> None:
+    """Luo et al. 2021's ablation, model.position_embeddings=none: the learned absolute position table zeroed and
+    frozen (no gradient, so no optimizer moves it), so the model sees its tokens without their positions; an
+    architecture without such a table (rotary positions) is refused, naming it."""
+    tables = [m for name, m in model.named_modules()
+              if isinstance(m, nn.Embedding) and name.rsplit(".", 1)[-1] in POSITION_TABLES]  # fmt: skip
+    if not tables:
+        raise ValueError(f"model.position_embeddings=none: {arch} has no learned absolute position table (its "
+                         f"positions are rotary); choices: learned, or an architecture with one (bert, roberta, "
+                         f"gpt2)")  # fmt: skip
+    for table in tables:
+        with torch.no_grad():
+            table.weight.zero_()
+        table.weight.requires_grad_(False)
 
 
 def shape_signature(model: PreTrainedModel) -> dict[str, Any]:

@@ -196,9 +196,26 @@ METHOD_PARTS: dict[str, MethodPart] = {
         [*ATTENTION_COLUMNS[:3], "attention sink %", "W8A8 gap"],
         "the paper trains 1.7B-parameter models on 3.5T tokens; a 2-layer decoder may have no sink to remove",
     ),
+    # (o) Luo et al. 2021's evidence is an ablation, not a correlate: pretraining without position embeddings.
+    "positions": MethodPart(
+        "(o) Luo et al. 2021: without position embeddings, the outlier dimensions are gone",
+        "Part (n)'s plain MLM encoder (recipe bert_mlm, the same steps and seeds) pretrained with its learned "
+        "absolute position table held at zero and frozen (model.position_embeddings=none), against the same encoder "
+        "with positions. Outlier dims (Luo): the last layer's dimensions whose mean is beyond 3σ of the dimensions' "
+        "means; position η² of outlier dims: the mean share of those dimensions' variance that the token's position "
+        "explains (a one-way ANOVA's η², metrics/positional.py).",
+        ("attention", "softmax"),
+        ("model.position_embeddings=none",),
+        {"outlier dims (Luo)": "lower", "max ‖x‖∞": "lower"},
+        ["val perplexity", "outlier dims (Luo)", "position η² of outlier dims", "max ‖x‖∞", "max kurtosis"],
+        "Luo et al. ablate BERT-base pretrained for 1M steps; a 2-layer encoder at CPU scale may not have grown "
+        "positional outlier dimensions to lose",
+        note="Without positions an MLM sees each sequence as a bag of tokens: its perplexity is expected to be "
+        "higher, and is not judged.",
+    ),
 }
 OPTIMIZER_PARTS = ("muon", "muon_cosreg", "muon_encoder", "cosreg_cooldown")
-ATTENTION_PARTS = ("attention", "clipped_softmax", "gated_attention", "output_gate")
+ATTENTION_PARTS = ("attention", "clipped_softmax", "gated_attention", "output_gate")  # their runs get W8A8
 
 
 def plan_methods(cfg, add: Callable, teacher_folder) -> None:  # noqa: ANN001 - DictConfig, plan's add, Path
@@ -234,8 +251,11 @@ def plan_methods(cfg, add: Callable, teacher_folder) -> None:  # noqa: ANN001 - 
             add("cosreg_cooldown", variant, seed, total, *GAO_BASELINE, *wsd, f"branch_from={parent.folder}@{stable}",
                 f"regularizer.cosreg.weight={gamma}", encoder=False)  # fmt: skip
     encoder = ("recipe=bert_mlm", f"model={cfg.encoder}", "model.attention=eager")  # clipped softmax's path for all
-    for seed in seeds if parts & {"clipped_softmax", "gated_attention"} else ():
+    for seed in seeds if parts & {"clipped_softmax", "gated_attention", "positions"} else ():
         add("attention", "softmax", seed, cfg.steps.attention, *encoder, encoder=True)
+        if "positions" in parts:
+            add("positions", "positions", seed, cfg.steps.attention, *encoder, *METHOD_PARTS["positions"].overrides,
+                encoder=True)  # fmt: skip
         for name in ("clipped_softmax", "gated_attention"):
             if name in parts:
                 add(name, name, seed, cfg.steps.attention, *encoder, *METHOD_PARTS[name].overrides, encoder=True)

@@ -55,6 +55,10 @@ def row_of(run: Run, result: dict[str, Any]) -> dict[str, Any]:
                     "outlier dims (Luo)": float(len(layers[-1].get("outlier_dims") or []))})  # fmt: skip
         if outliers.get("attention_sink_rate") is not None:
             row["attention sink %"] = outliers["attention_sink_rate"]
+    positional = analysis.get("positional_artefacts") or {}  # Luo et al.: η² of the outlier dims (part (o))
+    shares = list((positional.get("position_share_of_outlier_dims") or {}).values())
+    if "position_share_of_outlier_dims" in positional:
+        row["position η² of outlier dims"] = sum(shares) / len(shares) if shares else None
     if result.get("perplexity"):  # the whole valid.txt: per token and per word (word_perplexity=true)
         row["valid perplexity (token)"] = result["perplexity"]["value"]
         row["valid perplexity (word)"] = result["perplexity"].get("per_word_perplexity")

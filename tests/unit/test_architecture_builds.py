@@ -89,3 +89,35 @@ def test_generator_terms_name_the_architecture_they_need(recipe: str) -> None:
     with pytest.raises(ValueError, match="it needs model.arch=bert, this model is 'modernbert'"):
         for term in terms.values():
             term.setup(context)
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta", "gpt2"])
+def test_a_model_without_position_embeddings_keeps_its_table_at_zero(arch: str) -> None:
+    """model.position_embeddings=none (Luo et al. 2021's ablation, reproduce part (o)): the learned absolute table is
+    zero and frozen, so after an update it is still zero and no position signal enters; the rest trains."""
+    from degen_train.models.backbone import build_hf_model
+
+    cfg, tokenizer = tiny(arch, "model.position_embeddings=none")
+    model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False, sequence_length=16)
+    table = next(m for n, m in model.named_modules() if n.rsplit(".", 1)[-1] in ("position_embeddings", "wpe"))
+    assert not table.weight.requires_grad and not table.weight.any()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2, weight_decay=0.1)
+    ids = torch.randint(5, len(tokenizer), (2, 12), generator=torch.Generator().manual_seed(0))
+    before = model.get_input_embeddings().weight.clone()
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    assert not table.weight.any() and not torch.equal(model.get_input_embeddings().weight, before)
+    shuffled = ids[:, torch.randperm(12, generator=torch.Generator().manual_seed(1))]
+    if arch != "gpt2":  # an encoder without positions treats its input as a bag: a token's state ignores the order
+        model.eval()
+        with torch.no_grad():
+            states, reordered = (model.base_model(input_ids=x).last_hidden_state for x in (ids, shuffled))
+        assert torch.allclose(states.sort(dim=1).values, reordered.sort(dim=1).values, atol=1e-5)
+
+
+def test_an_architecture_with_rotary_positions_has_no_table_to_remove() -> None:
+    from degen_train.models.backbone import build_hf_model
+
+    cfg, tokenizer = tiny("llama", "model.position_embeddings=none")
+    with pytest.raises(ValueError, match=r"model.position_embeddings=none: llama has no learned absolute position"):
+        build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False, sequence_length=16)
