@@ -95,11 +95,33 @@ def check_losses(plan: RunPlan) -> None:
 
 
 def check_hardware(cfg: DictConfig) -> None:
-    """model.compile, trainer.precision, callbacks.weight_averaging × strategy: what this machine can run."""
+    """trainer.accelerator, model.compile, trainer.precision, callbacks.weight_averaging × strategy: what this
+    machine can run."""
+    check_accelerator_present(cfg)
     if cfg.model.compile:
         check_compile_available("cuda" if cfg.trainer.get("accelerator") in ("gpu", "cuda") else "cpu")
     check_precision(cfg)  # a precision this hardware emulates is refused here, not after hours of slow steps
     check_weight_averaging_fits(cfg.callbacks, cfg.get("strategy"))
+
+
+def check_accelerator_present(cfg: DictConfig) -> None:
+    """trainer.accelerator=gpu (trainer=gpu) on a machine without a CUDA device is refused in one line, before the
+    tokenizer, the data or the model are built (Lightning would say 'No supported gpu backend found!' after them).
+    A plan (debug=plan) and a data-only job (prepare_only=true) need no device and pass."""
+    import torch
+
+    accelerator = str(cfg.trainer.get("accelerator") or "auto")
+    if accelerator not in ("gpu", "cuda") or torch.cuda.is_available():
+        return
+    if (cfg.get("plan") or {}).get("only") or cfg.get("prepare_only"):
+        return
+    build = f"torch {torch.__version__}, " + (f"built for CUDA {torch.version.cuda}" if torch.version.cuda else
+                                              "a CPU-only build")  # fmt: skip
+    raise ValueError(
+        f"trainer.accelerator={accelerator}: this machine has no CUDA device ({build}; torch.cuda.is_available() is "
+        f"False). Choose trainer=cpu (or trainer.accelerator=auto), or run on a GPU node; debug=plan sizes a GPU run "
+        f"here without one"
+    )
 
 
 def check_inputs(cfg: DictConfig, family: str) -> list[Any]:

@@ -346,3 +346,20 @@ def test_a_file_size_limit_during_preparation_names_the_folder_and_what_is_kept(
                                        r"the same command resumes from them"):  # fmt: skip
         resumable.build_in_shards(lambda skip: iter([[[1, 2], [3, 4]], [[5, 6], [7, 8]]]), Maker(), target)
     assert (tmp_path / "cache" / ".examples.partial" / "shard-00000").is_dir() and not target.exists()
+
+
+def test_trainer_gpu_without_a_gpu_is_one_line_before_any_data(tmp_path: Path) -> None:
+    """Issue 56.5: docs/gpu-node.md's smoke command on a CPU machine built the tokenizer, the data and an 89M-parameter
+    model, then failed in Lightning's 'No supported gpu backend found!' through Hydra."""
+    import torch
+
+    from degen_train.config import load_config
+    from degen_train.run.checks import check
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device: trainer=gpu is fine here")
+    cfg = load_config(["trainer=gpu", "data.cache_dir=" + str(tmp_path / "cache")], run_dir=tmp_path / "run")
+    with pytest.raises(ValueError, match=r"trainer.accelerator=gpu: this machine has no CUDA device .*trainer=cpu"):
+        check(cfg)
+    assert not (tmp_path / "cache").exists()
+    check(load_config(["trainer=gpu", "debug=plan"], run_dir=tmp_path / "plan"))  # a plan needs no device
