@@ -8,6 +8,7 @@ predicted tokens; useful and total FLOPs) and a mean that survives resumes.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from typing import Any
 
@@ -19,6 +20,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from degen_train.devices.precision import COMPUTE_DTYPE
 from degen_train.metrics.flops import body_and_head_parameters, model_flops, peak_flops
 from degen_train.metrics.steady import steady_window
+
+log = logging.getLogger("degen_train.throughput")
 
 
 class Throughput(Callback):
@@ -38,6 +41,7 @@ class Throughput(Callback):
         self.count_total_flops = count_total_flops
         self.configured_peak = peak_flops
         self.peak, self.peak_source = 0.0, ""
+        self._said_untrusted = False
         self.marks: list[tuple[float, int, int, float]] = []  # (time, tokens, predicted, model FLOPs), global
         self.totals = {"tokens": 0, "predicted": 0, "model_flops": 0.0, "seconds": 0.0, "batches": 0}
         self.overhead = 1.0  # all FLOPs / useful FLOPs, measured on the first step
@@ -116,15 +120,17 @@ class Throughput(Callback):
         if len(self.marks) > 1 and logging_step(trainer):  # self.log costs ~0.3 ms a value: only when it is written
             span = max(self.marks[-1][0] - self.marks[0][0], 1e-9)
             tokens_rate = sum(m[1] for m in self.marks[1:]) / span
-            model_mfu = sum(m[3] for m in self.marks[1:]) / span / (self.peak * world)
+            model_mfu = self.trusted(sum(m[3] for m in self.marks[1:]) / span / (self.peak * world))
             rates = {
                 "train/tokens_per_s": tokens_rate,
                 "train/predicted_tokens_per_s": sum(m[2] for m in self.marks[1:]) / span,
                 "train/mfu": model_mfu,
             }
-            if self._measured:
+            if self._measured and model_mfu is not None:
                 rates["train/mfu_total"] = model_mfu * self.overhead
             for key, value in rates.items():
+                if value is None:  # an MFU against a measured peak the run outpaced: not shown
+                    continue
                 module.log(key, value, prog_bar=key in ("train/tokens_per_s", "train/mfu"), on_step=True, batch_size=1)
 
     def on_exception(self, trainer: pl.Trainer, module: pl.LightningModule, exception: BaseException) -> None:
@@ -161,6 +167,19 @@ class Throughput(Callback):
         self.overhead = float(state_dict.get("overhead", 1.0))
         self._measured = bool(state_dict.get("measured", False))
 
+    def trusted(self, mfu: float) -> float | None:
+        """``mfu``, or None where it cannot be true: above 100% of a peak measured here (a matmul timed while the
+        machine was loaded reads low, and the run then 'beats' it: 131.8% was printed). A data sheet's or the
+        config's peak is kept as is. Said once, in the log."""
+        if mfu <= 1.0 or not self.peak_source.startswith("measured"):
+            return mfu
+        if not self._said_untrusted:
+            self._said_untrusted = True
+            log.warning("MFU not reported: the run did %.0f%% of the %s peak measured at its start (%.3g FLOP/s), "
+                        "so that peak was read under load; give callbacks.throughput.peak_flops=the device's "
+                        "data-sheet peak for an MFU", 100 * mfu, self.peak_source, self.peak)  # fmt: skip
+        return None
+
     @property
     def mean_tokens_per_s(self) -> float:
         return self.totals["tokens"] / self.totals["seconds"] if self.totals["seconds"] else 0.0
@@ -168,7 +187,9 @@ class Throughput(Callback):
     def summary(self, world_size: int) -> dict[str, Any]:
         """The run's means over every step timed, for summary.json."""
         seconds = self.totals["seconds"]
-        model_mfu = self.totals["model_flops"] / seconds / (self.peak * world_size) if seconds and self.peak else None
+        model_mfu = None
+        if seconds and self.peak:
+            model_mfu = self.trusted(self.totals["model_flops"] / seconds / (self.peak * world_size))
         window = steady_window(self.step_seconds)
         tokens_per_batch = self.totals["tokens"] / self.totals["batches"] if self.totals["batches"] else 0.0
         return {

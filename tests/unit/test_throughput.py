@@ -80,3 +80,21 @@ def test_hopper_cards_get_their_dense_data_sheet_peak(
     monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
     value, source = peak_flops(torch.device("cuda"), dtype, None)
     assert value == peak and source == f"data sheet ({card}, dense)"
+
+
+def test_an_mfu_above_a_measured_peak_is_not_reported(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 56.6: 131.8% MFU was printed on a loaded CPU, against a matmul peak measured under that load. An MFU is
+    shown against a data sheet's (or the config's) peak, or a measured one it stays under."""
+    callback, clock = _callback(monkeypatch)
+    _steps(callback, clock, [0.0, 1.0, 2.0, 3.0], {})
+    useful = callback.totals["model_flops"] / callback.totals["seconds"]
+    callback.peak, callback.peak_source = useful / 1.318, "measured float32 matmul"
+    with caplog.at_level("WARNING"):
+        assert callback.summary(1)["mfu"] is None
+    assert "MFU not reported: the run did 132% of the measured float32 matmul peak" in caplog.text
+    callback.peak_source = "data sheet (NVIDIA H100 80GB HBM3, dense)"  # a data sheet is kept as it is
+    assert callback.summary(1)["mfu"] == pytest.approx(1.318)
+    callback.peak, callback.peak_source = useful / 0.4, "measured float32 matmul"
+    assert callback.summary(1)["mfu"] == pytest.approx(0.4)
