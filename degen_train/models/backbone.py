@@ -112,7 +112,7 @@ def build_hf_model(
         return pad_vocabulary(model, cfg.pad_vocab_to_multiple_of).train()
     model_class = arch.nsp_class if with_nsp_head else arch.model_class
     model = install_attention_variant(model_class(arch.make_config(cfg, tokenizer)), variant, arch=arch.name)
-    if getattr(cfg, "position_embeddings", "learned") == "none":
+    if cfg.position_embeddings == "none":
         without_positions(model, arch.name)
     return pad_vocabulary(model, cfg.pad_vocab_to_multiple_of)
 

@@ -113,7 +113,7 @@ def check_accelerator_present(cfg: DictConfig) -> None:
     accelerator = str(cfg.trainer.get("accelerator") or "auto")
     if accelerator not in ("gpu", "cuda") or torch.cuda.is_available():
         return
-    if (cfg.get("plan") or {}).get("only") or cfg.get("prepare_only"):
+    if cfg.plan.only or cfg.prepare_only:
         return
     build = f"torch {torch.__version__}, " + (f"built for CUDA {torch.version.cuda}" if torch.version.cuda else
                                               "a CPU-only build")  # fmt: skip
