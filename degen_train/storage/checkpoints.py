@@ -28,6 +28,7 @@ import torch
 from lightning.fabric.plugins.io import CheckpointIO
 from lightning.pytorch.plugins.io import AsyncCheckpointIO
 
+from degen_train.core.handed_files import json_record
 from degen_train.core.io import file_sha256, fsync_directory, staged_file
 from degen_train.storage.sharded_io import UnsafeCheckpointError, gather_sharded, read_index
 
@@ -108,7 +109,7 @@ def whole_checkpoints(folder: Path) -> str:
 def recorded_step(path: Path) -> int | None:
     """The step ``path``'s sidecar records, unverified (cheap: for ordering, not for trusting)."""
     try:
-        return int(json.loads(sidecar_of(path).read_text())["global_step"])
+        return int(json_record(sidecar_of(path), what="checkpoint sidecar")["global_step"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -116,7 +117,7 @@ def recorded_step(path: Path) -> int | None:
 def verified_step(path: Path) -> int | None:
     """The step recorded in ``path``'s sidecar if the file's (or every shard's) size and hash agree, else None."""
     try:
-        meta = json.loads(sidecar_of(path).read_text())
+        meta = json_record(sidecar_of(path), what="checkpoint sidecar")  # a plain file, bounded, never a link
         if path.is_dir():
             files = {f.name for f in path.iterdir()}
             if files != set(meta["files"]):
