@@ -87,6 +87,11 @@ class LossTerm(nn.Module):
         """Frozen models it runs outside the module tree (a teacher) that FSDP2 may shard; default: none."""
         return []
 
+    def auxiliary_models(self) -> list[nn.Module]:
+        """The transformer models it runs besides the backbone (a teacher, a generator's encoder), which
+        model.compile compiles block by block as it compiles the backbone's; default: none."""
+        return []
+
     def prepare_batch(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """Change the model's input before the forward pass (e.g. corrupt it, add views); default: none. A term that
         replaces ``labels`` replaces ``labelled_index`` with it (else it is dropped and found again, with a wait)."""

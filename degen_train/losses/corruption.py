@@ -82,6 +82,9 @@ class GeneratorCorruption(LossTerm):
             intermediate_size=options["intermediate_size"],
         )
 
+    def auxiliary_models(self) -> list[torch.nn.Module]:
+        return [self.generator.encoder] if self.generator is not None else []
+
     def prepare_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
         assert self.generator is not None
         index = labelled_positions(batch)  # (N,) the masked positions, flat

@@ -108,6 +108,9 @@ class TokenContrastiveTerm(LossTerm):
         process (replicate: no all-gather per step, the memory of a full copy)."""
         return [self.teacher] if self.teacher is not None and self.teacher_sharding == "shard" else []
 
+    def auxiliary_models(self) -> list[nn.Module]:
+        return [self.teacher] if self.teacher is not None else []
+
     def train(self, mode: bool = True) -> TokenContrastiveTerm:
         super().train(mode)
         if self.teacher is not None:  # the teacher's mode is a setting, not the trainer's stage

@@ -28,10 +28,13 @@ def check_compile_available(device_type: str = "cpu") -> None:
 
 
 def compile_blocks(model: nn.Module) -> list[str]:
-    """Compile every module of a ``_no_split_modules`` class in place; returns their names."""
+    """Compile every module of a ``_no_split_modules`` class in place; returns their names. A module compiled already
+    (the main model's embeddings a generator shares) is left as it is."""
     units = set(getattr(model, "_no_split_modules", None) or ())
     compiled = []
     for name, module in model.named_modules():
+        if getattr(module, "_compiled_call_impl", None) is not None:
+            continue
         if type(module).__name__ in units and module is not model:
             module.compile()
             compiled.append(name)

@@ -73,8 +73,9 @@ class PretrainModule(pl.LightningModule):
         """Compile and FSDP2, in the order run.parallel.parallelize gives; nothing else changes the model."""
         options = getattr(self.trainer.strategy, "fsdp_options", None)
         frozen = [(term.name, module) for term in self.loss.terms.values() for module in term.frozen_modules()]
+        auxiliary = [module for term in self.loss.terms.values() for module in term.auxiliary_models()]
         parallelize(self, self.backbone.model, frozen, compile_model=self.compile_model, fsdp_options=options,
-                    activation_checkpointing=self.activation_checkpointing,
+                    activation_checkpointing=self.activation_checkpointing, auxiliary=auxiliary,
                     mesh=self.device_mesh["data_parallel"] if options is not None else None,
                     device=self.device)  # fmt: skip
 

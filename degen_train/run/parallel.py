@@ -167,13 +167,15 @@ def deepspeed_strategy(*, stage: int = 2, offload_optimizer: bool = False, **kwa
 def parallelize(
     root: nn.Module, model: nn.Module, frozen: list[tuple[str, nn.Module]], *, compile_model: bool,
     fsdp_options: dict[str, Any] | None, mesh: Any, device: torch.device, activation_checkpointing: str | int = "none",
+    auxiliary: list[nn.Module] = (),
 ) -> None:  # fmt: skip
     """Everything that changes how ``root`` (the LightningModule) runs, in this order (torchtitan's):
 
     0. model.activation_checkpointing: every (k-th) block's forward recomputed in the backward
        (models/activation_checkpointing.py), inside what compile and FSDP2 then wrap.
     1. model.compile: each block of ``model`` compiled in place, so FSDP2 then shards the compiled modules and
-       its hooks run around the compiled graphs (compiling after sharding would trace through them).
+       its hooks run around the compiled graphs (compiling after sharding would trace through them); the terms'
+       ``auxiliary`` models (a TaCL teacher, an ELECTRA/COCO-LM generator's encoder) the same way.
     2. FSDP2 on the ``frozen`` models outside the tree (a TaCL teacher, as (term name, module)) first: they
        must not join the root's parameter group.
     3. FSDP2 on ``model``'s blocks (and a generator's), then the root.
@@ -192,6 +194,9 @@ def parallelize(
     if compile_model:
         blocks = compile_blocks(model)
         log.info("model.compile: %d blocks compiled in place (%s, ...)", len(blocks), blocks[0])
+        for extra in auxiliary:  # a teacher or a generator runs every step too: eager, it cost TaCL 2.15x a step
+            blocks = compile_blocks(extra)
+            log.info("model.compile: %s's %d blocks compiled in place too", type(extra).__name__, len(blocks))
     if fsdp_options is None or isinstance(root, FSDPModule):
         return
     for term_name, module in frozen:
