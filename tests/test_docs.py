@@ -208,3 +208,14 @@ def test_every_page_is_in_the_manuals_nav() -> None:
     pages = [p.relative_to(REPO / "docs").as_posix() for p in (REPO / "docs").rglob("*.md")]
     assert [p for p in pages if p not in nav] == []
     assert len((REPO / "README.md").read_text().splitlines()) <= 200  # a front page, the rest in the manual
+
+
+@pytest.mark.parametrize("group", ["objective", "regularizer", "data", "trainer", "strategy"])
+def test_the_group_table_lists_every_file_of_the_group(group: str) -> None:
+    """Issue 56.6: docs/running.md's regularizer row left out SimCTG and unlikelihood; each group's row names every
+    file of its conf/ folder, so a new loss cannot be missing from it."""
+    row = next(line for line in (REPO / "docs" / "running.md").read_text().splitlines()
+               if line.startswith(f"| `{group}`"))  # fmt: skip
+    named = set(re.findall(r"`([\w]+)`", row.split("|")[2]))
+    files = {path.stem for path in (REPO / "conf" / group).glob("*.yaml")}
+    assert files <= named, sorted(files - named)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -111,15 +113,29 @@ def average_row(averaging: dict) -> list[tuple[str, str]]:
     ]
 
 
+def launched_as(environ: dict[str, str] | None = None) -> list[str]:
+    """How the printed command starts: ``degen-train``, or under torchrun (its environment: TORCHELASTIC_RUN_ID and
+    LOCAL_WORLD_SIZE) the same torchrun line, so that a multi-process run's follow-up command starts as many
+    processes again (issue 56.6: it printed plain degen-train)."""
+    env = os.environ if environ is None else environ
+    if not env.get("TORCHELASTIC_RUN_ID") or int(env.get("LOCAL_WORLD_SIZE", "1")) < 1:
+        return ["degen-train"]
+    nodes = int(env.get("WORLD_SIZE", "1")) // max(int(env.get("LOCAL_WORLD_SIZE", "1")), 1)
+    line = ["torchrun", f"--nproc-per-node={env['LOCAL_WORLD_SIZE']}"]
+    line += [f"--nnodes={nodes}", "--rdzv-backend=c10d", "--rdzv-endpoint=HOST:29500"] if nodes > 1 else []
+    return [*line, shutil.which("degen-train") or "degen-train"]  # torchrun takes the script's path
+
+
 def next_command(run: Path, steps: int, total: int | None, schedule: str | None, kept: list[str]) -> tuple[str, str]:
     """The table's row for going on: the resume command while the schedule has steps left (or never decays), else
     that the run is finished and how to train it longer. A resume past a decayed schedule trains at rate 0."""
     folder = f"hydra.run.dir={hydra_quoted(str(run))}"
+    launcher = launched_as()
     if schedule == "constant" or (total is not None and steps < total):
         end = 2 * steps if schedule == "constant" else total
-        return "resume", shlex.join(["degen-train", *kept, folder, "ckpt_path=last", f"trainer.max_steps={end}"])
+        return "resume", shlex.join([*launcher, *kept, folder, "ckpt_path=last", f"trainer.max_steps={end}"])
     longer = 2 * steps
-    branch = ["degen-train", *[o for o in kept if not o.startswith("scheduler.total_steps=")],
+    branch = [*launcher, *[o for o in kept if not o.startswith("scheduler.total_steps=")],
               f"branch_from={hydra_quoted(str(run))}@{steps}", f"trainer.max_steps={longer}",
               f"scheduler.total_steps={longer}", f"hydra.run.dir={hydra_quoted(str(run) + '-longer')}"]  # fmt: skip
     return "finished", (

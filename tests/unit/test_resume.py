@@ -81,3 +81,14 @@ def test_a_resume_with_another_learning_rate_is_refused_and_nothing_is_rewritten
         "from_step_00000000.yaml",
         "from_step_00000002.yaml",
     ]
+
+
+def test_the_follow_up_command_of_a_torchrun_job_is_a_torchrun_line() -> None:
+    """Issue 56.6: the command printed after a torchrun smoke run left out torchrun (one process would resume it)."""
+    from degen_train.run.end_of_run_table import launched_as
+
+    assert launched_as({}) == ["degen-train"]
+    one_node = launched_as({"TORCHELASTIC_RUN_ID": "x", "LOCAL_WORLD_SIZE": "8", "WORLD_SIZE": "8"})
+    assert one_node[:2] == ["torchrun", "--nproc-per-node=8"] and one_node[-1].endswith("degen-train")
+    two_nodes = launched_as({"TORCHELASTIC_RUN_ID": "x", "LOCAL_WORLD_SIZE": "8", "WORLD_SIZE": "16"})
+    assert "--nnodes=2" in two_nodes and "--rdzv-backend=c10d" in two_nodes
