@@ -28,18 +28,40 @@ FAILED_RUNS = SWEEP_OUTCOMES["failed"]
 class SweepFolderCheck(Callback):
     """A Hydra callback (conf/hydra/default.yaml): before the sweeper writes anything (multirun.yaml first), the sweep
     folder Hydra resolved is checked for links (storage/runlock.py), the same check as a command line's
-    ``hydra.sweep.dir``, for a folder named by a config or an interpolation. A refusal is one line and exit 2."""
+    ``hydra.sweep.dir``, for a folder named by a config or an interpolation. A refusal is one line and exit 2. A
+    multirun.yaml an earlier launch wrote there is kept beside it, named by when it was written (Hydra would
+    overwrite it: a second sweep into the same folder lost the first one's record)."""
 
     def on_multirun_start(self, config: DictConfig, **_: Any) -> None:
         import sys
 
         from degen_train.storage.runlock import refuse_links_in_sweep
 
+        folder = Path(str(config.hydra.sweep.dir))
         try:
-            refuse_links_in_sweep(Path(str(config.hydra.sweep.dir)))
+            refuse_links_in_sweep(folder)
         except ValueError as error:
             print(f"degen-train: error: {error}", file=sys.stderr)
             raise SystemExit(2) from None
+        keep_earlier_launch(folder)
+
+
+def keep_earlier_launch(folder: Path) -> Path | None:
+    """SWEEP/multirun.yaml of an earlier launch moved to SWEEP/multirun.YYYYMMDD-HHMMSS[-N].yaml (its own write time),
+    so each launch's record is kept; returns where it went, None when there was none."""
+    import datetime
+
+    record = folder / "multirun.yaml"
+    if not record.is_file():
+        return None
+    stamp = datetime.datetime.fromtimestamp(record.stat().st_mtime).strftime("%Y%m%d-%H%M%S")
+    target, number = folder / f"multirun.{stamp}.yaml", 1
+    while target.exists():
+        number += 1
+        target = folder / f"multirun.{stamp}-{number}.yaml"
+    os.replace(record, target)
+    log.info("the earlier launch's multirun.yaml is kept as %s", target.name)
+    return target
 
 
 def swept_keys(root: Any = None, argv: list[str] | None = None) -> set[str]:

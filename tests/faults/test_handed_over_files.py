@@ -422,3 +422,17 @@ def test_a_diverged_run_ends_in_its_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "degen-train: error: step 1: non-finite loss in term(s) mlm. Training stopped" in result.stderr
     assert "Traceback" not in result.stderr and "File \"" not in result.stderr
+
+
+def test_a_second_launch_into_a_sweep_folder_keeps_the_first_ones_record(tmp_path: Path) -> None:
+    """Issue 56.4: starting a second sweep into the same folder overwrote multirun.yaml."""
+    from degen_train.run.sweep import SweepFolderCheck
+
+    (tmp_path / "multirun.yaml").write_text("first launch\n")
+    SweepFolderCheck().on_multirun_start(config=OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    kept = list(tmp_path.glob("multirun.*.yaml"))
+    assert len(kept) == 1 and kept[0].read_text() == "first launch\n" and not (tmp_path / "multirun.yaml").exists()
+    (tmp_path / "multirun.yaml").write_text("second launch\n")
+    os.utime(tmp_path / "multirun.yaml", (kept[0].stat().st_mtime,) * 2)  # written in the same second
+    SweepFolderCheck().on_multirun_start(config=OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    assert sorted(p.read_text() for p in tmp_path.glob("multirun.*.yaml")) == ["first launch\n", "second launch\n"]
