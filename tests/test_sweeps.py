@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -228,3 +229,27 @@ def test_every_method_composes_with_compare_methods(method: str) -> None:
     cfg = load_config(["recipe=compare_methods", f"method={method}"])
     terms = {*cfg.objective, *cfg.regularizer}
     assert method in terms or (method == "mle" and terms == {"mle"})
+
+
+def test_a_joblib_sweep_runs_its_members_side_by_side_dividing_the_threads(tmp_path: Path) -> None:
+    """Issue 56.4: hydra/launcher=joblib runs N members at once on one machine (hydra-joblib-launcher's loky
+    processes); each member's threads=auto divides the usable CPUs by N, and the command still ends with every
+    member's outcome (read from their folders: the jobs ran in other processes)."""
+    import datetime
+    import re as regex
+
+    result = sweep(tmp_path, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"sweep of 2 runs in {tmp_path}: 2 trained, 0 finished before (skipped), 0 failed" in result.stdout
+    logs = [path.read_text() for path in sorted(tmp_path.glob("*/train.log"))]
+    # joblib's loky workers export OMP_NUM_THREADS = CPUs // n_jobs, which threads=auto takes; without it (another
+    # backend) degen-train divides the CPUs by n_jobs itself (run/sweep.py: jobs_side_by_side)
+    counts = [int(regex.search(r"CPU threads per process: (\d+) ", log).group(1)) for log in logs]
+    assert len(logs) == 2 and counts == [max(1, len(os.sched_getaffinity(0)) // 2)] * 2, logs
+
+    def span(log: str) -> tuple[datetime.datetime, datetime.datetime]:
+        stamps = regex.findall(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+\]", log, flags=regex.MULTILINE)
+        return datetime.datetime.fromisoformat(stamps[0]), datetime.datetime.fromisoformat(stamps[-1])
+
+    (first_start, first_end), (second_start, second_end) = sorted(span(log) for log in logs)
+    assert second_start <= first_end  # at once, not one after the other

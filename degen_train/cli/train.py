@@ -108,7 +108,8 @@ def main() -> None:
     summary_line = sweep_summary_line()
     if summary_line:
         print(summary_line)
-    if FAILED_RUNS:  # the other runs of the sweep ran; the command still says that some failed
+    if FAILED_RUNS:  # the other runs of the sweep ran; the command still says that some failed (summary_line has
+        # read them from the sweep folder when the jobs ran in other processes)
         sys.exit(1)
 
 

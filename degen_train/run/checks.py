@@ -42,6 +42,7 @@ from degen_train.run.resume import (
     finished_summary,
     resolve_checkpoint,
 )
+from degen_train.run.sweep import jobs_side_by_side
 from degen_train.storage.checkpoints import refuse_lightning_hpc_checkpoints
 from degen_train.storage.runlock import refuse_writes_into_other_runs
 
@@ -72,7 +73,7 @@ def check(cfg: DictConfig, *, model_choice: str = "model") -> RunPlan:
     config = validate_config(cfg)
     run_dir = Path(cfg.run_dir)
     deterministic_environment(cfg)  # before any CUDA work
-    use_threads(cfg.threads, local_process_count(cfg.trainer))
+    use_threads(cfg.threads, local_process_count(cfg.trainer) * jobs_side_by_side())  # a joblib sweep: N at once
     terms, weights = build_terms({"objective": cfg.objective, "regularizer": cfg.regularizer})
     family = model_family(config.model)
     data_format = data_format_for(terms, family, model_choice)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,9 @@ FAILED = "failed.json"
 # non-zero.
 SWEEP_OUTCOMES: dict[str, list[str]] = {"trained": [], "skipped": [], "failed": []}
 FAILED_RUNS = SWEEP_OUTCOMES["failed"]
+# This process's launch: its sweep folder and when it started (SweepFolderCheck), so a launcher that runs the jobs in
+# other processes (hydra/launcher=joblib) still ends with their outcomes, read from their folders.
+LAUNCH: dict[str, Any] = {"dir": None, "started": None}
 
 
 class SweepFolderCheck(Callback):
@@ -44,6 +48,7 @@ class SweepFolderCheck(Callback):
             print(f"degen-train: error: {error}", file=sys.stderr)
             raise SystemExit(2) from None
         keep_earlier_launch(folder)
+        LAUNCH["dir"], LAUNCH["started"] = folder, time.time()
 
 
 def keep_earlier_launch(folder: Path) -> Path | None:
@@ -62,6 +67,27 @@ def keep_earlier_launch(folder: Path) -> Path | None:
     os.replace(record, target)
     log.info("the earlier launch's multirun.yaml is kept as %s", target.name)
     return target
+
+
+def jobs_side_by_side() -> int:
+    """How many jobs of this sweep run at once on this machine: hydra/launcher=joblib's n_jobs (-1 or 0: every
+    usable CPU), else 1. Each job's threads=auto divides the CPUs by it, so jobs × threads stay within the cores."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hydra_cfg = HydraConfig.get()
+    except (ImportError, ValueError):
+        return 1
+    launcher = hydra_cfg.launcher
+    if hydra_cfg.mode != RunMode.MULTIRUN or "joblib" not in str(launcher.get("_target_", "")):
+        return 1
+    jobs = int(launcher.get("n_jobs") or -1)
+    if jobs <= 0:
+        from degen_train.devices.threads import usable_cpus
+
+        jobs = usable_cpus().count
+    return max(1, jobs)
 
 
 def swept_keys(root: Any = None, argv: list[str] | None = None) -> set[str]:
@@ -146,9 +172,25 @@ def run_in_sweep(cfg: DictConfig, train: Callable[[DictConfig], dict[str, Any]])
     return search_objective(summary, cfg.search)
 
 
+def outcomes_of_launch() -> None:
+    """Fill SWEEP_OUTCOMES from the launch's folder when its jobs ran in other processes (joblib, submitit): a run
+    folder with a failed.json written since the launch started failed, one with a summary.json written since
+    trained, one with an older summary.json was skipped."""
+    if any(SWEEP_OUTCOMES.values()) or LAUNCH["dir"] is None:
+        return
+    started = float(LAUNCH["started"]) - 1  # file times are whole seconds on some filesystems
+    for config in sorted(Path(LAUNCH["dir"]).glob("*/config.yaml")):
+        run, failed, summary = config.parent, config.parent / FAILED, config.parent / "summary.json"
+        if failed.is_file() and failed.stat().st_mtime >= started:
+            SWEEP_OUTCOMES["failed"].append(str(run))
+        elif summary.is_file():
+            SWEEP_OUTCOMES["trained" if summary.stat().st_mtime >= started else "skipped"].append(str(run))
+
+
 def sweep_summary_line() -> str | None:
     """'sweep of 4 runs in DIR: 3 trained, 1 finished before (skipped), 0 failed; compare them: degen-report DIR', or
     None when no sweep ran in this process."""
+    outcomes_of_launch()
     runs = [run for outcome in SWEEP_OUTCOMES.values() for run in outcome]
     if not runs:
         return None

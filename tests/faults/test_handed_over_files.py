@@ -436,3 +436,28 @@ def test_a_second_launch_into_a_sweep_folder_keeps_the_first_ones_record(tmp_pat
     os.utime(tmp_path / "multirun.yaml", (kept[0].stat().st_mtime,) * 2)  # written in the same second
     SweepFolderCheck().on_multirun_start(config=OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
     assert sorted(p.read_text() for p in tmp_path.glob("multirun.*.yaml")) == ["first launch\n", "second launch\n"]
+
+
+def test_a_launch_whose_jobs_ran_elsewhere_ends_with_their_outcomes(tmp_path: Path) -> None:
+    """Issue 56.4: with hydra/launcher=joblib the jobs run in other processes, so this process recorded no outcome
+    and a failed member exited 0; the launch's folder says what became of each."""
+    import time
+
+    from degen_train.run import sweep
+
+    old, failed, new = (tmp_path / name for name in ("seed=0", "seed=1", "seed=2"))
+    for run in (old, failed, new):
+        run.mkdir()
+        (run / "config.yaml").write_text("seed: 0\n")
+    (old / "summary.json").write_text("{}")
+    os.utime(old / "summary.json", (time.time() - 3600,) * 2)  # finished in an earlier launch
+    outcomes = {key: [] for key in sweep.SWEEP_OUTCOMES}
+    launch = {"dir": tmp_path, "started": time.time()}
+    (failed / "failed.json").write_text('{"error": "x"}')
+    (new / "summary.json").write_text("{}")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sweep, "SWEEP_OUTCOMES", outcomes)
+        patch.setattr(sweep, "LAUNCH", launch)
+        line = sweep.sweep_summary_line()
+    assert outcomes == {"trained": [str(new)], "skipped": [str(old)], "failed": [str(failed)]}
+    assert f"sweep of 3 runs in {tmp_path}: 1 trained, 1 finished before (skipped), 1 failed" in line
