@@ -43,14 +43,10 @@ def refuse_links_in(run_dir: Path) -> None:
     run_dir = Path(run_dir).expanduser()
     if not run_dir.is_dir():
         return
-    # wandb/ is wandb's own: it makes its latest-run and log links itself (one into its cache) and replaces them on
-    # each start rather than writing through them
-    links = [p for p in [run_dir, *run_dir.rglob("*")] if p.is_symlink() and WANDB_FOLDER not in p.relative_to(
-        run_dir).parts[:1]]  # fmt: skip
+    links = links_in(run_dir)
     if links:
-        shown = ", ".join(f"{p} -> {os.readlink(p)}" for p in links[:5])
         raise ValueError(
-            f"{run_dir} holds symbolic links ({shown}{', ...' if len(links) > 5 else ''}): degen_train writes and "
+            f"{run_dir} holds symbolic links ({shown_links(links)}): degen_train writes and "
             f"appends to its own files only, never through a link. Replace each link by a copy of its file, or remove "
             f"it"
         )
@@ -59,6 +55,23 @@ def refuse_links_in(run_dir: Path) -> None:
         if path.exists() and path.stat().st_uid != os.geteuid():
             raise ValueError(f"{path} belongs to another user (uid {path.stat().st_uid}): a run appends only to files "
                              f"it owns; copy the folder to make it yours")  # fmt: skip
+
+
+def links_in(folder: Path, *, runs_below: bool = False) -> list[Path]:
+    """The symbolic links at or under ``folder``, wandb's own aside: a wandb/ folder (at the top, or in any run folder
+    below when ``runs_below``: a sweep's) makes its latest-run and log links itself and replaces them on each start
+    rather than writing through them."""
+    def wandbs(path: Path) -> bool:
+        parts = path.relative_to(folder).parts
+        return WANDB_FOLDER in (parts if runs_below else parts[:1])
+
+    return [p for p in [folder, *folder.rglob("*")] if p.is_symlink() and not wandbs(p)]
+
+
+def shown_links(links: list[Path], most: int = 5) -> str:
+    """``LINK -> TARGET, ...`` of the first ``most`` links, as an error names them."""
+    shown = ", ".join(f"{p} -> {os.readlink(p)}" for p in links[:most])
+    return shown + (", ..." if len(links) > most else "")
 
 
 def writable_folder(folder: str | Path, option: str, *, contents: bool = True) -> Path:

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from degen_train.core.paths import check_output_folder, refuse_links_in
+from degen_train.core.paths import check_output_folder, links_in, refuse_links_in, shown_links
 
 LOCK_NAME = ".lock"
 
@@ -75,12 +75,10 @@ def refuse_links_in_sweep(sweep_dir: Path, key: str = "hydra.sweep.dir") -> None
                          f"was given, never through a link; remove the link or give {key} another folder")  # fmt: skip
     if not sweep_dir.is_dir():
         return
-    links = [p for p in sweep_dir.rglob("*") if p.is_symlink() and "wandb" not in p.relative_to(sweep_dir).parts[:-1]
-             and p.name != "wandb"]  # fmt: skip
+    links = links_in(sweep_dir, runs_below=True)
     if links:
-        shown = ", ".join(f"{p} -> {os.readlink(p)}" for p in links[:5])
         raise ValueError(
-            f"{key}={sweep_dir} holds symbolic links ({shown}{', ...' if len(links) > 5 else ''}): Hydra and the "
+            f"{key}={sweep_dir} holds symbolic links ({shown_links(links)}): Hydra and the "
             f"sweeper would write its files (multirun.yaml, optimization_results.yaml, each run's folder and "
             f"train.log) through them. Replace each link by a copy of its file, or remove it"
         )
