@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from degen_train.core.handed_files import json_record
+from degen_train.core.handed_files import HandedOverFileError, json_record
 from degen_train.core.io import atomic_write_json, atomic_write_text, file_sha256
 from degen_train.finetune.baselines import one_class_note
 from degen_train.finetune.cell import STOP_ASKED, CellsInterrupted, Processes, Protocol, finetune_cell
@@ -50,7 +50,7 @@ def run_grid(
     for index, (task, lr, seed) in enumerate(cells, 1):
         path = cell_file(out, task.layout.name, lr, seed)
         if os.path.lexists(path):
-            results[task.layout.name].append(json_record(path, what="fine-tuning result"))
+            results[task.layout.name].append(finished_cell(path))
             continue
         if STOP_ASKED.is_set():
             raise CellsInterrupted(f"stopped before cell {index} of {len(cells)}")
@@ -78,7 +78,7 @@ def finished_cells(out: Path, results: dict[str, list[dict[str, Any]]]) -> dict[
     protocol) with this invocation's, one per (task, rate, seed)."""
     cells: dict[str, dict[tuple[float, int], dict[str, Any]]] = {}
     for path in sorted(out.glob("*/lr=*/seed=*/result.json")):
-        cell = json_record(path, what="fine-tuning result")
+        cell = finished_cell(path)
         cells.setdefault(cell["task"], {})[(float(cell["lr"]), int(cell["seed"]))] = cell
     for task, done in results.items():
         for cell in done:
@@ -93,6 +93,26 @@ def weights_sha256(model_dir: Path) -> str:
     for path in sorted([*model_dir.glob("*.safetensors"), *model_dir.glob("*.bin")]):
         digest.update(f"{path.name}:{file_sha256(path)}\n".encode())
     return digest.hexdigest()
+
+
+CELL_FIELDS = {"task": str, "lr": (int, float), "seed": int, "score": (int, float)}
+
+
+def finished_cell(path: Path) -> dict[str, Any]:
+    """A finished cell's result.json, read as a handed-over record: a plain bounded JSON file holding at least the
+    task, rate, seed and score with their types, else one line naming the file and what to do."""
+    cell = json_record(path, what="fine-tuning result")
+    if not isinstance(cell, dict):
+        cell, wrong = {}, list(CELL_FIELDS)
+    else:
+        wrong = [key for key, kind in CELL_FIELDS.items()
+                 if not isinstance(cell.get(key), kind) or isinstance(cell.get(key), bool)]  # fmt: skip
+    if wrong:
+        raise HandedOverFileError(
+            f"{path}: not a fine-tuning result as degen-finetune writes it ({', '.join(wrong)} missing or of another "
+            f"type); remove the file and the same command fine-tunes that cell again"
+        )
+    return cell
 
 
 def _check_same_settings(out: Path, settings: dict[str, Any], *, write: bool) -> None:

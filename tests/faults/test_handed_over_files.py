@@ -461,3 +461,16 @@ def test_a_launch_whose_jobs_ran_elsewhere_ends_with_their_outcomes(tmp_path: Pa
         line = sweep.sweep_summary_line()
     assert outcomes == {"trained": [str(new)], "skipped": [str(old)], "failed": [str(failed)]}
     assert f"sweep of 3 runs in {tmp_path}: 1 trained, 1 finished before (skipped), 1 failed" in line
+
+
+def test_a_fine_tuning_cell_that_is_not_a_result_is_one_line(tmp_path: Path) -> None:
+    """Issue 53.1: a handed-over grid's result.json is typed too (a raw KeyError before)."""
+    from degen_train.finetune.grid import finished_cell
+
+    cell = tmp_path / "rte" / "lr=2e-05" / "seed=1" / "result.json"
+    cell.parent.mkdir(parents=True)
+    cell.write_text(json.dumps({"task": "rte", "lr": 2e-5, "seed": "one"}))
+    with pytest.raises(HandedOverFileError, match=r"result.json: not a fine-tuning result .*\(seed, score missing"):
+        finished_cell(cell)
+    cell.write_text(json.dumps({"task": "rte", "lr": 2e-5, "seed": 1, "score": 55.0, "dev": {}}))
+    assert finished_cell(cell)["score"] == 55.0
