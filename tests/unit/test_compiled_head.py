@@ -16,8 +16,12 @@ from tests.helpers import masked_batch, tiny_backbone
 
 @pytest.fixture
 def fresh_compile(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A compiled function of this test's own, and dynamo's caches and counters from nothing."""
+    """A compiled function of this test's own, and dynamo's caches and counters from nothing (reset() leaves the
+    counters: an earlier test's whole compiled runs counted 28 graphs here)."""
+    from torch._dynamo.utils import counters
+
     torch._dynamo.reset()
+    counters.clear()
     monkeypatch.setattr(compiled_head, "_compiled", None)
 
 
