@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from degen_train.metrics.isotropy import outlier_dimensions
+from degen_train.models.backbone import position_tables
 
 
 def position_variance_share(states: list[Tensor]) -> Tensor:
@@ -37,10 +38,8 @@ def position_variance_share(states: list[Tensor]) -> Tensor:
 def absolute_position_embeddings(model: nn.Module) -> Tensor | None:
     """The learned absolute position-embedding matrix (max positions, H) of an HF model (BERT's
     ``embeddings.position_embeddings``, GPT-2's ``wpe``), None for a model without one (rotary, ALiBi)."""
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Embedding) and name.rsplit(".", 1)[-1] in ("position_embeddings", "wpe"):
-            return module.weight.detach()
-    return None
+    tables = position_tables(model)
+    return tables[0].weight.detach() if tables else None
 
 
 def positional_artefacts(states: list[Tensor], outlier_dims: list[int], position_embeddings: Tensor | None,

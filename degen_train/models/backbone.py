@@ -120,12 +120,18 @@ def build_hf_model(
 POSITION_TABLES = ("position_embeddings", "wpe")  # BERT's and RoBERTa's, GPT-2's learned absolute positions
 
 
+def position_tables(model: nn.Module) -> list[nn.Embedding]:
+    """The learned absolute position tables of an HF model (BERT's ``embeddings.position_embeddings``, GPT-2's
+    ``wpe``); none for rotary or ALiBi positions."""
+    return [m for name, m in model.named_modules()
+            if isinstance(m, nn.Embedding) and name.rsplit(".", 1)[-1] in POSITION_TABLES]  # fmt: skip
+
+
 def without_positions(model: nn.Module, arch: str) -> None:
     """Luo et al. 2021's ablation, model.position_embeddings=none: the learned absolute position table zeroed and
     frozen (no gradient, so no optimizer moves it), so the model sees its tokens without their positions; an
     architecture without such a table (rotary positions) is refused, naming it."""
-    tables = [m for name, m in model.named_modules()
-              if isinstance(m, nn.Embedding) and name.rsplit(".", 1)[-1] in POSITION_TABLES]  # fmt: skip
+    tables = position_tables(model)
     if not tables:
         raise ValueError(f"model.position_embeddings=none: {arch} has no learned absolute position table (its "
                          f"positions are rotary); choices: learned, or an architecture with one (bert, roberta, "

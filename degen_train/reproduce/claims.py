@@ -158,8 +158,7 @@ def measured_version(rows: pd.DataFrame, claim: Claim, probe: str, day: str) -> 
     written before the stamps, the version the probe had on the day the page was written."""
     import json
 
-    arms = rows[[(part, variant) in (claim.base, claim.other) for part, variant in zip(rows["part"], rows["variant"],
-                                                                                         strict=True)]]  # fmt: skip
+    arms = rows[rows[["part", "variant"]].apply(tuple, axis=1).isin([claim.base, claim.other])]
     stamps = [json.loads(text).get(probe) for text in arms.get(STAMP, pd.Series(dtype=str)).dropna()]
     known = [version for version in stamps if isinstance(version, int)]
     if known and len(known) == len(arms):
