@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install train test test-process lint docs bench bench-gpu reproduce reproduce-gao-scale clean
+.PHONY: install train test test-process lint docs bench bench-gpu gpu-sitting reproduce reproduce-gao-scale clean
 
 install: $(STAMP)
 
@@ -50,6 +50,12 @@ bench: $(STAMP)
 # writes bench/results/gpu.{json,md} and the README's GPU table. Without a GPU: one line, exit 2. ARGS=PART ...
 bench-gpu: $(STAMP)
 	$(BIN)/python bench/run.py gpu $(ARGS)
+
+# One lent card's sitting (bench/sitting.py): its plan and estimate printed first, at most 9 minutes; degen-train at
+# its best beside a careful compiled loop, each lever off, each regularizer's cost. ARGS=ROW ... (best levers terms
+# end_to_end). Writes docs/gpu/sitting.json and docs/gpu.md's sitting table. Without a GPU: one line, exit 2.
+gpu-sitting: $(STAMP)
+	$(BIN)/python bench/run.py sitting $(ARGS)
 
 # The seed methods' claims at CPU scale on WikiText-2 -> docs/reproduce/ (resumable; ARGS=KEY=VALUE ...).
 reproduce: $(STAMP)

@@ -126,6 +126,7 @@ def ours(run_dir: Path, *overrides: str, keep: bool = False, with_plan: bool = F
     steady_rate = summary.get("steady_tokens_per_s") or summary["tokens_per_s"]
     return {"tokens_per_s": steady_rate, "mean_tokens_per_s": summary["tokens_per_s"],
             "seconds_per_batch": summary["seconds_per_batch"], "wall_s": wall,
+            "step_seconds": summary.get("step_seconds"),
             "mfu": summary["mfu"] * steady_rate / summary["tokens_per_s"] if summary["mfu"] else None,
             "model_flops_per_token": summary["model_flops_per_token"], "warmup_seconds": summary.get("warmup_seconds"),
             "vocabulary": summary.get("vocabulary"), "periodic": summary.get("periodic") or {},

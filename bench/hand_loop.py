@@ -5,12 +5,14 @@ BERT has two: ``hf_default`` (``model(input_ids, labels=...)``: the vocabulary h
 user runs) and ``careful`` (the encoder, then the head at the labelled rows only, as MosaicBERT and degen-train do).
 GPT-2's head is at every position in both (a decoder predicts every next token); its forward builds no KV cache.
 Their FLOPs are counted by the one function the runs use (degen_train.metrics.flops.model_flops), at the positions
-each loop runs its head on, and their rate is the median step after the warm-up (degen_train.metrics.steady).
+each loop runs its head on, and their rate is the median step after the warm-up (degen_train.metrics.steady), on
+the clock degen-train's runs are timed by (degen_train.metrics.step_clock: CUDA events at each step's end, one
+synchronise at the window's end; the loop never waits for the device inside a step). The careful loop draws its
+masks on the host, as a loader does, so picking the labelled rows needs no wait for the device either.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +21,7 @@ import torch.nn.functional as F
 
 from degen_train.metrics.flops import body_and_head_parameters, model_flops
 from degen_train.metrics.steady import WARMUP_STEPS, steady_window
+from degen_train.metrics.step_clock import StepClock
 from degen_train.models.compile import compile_blocks
 from degen_train.models.vocabulary import vocabulary_size
 
@@ -44,22 +47,28 @@ def hand_loop(model: Any, *, kind: str, mode: str, batch: int, length: int, step
     counted: list[int] = []
 
     def step() -> None:
-        ids = torch.randint(5, vocabulary, (batch, length), device=device)
+        # A batch as a loader hands it over: made on the host, then copied without waiting (pinned on a GPU)
+        ids = torch.randint(5, vocabulary, (batch, length))
         labels = ids.clone()
+        rows = None
         if kind == "bert":
-            chosen = torch.rand(batch, length, device=device) < 0.15
+            chosen = torch.rand(batch, length) < 0.15
             labels, ids = torch.where(chosen, ids, -100), ids.masked_fill(chosen, 4)
+            rows = chosen.reshape(-1).nonzero().squeeze(1)  # the labelled rows, known on the host
+            counted.append(len(rows) if mode == "careful" else batch * length)
+            rows = _to(rows, device)
+        else:
+            counted.append(batch * (length - 1))
+        ids, labels = _to(ids, device), _to(labels, device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
             if mode == "careful":  # the head at the labelled rows only
                 hidden = encoder(input_ids=ids)[0]
-                rows = labels.reshape(-1) != -100
-                logits = head(hidden.reshape(-1, hidden.shape[-1])[rows])
-                loss = F.cross_entropy(logits.float(), labels.reshape(-1)[rows])
-                counted.append(int(rows.sum()))
+                picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows)
+                logits = head(picked)
+                loss = F.cross_entropy(logits.float(), labels.reshape(-1).index_select(0, rows))
             else:
                 loss = forward(input_ids=ids, labels=labels, use_cache=False).loss if kind == "gpt2" else (
                     forward(input_ids=ids, labels=labels).loss)  # fmt: skip
-                counted.append(batch * (length - 1) if kind == "gpt2" else batch * length)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -67,6 +76,7 @@ def hand_loop(model: Any, *, kind: str, mode: str, batch: int, length: int, step
 
     seconds = timed_steps(step, steps=WARMUP_STEPS + steps, device=device)
     window = steady_window(seconds)
+    assert window is not None
     config = model.config
     predicted = sum(counted[WARMUP_STEPS:]) / max(len(counted[WARMUP_STEPS:]), 1)
     flops = model_flops(body=body_weights, head=head_weights, layers=config.num_hidden_layers,
@@ -75,21 +85,24 @@ def hand_loop(model: Any, *, kind: str, mode: str, batch: int, length: int, step
     return {"tokens_per_s": rate, "model_flops_per_token": flops / (batch * length),
             "vocabulary": model.get_input_embeddings().num_embeddings, "tokenizer_vocabulary": vocabulary,
             "mfu": rate * flops / (batch * length) / peak if peak else None, "warmup_seconds": window.warmup_seconds,
-            "timed_steps": window.timed_steps}  # fmt: skip
+            "timed_steps": window.timed_steps,
+            "step_seconds": {"median": window.median_seconds, "interquartile": window.interquartile_seconds,
+                             "steps": window.timed_steps, "clock": StepClock(device).kind}}  # fmt: skip
 
 
 def timed_steps(step: Callable[[], None], *, steps: int, device: torch.device) -> list[float]:
-    """Each step's seconds, the device synchronised around it (a step's time is its device's, not its launch)."""
-    seconds = []
+    """Each step's seconds on the device's clock (metrics.step_clock): a mark before the first step and after each,
+    no wait inside the loop."""
+    clock = StepClock(device)
+    clock.mark()
     for _ in range(steps):
-        _synchronize(device)
-        start = time.perf_counter()
         step()
-        _synchronize(device)
-        seconds.append(time.perf_counter() - start)
-    return seconds
+        clock.mark()
+    return clock.seconds()
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on ``device`` without a wait: pinned and copied asynchronously on a GPU."""
+    if device.type != "cuda":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)

@@ -38,6 +38,10 @@ def main() -> None:
         from bench import gpu
 
         sys.exit(gpu.main(sys.argv[2:]))
+    if sys.argv[1:2] == ["sitting"]:  # make gpu-sitting: one lent card's sitting (bench/sitting.py)
+        from bench import sitting
+
+        sys.exit(sitting.main(sys.argv[2:]))
     wanted = set(sys.argv[1:]) or {
         "spine",
         "losses",

@@ -20,6 +20,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from degen_train.devices.precision import COMPUTE_DTYPE
 from degen_train.metrics.flops import body_and_head_parameters, model_flops, peak_flops
 from degen_train.metrics.steady import steady_window
+from degen_train.metrics.step_clock import StepClock
 
 log = logging.getLogger("degen_train.throughput")
 
@@ -53,7 +54,9 @@ class Throughput(Callback):
         self._counted_step = -1
         self._last: float | None = None
         self._excluded = 0.0  # seconds other callbacks spent measuring in this process (exclude)
-        self.step_seconds: list[float] = []  # each timed batch of this segment (metrics/steady.py)
+        # Each batch's seconds on the device's timeline (metrics/step_clock.py: CUDA events, the host clock on a CPU),
+        # the one clock the bench's hand loops are timed by; the steady rate is their median (metrics/steady.py).
+        self.clock = StepClock("cpu")
         # Periodic work of this segment: {kind: [events, seconds]} (validation, the isotropy probe, checkpoints)
         self.periodic: dict[str, list[float]] = {}
         self._validation_started: float | None = None
@@ -66,6 +69,7 @@ class Throughput(Callback):
         self._shape = (body, head, model.config.num_hidden_layers, model.config.hidden_size)
         dtype = COMPUTE_DTYPE.get(str(trainer.precision), torch.float32)
         self.peak, self.peak_source = peak_flops(trainer.strategy.root_device, dtype, self.configured_peak)
+        self.clock = StepClock(trainer.strategy.root_device)
 
     def batch_model_flops(self, batch: dict) -> tuple[int, int, float]:
         """(tokens, predicted tokens, useful FLOPs) of this process's batch."""
@@ -84,6 +88,7 @@ class Throughput(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, module: pl.LightningModule, batch: dict, batch_idx: int
     ) -> None:
+        self.clock.begin()
         if self.count_total_flops and not self._measured and self._counter is None:
             # Eagerly: under model.compile, a block whose first call meets the counter's dispatch mode is marked
             # "skip" by dynamo and never compiled (so compile gained nothing); after this step it compiles.
@@ -112,10 +117,10 @@ class Throughput(Callback):
                 self.totals[key] += value
             self.totals["seconds"] += clock - self._last
             self.totals["batches"] += 1
-            self.step_seconds.append(clock - self._last)
         elif self._fit_started is not None and self.seconds_to_first_batch is None:
             self.seconds_to_first_batch = now - self._fit_started
         self._last = clock
+        self.clock.mark()
         self.marks = (self.marks + [mark])[-(self.window + 1) :]
         if len(self.marks) > 1 and logging_step(trainer):  # self.log costs ~0.3 ms a value: only when it is written
             span = max(self.marks[-1][0] - self.marks[0][0], 1e-9)
@@ -138,6 +143,7 @@ class Throughput(Callback):
         self._counter = None
 
     def on_validation_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        self.clock.interrupt()  # no step interval spans a validation
         self._validation_started = time.perf_counter()
 
     def on_validation_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
@@ -156,6 +162,7 @@ class Throughput(Callback):
         """Leave ``seconds`` of measuring done between two steps (the isotropy probe) out of the rates, as
         validation is left out: whichever side of this callback's mark the callback order puts it."""
         self._excluded += seconds
+        self.clock.interrupt()
         self.spent("isotropy", seconds)
 
     def state_dict(self) -> dict[str, Any]:  # a resumed run's means cover all of its segments
@@ -190,13 +197,16 @@ class Throughput(Callback):
         model_mfu = None
         if seconds and self.peak:
             model_mfu = self.trusted(self.totals["model_flops"] / seconds / (self.peak * world_size))
-        window = steady_window(self.step_seconds)
+        window = steady_window(self.clock.seconds())
         tokens_per_batch = self.totals["tokens"] / self.totals["batches"] if self.totals["batches"] else 0.0
         return {
             "tokens_per_s": self.mean_tokens_per_s,
             # the median batch after the warm-up (metrics/steady.py): a rate that compilation does not pull down
             "steady_tokens_per_s": tokens_per_batch / window.median_seconds if window else None,
             "warmup_seconds": window.warmup_seconds if window else None,
+            # the steady window's step times on the device's clock: median, interquartile range, how many, which clock
+            "step_seconds": {"median": window.median_seconds, "interquartile": window.interquartile_seconds,
+                             "steps": window.timed_steps, "clock": self.clock.kind} if window else None,  # fmt: skip
             "seconds_to_first_batch": self.seconds_to_first_batch,
             # {kind: {events, seconds}} of this segment: what a run's cadence costs (bench: an hour-long run's share)
             "periodic": {kind: {"events": int(n), "seconds": t} for kind, (n, t) in self.periodic.items()},

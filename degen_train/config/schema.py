@@ -129,6 +129,7 @@ class ModelConfig(BaseModel):
     attention: str = "sdpa"  # checked by transformers where the model is built
     init_from: str | None = None
     compile: bool = False
+    compile_head: bool = False  # every objective's head + cross-entropy compiled (losses/catalog.with_compiled_heads)
     # models/activation_checkpointing.py: none, full, or every k-th block (an integer k >= 1)
     activation_checkpointing: Literal["none", "full"] | Annotated[int, Field(ge=1)] = "none"
     pad_vocab_to_multiple_of: int = Field(default=1, ge=1)  # models/vocabulary.py: 1 = the tokenizer's size

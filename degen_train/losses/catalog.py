@@ -110,6 +110,24 @@ def build_terms(sections: Mapping[str, Mapping[str, Any] | None]) -> tuple[dict[
     return terms, weights
 
 
+def with_compiled_heads(objective: Mapping[str, Mapping[str, Any] | None]) -> dict[str, dict[str, Any]]:
+    """model.compile_head=true: every objective term with a ``compiled`` option (mlm, mle) gets compiled=true and
+    whole logits (chunk_size=null), the head and its cross-entropy as one graph (losses/compiled_head.py; equal loss
+    and gradient, tests/unit/test_compiled_head.py). Terms without the option are left as they are."""
+    registry = discover_terms()
+    out: dict[str, dict[str, Any]] = {}
+    for key, options in objective.items():
+        options = dict(options or {})
+        registered = registry.get(options.get("term", key))
+        allowed = term_options(registered) if registered is not None else None
+        if allowed is not None and "compiled" in allowed:
+            options["compiled"] = True
+            if "chunk_size" in allowed:
+                options["chunk_size"] = None
+        out[key] = options
+    return out
+
+
 TERM_KEY = re.compile(r"^(objective|regularizer)\.(\w+)\.(\w+)=")
 
 

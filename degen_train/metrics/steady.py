@@ -21,6 +21,11 @@ class SteadyWindow:
     median_seconds: float  # per step, over the steps after the warm-up
     warmup_seconds: float  # what the warm-up steps took beyond as many steady steps (start-up, compilation)
     timed_steps: int  # the steps the median is over
+    quartiles: tuple[float, float] = (0.0, 0.0)  # the timed steps' first and third quartiles (their spread)
+
+    @property
+    def interquartile_seconds(self) -> float:
+        return self.quartiles[1] - self.quartiles[0]
 
 
 def steady_window(step_seconds: Sequence[float], *, warmup: int = WARMUP_STEPS) -> SteadyWindow | None:
@@ -31,7 +36,9 @@ def steady_window(step_seconds: Sequence[float], *, warmup: int = WARMUP_STEPS) 
     if not timed:
         return None
     median = statistics.median(timed)
-    return SteadyWindow(median, max(0.0, sum(step_seconds[:skip]) - skip * median), len(timed))
+    quartiles = statistics.quantiles(timed, n=4, method="inclusive") if len(timed) > 1 else [median] * 3
+    excess = max(0.0, sum(step_seconds[:skip]) - skip * median)
+    return SteadyWindow(median, excess, len(timed), (quartiles[0], quartiles[2]))
 
 
 def hour_long_rate(step_seconds: float, costs: dict[str, float], every_steps: dict[str, int]) -> dict[str, float]:

@@ -25,7 +25,7 @@ from degen_train.devices.threads import local_process_count, use_threads
 from degen_train.finetune.grid import protocol_from
 from degen_train.finetune.tasks import load_glue_task
 from degen_train.losses.accumulation import accumulation_warnings
-from degen_train.losses.catalog import build_terms
+from degen_train.losses.catalog import build_terms, with_compiled_heads
 from degen_train.losses.contract import LossTerm
 from degen_train.metrics.perplexity import read_documents
 from degen_train.metrics.probes import read_sts, read_wic
@@ -74,7 +74,8 @@ def check(cfg: DictConfig, *, model_choice: str = "model") -> RunPlan:
     run_dir = Path(cfg.run_dir)
     deterministic_environment(cfg)  # before any CUDA work
     use_threads(cfg.threads, local_process_count(cfg.trainer) * jobs_side_by_side())  # a joblib sweep: N at once
-    terms, weights = build_terms({"objective": cfg.objective, "regularizer": cfg.regularizer})
+    objective = with_compiled_heads(cfg.objective) if cfg.model.get("compile_head") else cfg.objective
+    terms, weights = build_terms({"objective": objective, "regularizer": cfg.regularizer})
     family = model_family(config.model)
     data_format = data_format_for(terms, family, model_choice)
     plan = RunPlan(cfg, config, run_dir, terms, weights, family, data_format)

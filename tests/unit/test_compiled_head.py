@@ -72,3 +72,26 @@ def test_the_compiled_term_equals_the_plain_term_on_a_bert_head(
 def test_compiled_with_a_chunk_size_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match=r"set chunk_size=null with compiled=true"):
         MaskedLMTerm(chunk_size=1024, compiled=True)
+
+
+@pytest.mark.parametrize(
+    ("recipe", "speed", "compiled_terms"),
+    [("gpt2_mle", "gpt2_small", {"mle"}), ("bert_mlm", "bert_base", {"mlm"}), ("coco_lm", "bert_base", set())],
+)
+def test_model_compile_head_compiles_every_objective_head_and_adds_no_term(
+    recipe: str, speed: str, compiled_terms: set[str]
+) -> None:
+    """model.compile_head=true (on in both speed presets, issue 55.6): each objective term with a ``compiled`` option
+    gets compiled=true with whole logits; COCO-LM's terms have no such option and its objective is left as it was
+    (a preset that set objective.mlm.compiled would have added an MLM term to it)."""
+    from degen_train.config import load_config
+    from degen_train.losses.catalog import build_terms, with_compiled_heads
+
+    cfg = load_config([f"recipe={recipe}", f"speed={speed}"])
+    assert cfg.model.compile_head is True
+    objective = with_compiled_heads(cfg.objective)
+    assert objective.keys() == cfg.objective.keys()
+    terms, _ = build_terms({"objective": objective})
+    assert {name for name, term in terms.items() if getattr(term, "compiled", False)} == compiled_terms
+    for name in compiled_terms:
+        assert terms[name].chunk_size is None
