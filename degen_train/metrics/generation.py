@@ -74,3 +74,35 @@ def repetition_probe(
         "rep_128": sum(repeated_token_share(p, c) for p, c in zip(starts, continuations, strict=True)) / len(starts),
         **{f"distinct_{n}": distinct_n(continuations, n) for n in (1, 2, 4)},
     }
+
+
+def released_word_ngrams(text: str, n: int) -> list[tuple[str, ...]]:
+    """The whitespace words' n-grams as SimCTG's released evaluation counts them: its windows stop one short of the
+    text's end (its loop runs while the window's end is before the last word), so the last n-gram is never counted.
+    Kept as released, so that rep-n and diversity compare with the paper's tables."""
+    words = text.strip().split()
+    return [tuple(words[i : i + n]) for i in range(max(0, len(words) - n))]
+
+
+def rep_n(texts: Sequence[str], n: int) -> float:
+    """rep-n = 100 × (1 − Σ unique n-grams of each text / Σ n-grams of each text), over whitespace words; Su et al.
+    2022 (SimCTG) §5.1.1, as its released evaluation.py counts them."""
+    unique = total = 0
+    for text in texts:
+        grams = released_word_ngrams(text, n)
+        unique, total = unique + len(set(grams)), total + len(grams)
+    return 100.0 * (1.0 - unique / total) if total else 0.0
+
+
+def diversity(texts: Sequence[str]) -> float:
+    """diversity = Π_{n=2}^{4} (1 − rep-n / 100); Su et al. 2022 (SimCTG) §5.1.1."""
+    value = 1.0
+    for n in (2, 3, 4):
+        value *= 1.0 - rep_n(texts, n) / 100.0
+    return value
+
+
+def coherence(prefix_vectors: torch.Tensor, continuation_vectors: torch.Tensor) -> float:
+    """coherence = mean over prompts of cos(e(prefix), e(continuation)) under a sentence encoder e; Su & Collier
+    2022 (Contrastive Search Is What You Need, §4), after Su et al. 2022's SimCSE-based measure."""
+    return float(torch.nn.functional.cosine_similarity(prefix_vectors, continuation_vectors, dim=-1).mean())

@@ -1,0 +1,122 @@
+"""Decoding a decoder's continuations as the degeneration papers do: greedy, beam, top-k, nucleus, contrastive search.
+
+Greedy, beam, top-k and nucleus run through transformers' ``generate`` (each continuation exactly ``length`` tokens:
+no early end). Contrastive search (Su et al. 2022, SimCTG §5) is written here: transformers 5 moved it to code on the
+Hub that runs only with trust_remote_code, which a run never passes. Each step keeps the k most probable tokens,
+runs each once more to get its last-layer hidden state, and picks
+    argmax_v (1 − α) · p(v | x_<t) − α · max_j cos(h_v, h_j)    over the context's hidden states h_j,
+as the released ``ContrastiveDecodingOneStepFast`` does (its KV cache repeated k times for the candidates, then the
+chosen candidate's rows kept); tests/unit/test_decoding.py holds it to a transcription of the released step.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+DECODINGS = ("greedy", "beam", "top_k", "nucleus", "contrastive")
+
+
+@dataclass(frozen=True)
+class DecodingSettings:
+    """Each decoding's settings. Defaults: contrastive search k = 8, α = 0.6 (SimCTG's released WikiText-103
+    example), nucleus p = 0.95 (Holtzman et al. 2020; SimCTG's baseline), top-k k = 40 (GPT-2's samples, Radford et
+    al. 2019), beam width 4."""
+
+    beam_width: int = 4
+    top_k: int = 40
+    top_p: float = 0.95
+    contrastive_k: int = 8
+    contrastive_alpha: float = 0.6
+    seed: int = 0  # the sampling decodings draw from torch's generator seeded with it
+
+    def check(self) -> None:
+        for name in ("beam_width", "top_k", "contrastive_k"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p={self.top_p} must be in (0, 1]")
+        if not 0.0 <= self.contrastive_alpha <= 1.0:
+            raise ValueError(f"contrastive_alpha={self.contrastive_alpha} must be in [0, 1]")
+
+
+def cache_name(model: nn.Module) -> str:
+    """transformers >= 5.2x names the KV cache ``cache``; older ones (the GPU image's) ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+@torch.no_grad()
+def decode(model: nn.Module, prefixes: Tensor, length: int, decoding: str, settings: DecodingSettings) -> Tensor:
+    """(P, length) continuations of (P, L) prefixes (equal lengths, no padding) by ``decoding``."""
+    if decoding not in DECODINGS:
+        raise ValueError(f"decoding {decoding!r} is not one of {', '.join(DECODINGS)}")
+    settings.check()
+    model.eval()
+    if decoding == "contrastive":
+        return contrastive_search(model, prefixes, length, k=settings.contrastive_k, alpha=settings.contrastive_alpha)
+    options: dict = {"do_sample": False, "num_beams": 1}
+    if decoding == "beam":
+        options = {"do_sample": False, "num_beams": settings.beam_width, "early_stopping": False}
+    elif decoding == "top_k":
+        options = {"do_sample": True, "top_k": settings.top_k, "top_p": 1.0, "temperature": 1.0}
+    elif decoding == "nucleus":
+        options = {"do_sample": True, "top_k": 0, "top_p": settings.top_p, "temperature": 1.0}
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(settings.seed)
+    try:
+        out = model.generate(
+            input_ids=prefixes, attention_mask=torch.ones_like(prefixes), max_new_tokens=length,
+            min_new_tokens=length, pad_token_id=model.config.eos_token_id or 0, **options,
+        )  # fmt: skip
+    finally:
+        torch.random.set_rng_state(generator_state)
+    return out[:, prefixes.shape[1] :]
+
+
+@torch.no_grad()
+def contrastive_search(model: nn.Module, prefixes: Tensor, length: int, *, k: int, alpha: float) -> Tensor:
+    """(P, length) tokens by contrastive search: score = (1 − α)·p(v) − α·max_j cos(h_v, h_j); Su et al. 2022."""
+    name = cache_name(model)
+    out = model(input_ids=prefixes, attention_mask=torch.ones_like(prefixes), use_cache=True, output_hidden_states=True)
+    cache, context = out[name], out.hidden_states[-1]  # context: (P, S, E), the prefix's last-layer states
+    logits = out.logits[:, -1, :]  # (P, V)
+    count = prefixes.shape[0]
+    rows = torch.arange(count, device=prefixes.device)
+    chosen = []
+    for step in range(length):
+        probabilities = logits.float().softmax(dim=-1)
+        candidates = logits.topk(k, dim=-1).indices  # (P, k)
+        candidate_p = probabilities.gather(1, candidates)  # (P, k)
+        cache.batch_repeat_interleave(k)  # each prefix's cache once per candidate: rows p·k … p·k + k − 1
+        seen = torch.ones(count * k, prefixes.shape[1] + step + 1, dtype=prefixes.dtype, device=prefixes.device)
+        out = model(input_ids=candidates.reshape(-1, 1), attention_mask=seen, use_cache=True,
+                    output_hidden_states=True, **{name: cache})  # fmt: skip
+        cache = out[name]
+        hidden = out.hidden_states[-1][:, -1, :]  # (P·k, E): each candidate's state
+        unit_context = context / context.norm(dim=-1, keepdim=True)  # (P, S, E)
+        unit_hidden = (hidden / hidden.norm(dim=-1, keepdim=True)).view(count, k, -1)  # (P, k, E)
+        penalty = torch.einsum("pke,pse->pks", unit_hidden, unit_context).max(dim=-1).values  # (P, k)
+        score = (1.0 - alpha) * candidate_p - alpha * penalty.float()
+        pick = score.max(dim=-1).indices  # (P,)
+        kept = rows * k + pick  # the chosen candidate's row of the repeated cache
+        cache.batch_select_indices(kept)
+        context = torch.cat([context, hidden[kept].unsqueeze(1)], dim=1)
+        logits = out.logits[:, -1, :][kept]
+        chosen.append(candidates.gather(1, pick.unsqueeze(1)))
+    return torch.cat(chosen, dim=1)
+
+
+@torch.no_grad()
+def continuation_nll(model: nn.Module, prefixes: Tensor, continuations: Tensor) -> tuple[float, int]:
+    """(total NLL, tokens) of ``continuations`` given their prefixes under ``model``: the generated text's
+    perplexity under the model itself is exp(total / tokens) (SimCTG's and contrastive decoding's gen-ppl)."""
+    model.eval()
+    ids = torch.cat([prefixes, continuations], dim=1)
+    logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
+    logits = logits[:, prefixes.shape[1] - 1 : -1, :]  # the positions predicting each continuation token
+    nll = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), continuations.reshape(-1), reduction="sum")
+    return float(nll), continuations.numel()
