@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from degen_train.evaluation import model_analysis as library
-from degen_train.evaluation.model_analysis import analyze
+from degen_train.evaluation.model_analysis import SKIPPABLE, analyze
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -24,6 +24,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--pairs", help="an STS file (sentence, sentence, score): alignment and uniformity of [CLS]")
     parser.add_argument("--max-sentences", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--skip", default="", help="comma-separated parts to leave out, of " + ", ".join(SKIPPABLE))
+    parser.add_argument("--generation-prompts", type=int, default=200,
+                        help="a decoder's greedy continuations (Welleck et al. 2020's 200)")  # fmt: skip
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
@@ -35,6 +38,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             batch_size=args.batch_size,
             trust_config=args.trust_config,
             pairs=args.pairs,
+            skip=tuple(p for p in args.skip.split(",") if p),
+            generation_prompts=args.generation_prompts,
         )
     except (ValueError, FileNotFoundError) as error:
         parser.exit(2, f"degen-analyze: error: {error}\n")
@@ -54,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> None:
               f"sentences)")  # fmt: skip
     for line in outlier_lines(result.get("outliers") or {}):
         print(line)
-    print(f"wrote {Path(result['pictures']['cone']).parent}")
+    print(f"wrote {Path(args.out) if args.out else Path(args.path) / 'analysis'}")
 
 
 def outlier_lines(outliers: dict) -> list[str]:

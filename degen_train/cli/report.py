@@ -8,7 +8,9 @@ import logging
 import os
 import re
 import sys
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -78,30 +80,57 @@ def csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def analyze_missing(runs: Sequence[Path], *, trust_config: bool = False) -> list[str]:
-    """Run degen-analyze on every finished run with an export and no analysis yet (kept: a rerun is free)."""
+@dataclass(frozen=True)
+class AnalysisCaps:
+    """What a report's own analyses cost (issue 56.3: six tiny decoders' analyses, at degen-analyze's 1,000 sentences
+    and 200 greedy continuations, took 20 minutes, more than their sweep): the sentences, the greedy continuations
+    of a decoder's repetition probe, and the parts left out (model_analysis.SKIPPABLE)."""
+
+    sentences: int = 200
+    generation_prompts: int = 50
+    skip: tuple[str, ...] = ()
+
+
+def analyze_missing(runs: Sequence[Path], *, trust_config: bool = False, caps: AnalysisCaps | None = None,
+                    timing: dict[str, float] | None = None) -> list[str]:  # fmt: skip
+    """Run degen-analyze on every finished run with an export and no analysis yet (kept: a rerun is free), at the
+    report's caps; ``timing`` gets the runs analysed and the seconds they took."""
     from degen_train.evaluation.model_analysis import analyze
 
+    caps = caps or AnalysisCaps()
+    start = time.perf_counter()
     problems = []
     analysed = [os.path.lexists(r / "analysis" / "metrics.json") for r in runs]
     todo = [r for r, done in zip(runs, analysed, strict=True) if (r / "hf" / "config.json").is_file() and not done]
     for index, run in enumerate(todo, 1):
         log.info("analysing %s (%d of %d)", run, index, len(todo))
         try:  # a run this user trained here reads the corpus its config names; a handed-over one only its own files
-            analyze(run, trust_config=trust_config)
+            analyze(run, trust_config=trust_config, max_sentences=caps.sentences, skip=caps.skip,
+                    generation_prompts=caps.generation_prompts)  # fmt: skip
         except Exception as error:  # noqa: BLE001 - one run's analysis must not stop the report
             problems.append(printable(f"{run.name}: no analysis: {type(error).__name__}: {error}"))
             log.warning(problems[-1])
+    if timing is not None:
+        timing.update(runs=len(todo), reused=sum(analysed), seconds=time.perf_counter() - start)
     return problems
 
 
 def report(
-    paths: Sequence[str | Path], *, out: str | Path | None = None, run_analysis: bool = True, trust_config: bool = False
-) -> dict[str, Any]:
+    paths: Sequence[str | Path], *, out: str | Path | None = None, run_analysis: bool = True,
+    trust_config: bool = False, caps: AnalysisCaps | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    caps = caps or AnalysisCaps()
+    from degen_train.evaluation.model_analysis import SKIPPABLE
+
+    unknown = sorted(set(caps.skip) - set(SKIPPABLE))
+    if unknown or caps.sentences < 1 or caps.generation_prompts < 1:  # before any run is read or analysed
+        raise ValueError(f"--analysis-skip {','.join(unknown)}: not a part of an analysis; choose from "
+                         f"{', '.join(SKIPPABLE)}" if unknown else f"--analysis-sentences={caps.sentences} and "
+                         f"--generation-prompts={caps.generation_prompts} must each be at least 1")  # fmt: skip
     runs = find_runs(paths)
     out_dir = writable_folder(Path(out) if out else Path(paths[0]) / "report", "--out")
     try:
-        return _written_report(paths, runs, out_dir, run_analysis=run_analysis, trust_config=trust_config)
+        return _written_report(paths, runs, out_dir, run_analysis=run_analysis, trust_config=trust_config, caps=caps)
     except OSError as error:  # a full disk, a file-size limit, a quota: one line naming the folder
         if isinstance(error, DiskFull) or not is_disk_full(error):
             raise
@@ -109,9 +138,13 @@ def report(
 
 
 def _written_report(
-    paths: Sequence[str | Path], runs: list[Path], out_dir: Path, *, run_analysis: bool, trust_config: bool
-) -> dict[str, Any]:
-    analysis_problems = analyze_missing(runs, trust_config=trust_config) if run_analysis else []
+    paths: Sequence[str | Path], runs: list[Path], out_dir: Path, *, run_analysis: bool, trust_config: bool,
+    caps: AnalysisCaps,
+) -> dict[str, Any]:  # fmt: skip
+    timing: dict[str, float] = {"runs": 0, "reused": 0, "seconds": 0.0}
+    analysis_problems = (
+        analyze_missing(runs, trust_config=trust_config, caps=caps, timing=timing) if run_analysis else []
+    )
     table, common = collect(runs)
     # a run whose records do not fit their schema is listed (the others are reported), and so is a figure's file
     unreadable = [f"{row['run']}: unreadable: {row['error']}" for _, row in table.iterrows()
@@ -158,6 +191,7 @@ def _written_report(
     atomic_write_text(out_dir / "report.html", page)
     return {"rows": table.to_dict("records"), "grouped": grouped.to_dict("records"), "out": str(out_dir),
             "analysis_problems": analysis_problems, "unreadable": problems[len(analysis_problems):],
+            "analysis_timing": timing,
             "branches": {heading: frame.to_dict("records") for heading, frame in branches}}  # fmt: skip
 
 
@@ -230,16 +264,31 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--trust-config", action="store_true", help="analyses read the corpus a run's config names even outside it"
     )
+    caps = AnalysisCaps()
+    parser.add_argument("--analysis-sentences", type=int, default=caps.sentences,
+                        help="sentences each analysis encodes (degen-analyze's own default is 1000)")  # fmt: skip
+    parser.add_argument("--generation-prompts", type=int, default=caps.generation_prompts,
+                        help="a decoder's greedy continuations in its analysis (degen-analyze's: 200)")  # fmt: skip
+    parser.add_argument("--analysis-skip", default="", help="comma-separated parts each analysis leaves out, of "
+                        "outliers, generation, positional, negative_direction, figures")  # fmt: skip
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    caps = AnalysisCaps(sentences=args.analysis_sentences, generation_prompts=args.generation_prompts,
+                        skip=tuple(p for p in args.analysis_skip.split(",") if p))  # fmt: skip
     try:
-        result = report(args.paths, out=args.out, run_analysis=not args.no_analyze, trust_config=args.trust_config)
+        result = report(args.paths, out=args.out, run_analysis=not args.no_analyze, trust_config=args.trust_config,
+                        caps=caps)  # fmt: skip
     except (ValueError, FileNotFoundError, DiskFull) as error:
         parser.exit(2, f"degen-report: error: {printable(error)}\n")
     failed = sum(r["status"] == "failed" for r in result["rows"])
     missing, unreadable = result["analysis_problems"], result["unreadable"]
     said = f", {len(missing)} without an analysis" if missing else ""
     said += f", {len(unreadable)} files unreadable" if unreadable else ""
+    timing = result["analysis_timing"]
+    if timing["runs"] or timing["reused"]:
+        print(f"analyses: {timing['runs']} run in {timing['seconds']:.0f} s ({caps.sentences} sentences, "
+              f"{caps.generation_prompts} continuations of a decoder"
+              f"{', without ' + ', '.join(caps.skip) if caps.skip else ''}), {timing['reused']} reused")  # fmt: skip
     print(f"{len(result['rows'])} runs ({failed} failed){said}: {result['out']}/report.md, runs.csv, report.html")
     if missing or unreadable:  # a report without the analyses or files it should hold is not a success
         print("\n".join(f"  {line}" for line in [*missing, *unreadable]), file=sys.stderr)

@@ -125,11 +125,12 @@ def test_the_generated_texts_perplexity_is_the_models_own_loss_on_it(decoder: GP
 
 
 def _export(folder: Path, decoder: GPT2LMHeadModel) -> Path:
-    """The tiny decoder with a word-level tokenizer of its 50 entries ("w0" … "w49"), as an export folder."""
+    """The tiny decoder with a word-level tokenizer of its entries ("w0", "w1", …), as an export folder."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    core = Tokenizer(models.WordLevel(vocab={f"w{i}": i for i in range(VOCABULARY)}, unk_token="w0"))
+    entries = decoder.config.vocab_size
+    core = Tokenizer(models.WordLevel(vocab={f"w{i}": i for i in range(entries)}, unk_token="w0"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core)
     tokenizer.eos_token = tokenizer.pad_token = "w0"
