@@ -61,7 +61,7 @@ gpu-sitting: $(STAMP)
 reproduce: $(STAMP)
 	$(BIN)/degen-reproduce $(ARGS)
 
-# Part (a) at the scale of Gao et al.'s perplexity claim, on one GPU (about 6 min; conf/reproduce/gao_scale.yaml).
+# Part (a) at the scale of Gao et al.'s perplexity claim, on one GPU (about 5 min by make gpu-sitting's estimate; conf/reproduce/gao_scale.yaml).
 reproduce-gao-scale: $(STAMP)
 	$(BIN)/degen-reproduce preset=gao_scale $(ARGS)
 

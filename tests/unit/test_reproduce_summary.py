@@ -63,9 +63,10 @@ def test_every_method_claim_comes_from_its_part() -> None:
 
 def test_an_older_probes_numbers_are_marked_not_judged(tmp_path: Path) -> None:
     """No hand list (issue 54.4): a number is an older probe's when its row's stamp, or the page's day against the
-    probe's changelog (metrics/probe_versions.py), gives an older version than the current one. Part (n) of
-    2026-11-27 has the outliers probe of that day (its sink rates are judged) and the W8A8 probe before the
-    placements of 2026-11-28 (its gaps are marked); a page of 2026-11-26 had neither."""
+    probe's changelog (metrics/probe_versions.py), gives an older version than the current one. Part (n) as written
+    on 2026-11-28 is judged whole; the same rows on a page of 2026-11-27 have that day's outliers probe (the sink
+    rates are judged) and the W8A8 probe before the placements of 2026-11-28 (the gaps are marked); on a page of
+    2026-11-26, neither."""
     import json
 
     from degen_train.metrics.probe_versions import PROBES
@@ -76,19 +77,22 @@ def test_an_older_probes_numbers_are_marked_not_judged(tmp_path: Path) -> None:
                 for column in ("W8A8 gap", "attention sink %")}  # fmt: skip
 
     current = ROOT / "docs" / "reproduce" / "part_n"
-    assert written_on(current) == "2026-11-27" and PROBES["w8a8"].version == 3
-    rows = probe_rows(current)
-    assert len(rows["W8A8 gap"]) == 3 and all("superseded: measured by the w8a8 probe v2, now v3" in row
-                                              for row in rows["W8A8 gap"])  # fmt: skip
-    assert len(rows["attention sink %"]) == 1 and "**" in rows["attention sink %"][0]
-    old = tmp_path / "part_n"
-    old.mkdir()
-    (old / "runs.csv").write_bytes((current / "runs.csv").read_bytes())
-    (old / "README.md").write_text("# Reproduction at CPU scale\n\nWritten by `make reproduce` (`degen-reproduce`) "
-                                   "on 2026-11-26; every number below ...\n")  # fmt: skip
-    rows = probe_rows(old)
-    assert all("superseded: measured by" in row and "**" not in row for row in sum(rows.values(), []))
-    stamped = pd.read_csv(current / "runs.csv").assign(**{"probe versions": json.dumps({"w8a8": 3, "outliers": 2})})
+    assert written_on(current) == "2026-11-28" and PROBES["w8a8"].version == 3
+    rows = probe_rows(current)  # the page regenerated with today's probes: every number judged
+    assert len(rows["W8A8 gap"]) == 3 and all("superseded" not in row and "**" in row for row in rows["W8A8 gap"])
+    unstamped = pd.read_csv(current / "runs.csv").drop(columns=["probe versions"], errors="ignore")
+    for day, w8a8_superseded, sink_superseded in (("2026-11-27", True, False), ("2026-11-26", True, True)):
+        old = tmp_path / day / "part_n"
+        old.mkdir(parents=True)
+        unstamped.to_csv(old / "runs.csv", index=False)
+        (old / "README.md").write_text("# Reproduction at CPU scale\n\nWritten by `make reproduce` "
+                                       f"(`degen-reproduce`) on {day}; every number below ...\n")  # fmt: skip
+        rows = probe_rows(old)
+        assert len(rows["W8A8 gap"]) == 3 and len(rows["attention sink %"]) == 1
+        assert all(("superseded: measured by the w8a8 probe v" in row) == w8a8_superseded
+                   for row in rows["W8A8 gap"])  # fmt: skip
+        assert ("superseded: measured by" in rows["attention sink %"][0]) == sink_superseded
+    stamped = unstamped.assign(**{"probe versions": json.dumps({"w8a8": 3, "outliers": 2})})
     stamped.to_csv(old / "runs.csv", index=False)  # every row measured by today's probes: judged, whatever the day
     rows = probe_rows(old)
     assert all("superseded" not in row and "**" in row for row in sum(rows.values(), []))
