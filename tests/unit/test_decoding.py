@@ -24,7 +24,8 @@ VOCABULARY = 50
 @pytest.fixture
 def decoder() -> GPT2LMHeadModel:
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=VOCABULARY, n_positions=64, n_embd=32, n_layer=2, n_head=2, eos_token_id=0)
+    config = GPT2Config(vocab_size=VOCABULARY, n_positions=64, n_embd=32, n_layer=2, n_head=2, bos_token_id=0,
+                        eos_token_id=0)  # fmt: skip
     return GPT2LMHeadModel(config).eval()
 
 
@@ -183,3 +184,43 @@ def test_generation_refuses_bad_settings_before_loading_the_model(tmp_path: Path
                              out=tmp_path / "o")  # fmt: skip
     assert result["protocol"]["prompts"] == 2 and "human" not in result
     assert result["mauve_left_out"] == "no human continuations (a prompt file has none)"
+
+
+def test_degen_eval_runs_an_lm_eval_task_of_local_files(tmp_path: Path, decoder: GPT2LMHeadModel, capsys) -> None:
+    """Issue 56.2: --lm-eval through the harness's own HF model class, offline, on a multiple-choice task defined
+    by a YAML file over a local JSON Lines file; the accuracy equals the choice the model scores highest by hand."""
+    pytest.importorskip("lm_eval", reason="the lm-eval package (the lm-eval extra) is not installed")
+    from degen_train.cli.evaluate import main
+
+    export = _export(tmp_path / "export", decoder)
+    items = [{"question": "w1 w2 w3", "choices": ["w4", "w5"], "answer": 0},
+             {"question": "w6 w7", "choices": ["w8 w9", "w10"], "answer": 1},
+             {"question": "w11", "choices": ["w12", "w13", "w14"], "answer": 2}]  # fmt: skip
+    data = tmp_path / "items.jsonl"
+    data.write_text("\n".join(json.dumps(item) for item in items) + "\n")
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "tiny_choice.yaml").write_text(
+        "task: degen_tiny_choice\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+        f"    test: {data}\ntest_split: test\noutput_type: multiple_choice\n"
+        "doc_to_text: '{{question}}'\ndoc_to_choice: '{{choices}}'\ndoc_to_target: '{{answer}}'\n"
+        "metric_list:\n  - metric: acc\n"
+    )
+    main([str(export), "--lm-eval", "degen_tiny_choice", "--lm-eval-include", str(tasks), "--out", str(tmp_path / "o")])
+    result = json.loads((tmp_path / "o" / "eval.json").read_text())["lm_eval"]
+    accuracy = result["tasks"]["degen_tiny_choice"]["acc,none"]
+    expected = 0
+    with torch.no_grad():  # by hand: the summed log-probability of each choice after the question (a space between)
+        for item in items:
+            scores = []
+            for choice in item["choices"]:
+                context = [int(w[1:]) for w in item["question"].split()]
+                answer = [int(w[1:]) for w in choice.split()]
+                logits = decoder(input_ids=torch.tensor([context + answer])).logits[0].log_softmax(-1)
+                scores.append(sum(float(logits[len(context) - 1 + i, t]) for i, t in enumerate(answer)))
+            expected += int(max(range(len(scores)), key=scores.__getitem__) == item["answer"])
+    assert accuracy == pytest.approx(expected / len(items))
+    assert f"degen_tiny_choice: acc {accuracy:.4g} ± " in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main([str(export), "--lm-eval", "no_such_task", "--lm-eval-include", str(tasks), "--out", str(tmp_path / "x")])
+    assert "lm-eval task(s) no_such_task not known to lm-eval" in capsys.readouterr().err
