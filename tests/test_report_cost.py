@@ -78,3 +78,29 @@ def test_the_reports_analyses_run_at_its_caps_reuse_what_is_there_and_are_timed(
     assert calls == [(runs[0], {"trust_config": False, "max_sentences": 50, "skip": ("generation",),
                                 "generation_prompts": 5})]  # fmt: skip
     assert timing["runs"] == 1 and timing["reused"] == 1 and timing["seconds"] >= 0.0
+
+
+def test_a_decoder_run_measures_its_generations_at_its_end_and_the_report_shows_them(tmp_path: Path) -> None:
+    """Issue 56.1/56.2: eval.generate on a decoder's run puts each decoding's measures in summary.json (typed by
+    config/records.Generation) and the report's runs.csv; on an encoder run it is refused before any data."""
+    from degen_train.cli.report import report
+    from tests.helpers import run
+
+    text = tmp_path / "held_out.txt"
+    text.write_text("\n".join(["the quick brown fox jumps over the lazy dog " * 12] * 4) + "\n")
+    with pytest.raises(ValueError, match=r"eval.generate_prefix_tokens \+ eval.generate_new_tokens = 160 tokens is "
+                                         r"longer than model.max_position=128"):  # fmt: skip
+        run(tmp_path / "too_long", "objective=mle", "model=gpt2_tiny", f"eval.generate={text}")
+    assert not (tmp_path / "too_long" / "checkpoints").exists()  # refused before training
+    summary = run(tmp_path / "decoder", "objective=mle", "model=gpt2_tiny", "trainer.max_steps=2",
+                  f"eval.generate={text}", "eval.generate_prompts=2", "eval.generate_prefix_tokens=8",
+                  "eval.generate_new_tokens=16")  # fmt: skip
+    measures = summary["eval"]["generation"]["decodings"]
+    assert set(measures) == {"greedy", "beam", "top_k", "nucleus", "contrastive"}
+    assert all(0.0 <= m["diversity"] <= 1.0 for m in measures.values())
+    assert (tmp_path / "decoder" / "eval" / "generations.jsonl").is_file()
+    rows = report([tmp_path / "decoder"], out=tmp_path / "report", run_analysis=False)["rows"]
+    assert rows[0]["generation/contrastive/rep_4"] == pytest.approx(measures["contrastive"]["rep_4"])
+    with pytest.raises(ValueError, match=r"eval.generate measure a decoder's generations; this run's model is an "
+                                         r"encoder"):  # fmt: skip
+        run(tmp_path / "encoder", f"eval.generate={text}")

@@ -57,10 +57,28 @@ class W8A8(Record):
     sts_gap: Number = None
 
 
+class Generation(Record):
+    """eval.json's ``generation`` (evaluation/generation.py): each decoding's measures, the human row, the encoders."""
+
+    decodings: dict[str, dict[str, Number]] = {}
+    human: dict[str, Number] | None = None
+    mauve_featurizer: str | None = None
+    coherence_encoder: str | None = None
+
+
+class LmEval(Record):
+    """eval.json's ``lm_eval`` (evaluation/lm_eval_tasks.py): per task, the harness's "metric,filter" values."""
+
+    lm_eval_version: str | None = None
+    tasks: dict[str, dict[str, Number | str]] = {}
+
+
 class Evaluation(Record):
     sts: dict[str, StsScores] = {}
     wic: Wic | None = None
     w8a8: W8A8 | None = None
+    generation: Generation | None = None
+    lm_eval: LmEval | None = None
 
 
 class GlueTask(Record):

@@ -251,6 +251,13 @@ class EvalConfig(BaseModel):
     glue_dir: str | None = None
     finetune: dict[str, Any] = Field(default_factory=dict)  # conf/finetune.yaml, checked by finetune/grid.py
     w8a8: str | None = None
+    generate: str | None = None  # held-out text: degen-eval --generate on a decoder's export (evaluation/generation.py)
+    generate_prompts: int = Field(default=200, ge=1)
+    generate_prefix_tokens: int = Field(default=32, ge=1)
+    generate_new_tokens: int = Field(default=128, ge=1)
+    lm_eval: list[str] = Field(default_factory=list)  # lm-evaluation-harness task names (evaluation/lm_eval_tasks.py)
+    lm_eval_include: str | None = None
+    lm_eval_limit: int | None = Field(default=None, ge=1)
 
 
 class PushToHubConfig(BaseModel):

@@ -124,6 +124,16 @@ def _filled_row(run: Path, row: dict[str, Any]) -> dict[str, Any]:
         row["w8a8/perplexity_gap"] = gap.get("perplexity_gap")
         if gap.get("sts_gap") is not None:
             row["w8a8/sts_gap"] = gap["sts_gap"]
+    generation = evaluation.get("generation") or {}  # eval.generate: each decoding's degeneration measures
+    for decoding, measures in (generation.get("decodings") or {}).items():
+        for key in ("rep_4", "diversity", "coherence", "mauve"):
+            if measures.get(key) is not None:
+                row[f"generation/{decoding}/{key}"] = measures[key]
+    for task, values in ((evaluation.get("lm_eval") or {}).get("tasks") or {}).items():  # eval.lm_eval
+        for key, value in values.items():
+            metric, comma, _ = key.partition(",")
+            if comma and not metric.endswith("_stderr") and isinstance(value, int | float):
+                row[f"lm_eval/{task}/{metric}"] = value
     if evaluation.get("wic"):
         wic = evaluation["wic"]["raw"]
         row["wic/accuracy"] = wic.get("accuracy", wic.get("accuracy_threshold_fitted_on_scored_items"))

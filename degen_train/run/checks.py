@@ -74,7 +74,7 @@ def check(cfg: DictConfig, *, model_choice: str = "model") -> RunPlan:
     run_dir = Path(cfg.run_dir)
     deterministic_environment(cfg)  # before any CUDA work
     use_threads(cfg.threads, local_process_count(cfg.trainer) * jobs_side_by_side())  # a joblib sweep: N at once
-    objective = with_compiled_heads(cfg.objective) if cfg.model.get("compile_head") else cfg.objective
+    objective = with_compiled_heads(cfg.objective) if cfg.model.compile_head else cfg.objective
     terms, weights = build_terms({"objective": objective, "regularizer": cfg.regularizer})
     family = model_family(config.model)
     data_format = data_format_for(terms, family, model_choice)
@@ -136,6 +136,20 @@ def check_inputs(cfg: DictConfig, family: str) -> list[Any]:
             read_wic(wic)
     if cfg.eval.w8a8:  # too short for any tokenizer (a token covers at least a character): refused before data
         check_w8a8_text(cfg, None, family)
+    generates = {"eval.generate": cfg.eval.generate, "eval.lm_eval": list(cfg.eval.lm_eval)}
+    asked = [key for key, value in generates.items() if value]
+    if asked and family != "decoder":
+        raise ValueError(f"{' and '.join(asked)} measure a decoder's generations; this run's model is an {family}: "
+                         f"leave them out, or train a decoder (model=gpt2_tiny, objective=mle)")  # fmt: skip
+    if cfg.eval.generate:
+        from degen_train.metrics.perplexity import read_documents
+
+        read_documents(cfg.eval.generate, "line", what="eval.generate text")
+        length = int(cfg.eval.generate_prefix_tokens) + int(cfg.eval.generate_new_tokens)
+        if length > int(cfg.model.max_position):
+            raise ValueError(f"eval.generate_prefix_tokens + eval.generate_new_tokens = {length} tokens is longer than "
+                             f"model.max_position={cfg.model.max_position}: give fewer, e.g. "
+                             f"eval.generate_new_tokens={max(1, int(cfg.model.max_position) - 32)}")  # fmt: skip
     check_push(cfg.push_to_hub)
     if not cfg.eval.glue:  # needs export_hf and eval.glue_dir: checked in schema.py
         return []

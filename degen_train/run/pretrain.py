@@ -263,7 +263,12 @@ def _export_and_probe(
     if cfg.push_to_hub.repo_id:
         summary["push_to_hub"] = push_export(hf, cfg.push_to_hub)
     probes = family == "encoder" and (cfg.eval.sts or cfg.eval.wic)
-    if probes or cfg.eval.w8a8:
+    generation = {"text": cfg.eval.generate, "limit": int(cfg.eval.generate_prompts),
+                  "prefix_tokens": int(cfg.eval.generate_prefix_tokens),
+                  "new_tokens": int(cfg.eval.generate_new_tokens)} if cfg.eval.generate else None  # fmt: skip
+    lm_eval = {"tasks": list(cfg.eval.lm_eval), "include_path": cfg.eval.lm_eval_include,
+               "limit": cfg.eval.lm_eval_limit} if cfg.eval.lm_eval else None  # fmt: skip
+    if probes or cfg.eval.w8a8 or generation or lm_eval:
         summary["eval"] = evaluate(
             hf,
             sts=list(cfg.eval.sts) if probes else [],
@@ -273,6 +278,8 @@ def _export_and_probe(
             layer=cfg.eval.layer,
             pooling=cfg.eval.pooling,
             w8a8=cfg.eval.w8a8,
+            generation=generation,
+            lm_eval=lm_eval,
         )
     if glue_tasks:  # fine-tuned copies of the export, scored on GLUE dev (RUN/glue/, resumable)
         settings = OmegaConf.to_container(cfg.eval.finetune, resolve=True)
