@@ -5,6 +5,11 @@ SLURM gives each task, so that Lightning's SLURMEnvironment (not a torchrun laun
     python -m tests.simulated_slurm srun [--nodes=N] [--ntasks=M] COMMAND ...   (what bin/srun runs)
     python -m tests.simulated_slurm task ARGS ...                               (one task of degen-train)
 
+For Hydra's submitit launcher (one job per sweep member), ``install_scheduler`` puts ``sbatch``, ``sacct`` and
+``scancel`` stand-ins on PATH: ``sbatch FILE`` reads the file's ``#SBATCH`` lines (nodes, tasks per node, the job
+array), answers "Submitted batch job ID" as SLURM does, and runs each array task in the background as one job of its
+own (SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID); submitit learns a task finished from its result file.
+
 ``sbatch`` runs a batch script (conf/cluster/degen-train.sbatch, or your copy of it) as SLURM would on an allocation
 of N nodes of M tasks: the script's own environment, stand-ins first on PATH, the job's folder (task logs, pids,
 scontrol's record) printed at the end; its exit code is the script's.
@@ -92,10 +97,82 @@ def sbatch_command(arguments: list[str]) -> int:
     return result.returncode
 
 
+SRUN_OPTIONS_WITH_A_VALUE = ("output", "error", "nodes", "ntasks")  # as "--output FILE" (submitit writes so)
+
+
+def install_scheduler(bin_dir: Path) -> None:
+    """``srun`` and ``scontrol`` (install), and ``sbatch``, ``sacct``, ``scancel`` for submitit, into ``bin_dir``."""
+    install(bin_dir)
+    python = sys.executable
+    for name, command in (("sbatch", "submit"), ("sacct", "accounting")):
+        (bin_dir / name).write_text(f'#!/bin/sh\nPYTHONPATH="{REPO}${{PYTHONPATH:+:$PYTHONPATH}}" exec "{python}" -m '
+                                    f'tests.simulated_slurm {command} "$@"\n')  # fmt: skip
+        (bin_dir / name).chmod(0o755)
+    (bin_dir / "scancel").write_text('#!/bin/sh\necho "$@" >> "$SIMULATED_SLURM_DIR/scancel.log"\n')
+    (bin_dir / "scancel").chmod(0o755)
+
+
+def sbatch_options(script: Path) -> dict[str, str]:
+    """The ``#SBATCH --key=value`` lines of a batch script."""
+    options = {}
+    for line in script.read_text().splitlines():
+        if line.startswith("#SBATCH --"):
+            key, _, value = line[len("#SBATCH --") :].partition("=")
+            options[key.strip()] = value.strip()
+    return options
+
+
+def submit(arguments: list[str]) -> int:
+    """``sbatch FILE``: the job's id now, its array tasks run in a detached process (as a scheduler would)."""
+    script = Path(arguments[-1]).resolve()
+    job = free_job_id()
+    folder = Path(os.environ["SIMULATED_SLURM_DIR"]) / f"job{job}"
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.Popen([sys.executable, "-m", "tests.simulated_slurm", "run-job", str(script), job, str(folder)],
+                     stdout=subprocess.DEVNULL, stderr=open(folder / "runner.log", "w"),  # noqa: SIM115
+                     start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    print(f"Submitted batch job {job}")
+    return 0
+
+
+def run_job(script: Path, job: str, folder: Path) -> None:
+    """Each array task of ``script`` (or the one job), one after the other, as jobs of their own; each task's
+    state is written to FOLDER/TASK.state for sacct."""
+    options = sbatch_options(script)
+    nodes, per_node = int(options.get("nodes", 1)), int(options.get("ntasks-per-node", 1))
+    tasks = [None]
+    if "array" in options:
+        first, last = options["array"].split("%")[0].split("-")
+        tasks = list(range(int(first), int(last) + 1))
+    for index in tasks:
+        name = job if index is None else f"{job}_{index}"
+        (folder / f"{name}.state").write_text("RUNNING")
+        variables = {"SLURM_JOB_NUM_NODES": str(nodes), "SLURM_JOB_NODELIST": "127.0.0.1"}
+        if index is not None:
+            variables |= {"SLURM_ARRAY_JOB_ID": job, "SLURM_ARRAY_TASK_ID": str(index)}
+        result = sbatch(script, [], nodes=nodes, per_node=per_node, job_dir=folder / name,
+                        job=job if index is None else free_job_id(), **variables)  # fmt: skip
+        (folder / name / "batch.log").write_text(result.stdout + result.stderr)
+        (folder / f"{name}.state").write_text("COMPLETED" if result.returncode == 0 else "FAILED")
+
+
+def accounting(arguments: list[str]) -> int:
+    """``sacct -o JobID,State,NodeList --parsable2 -j ID ...``: each asked job's tasks and their states."""
+    asked = [arguments[i + 1] for i, a in enumerate(arguments) if a == "-j"]
+    print("JobID|State|NodeList")
+    root = Path(os.environ["SIMULATED_SLURM_DIR"])
+    for job in asked:
+        for state in sorted((root / f"job{job.split('_')[0]}").glob("*.state")):
+            print(f"{state.stem}|{state.read_text()}|127.0.0.1")
+    return 0
+
+
 def srun(arguments: list[str]) -> int:
     options: dict[str, str] = {}
     while arguments and arguments[0].startswith("--"):
         key, _, value = arguments.pop(0)[2:].partition("=")
+        if not value and key in SRUN_OPTIONS_WITH_A_VALUE:
+            value = arguments.pop(0)
         options[key] = value
     nodes = int(options.get("nodes", os.environ["SLURM_NNODES"]))
     tasks = int(options.get("ntasks", nodes * int(os.environ["SLURM_NTASKS_PER_NODE"])))
@@ -114,6 +191,10 @@ def srun(arguments: list[str]) -> int:
                str(step), "SLURM_STEP_NUM_TASKS": str(tasks), "SLURM_STEP_NUM_NODES": str(nodes),
                "SLURM_CPUS_PER_TASK": "1"}  # fmt: skip
         log = open(folder / f"step{step}.task{rank}.log", "w")  # noqa: SIM115 - closed below
+        if "output" in options:  # srun --output PATTERN (submitit's): %j the job, %t the task, %A_%a an array task
+            pattern = options["output"].replace("%A", os.environ.get("SLURM_ARRAY_JOB_ID", ""))
+            pattern = pattern.replace("%a", os.environ.get("SLURM_ARRAY_TASK_ID", ""))
+            log = open(pattern.replace("%j", os.environ["SLURM_JOB_ID"]).replace("%t", str(rank)), "a")  # noqa: SIM115
         processes.append((subprocess.Popen(arguments, stdout=log, stderr=subprocess.STDOUT, env=env), log))
     (folder / f"step{step}.pids").write_text("\n".join(str(p.pid) for p, _ in processes))
     failed_at = None
@@ -198,4 +279,11 @@ if __name__ == "__main__":
         sys.exit(sbatch_command(sys.argv[2:]))
     if sys.argv[1] == "srun":
         sys.exit(srun(sys.argv[2:]))
+    if sys.argv[1] == "submit":
+        sys.exit(submit(sys.argv[2:]))
+    if sys.argv[1] == "accounting":
+        sys.exit(accounting(sys.argv[2:]))
+    if sys.argv[1] == "run-job":
+        run_job(Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]))
+        sys.exit(0)
     task(sys.argv[2:])

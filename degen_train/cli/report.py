@@ -286,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     said += f", {len(unreadable)} files unreadable" if unreadable else ""
     timing = result["analysis_timing"]
     if timing["runs"] or timing["reused"]:
-        print(f"analyses: {timing['runs']} run in {timing['seconds']:.0f} s ({caps.sentences} sentences, "
+        print(f"analyses: {timing['runs']} made in {timing['seconds']:.0f} s ({caps.sentences} sentences, "
               f"{caps.generation_prompts} continuations of a decoder"
               f"{', without ' + ', '.join(caps.skip) if caps.skip else ''}), {timing['reused']} reused")  # fmt: skip
     print(f"{len(result['rows'])} runs ({failed} failed){said}: {result['out']}/report.md, runs.csv, report.html")
