@@ -103,3 +103,34 @@ def test_sigusr1_to_every_task_requeues_once_and_the_requeued_job_resumes_exactl
     a = checkpoint_weights(run_dir / "checkpoints" / "last.ckpt")
     b = checkpoint_weights(single / "checkpoints" / "last.ckpt")
     assert max((a[k].float() - b[k].float()).abs().max().item() for k in a) <= 1e-5
+
+
+def test_a_submitit_sweep_runs_each_member_as_a_slurm_job_of_its_own(tmp_path: Path) -> None:
+    """Issue 56.4: ``degen-train -m cluster=slurm ...`` through Hydra's submitit launcher, with stand-in sbatch,
+    srun and sacct (tests/simulated_slurm.install_scheduler): submitit writes one job array, each member runs as an
+    array task of its own under SLURM's environment, and the sweep's closing line counts both members trained."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    import os
+    import sys
+
+    from tests.simulated_slurm import install_scheduler
+
+    bin_dir = tmp_path / "bin"
+    install_scheduler(bin_dir)
+    sweep = tmp_path / "sweep"
+    env = {**os.environ, "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "SIMULATED_SLURM_DIR": str(tmp_path)}  # fmt: skip
+    result = subprocess.run(
+        ["degen-train", "-m", "cluster=slurm", "hydra.launcher.tasks_per_node=1", "hydra.launcher.gpus_per_node=null",
+         "hydra.launcher.cpus_per_task=1", "trainer=cpu", "strategy=auto", "objective=mle", "model=gpt2_tiny",
+         "trainer.max_steps=2", "export_hf=false", "seed=1,2", f"hydra.sweep.dir={sweep}"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "sweep of 2 runs" in result.stdout and "2 trained" in result.stdout
+    scripts = list((sweep / ".submitit").rglob("*_submission.sh"))
+    assert len(scripts) == 1 and "#SBATCH --array=0-1%2" in scripts[0].read_text()  # one job array, two members
+    jobs = sorted(p.name for p in tmp_path.glob("job*/*") if p.is_dir())
+    assert len(jobs) == 2 and {j.rsplit("_", 1)[1] for j in jobs} == {"0", "1"}  # each member its own array task
+    for member in ("seed=1", "seed=2"):
+        assert (sweep / member / "summary.json").is_file()

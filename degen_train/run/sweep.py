@@ -49,6 +49,12 @@ class SweepFolderCheck(Callback):
             raise SystemExit(2) from None
         keep_earlier_launch(folder)
         LAUNCH["dir"], LAUNCH["started"] = folder, time.time()
+        # A member started by a launcher in a process of its own (submitit's job: `python -m submitit.core._submit`)
+        # has no command line to read its swept keys from: it inherits them here, as SLURM exports the submitting
+        # environment to a job (issue 56.4: every member of a submitit sweep wrote into SWEEP/run).
+        import os
+
+        os.environ[SWEPT_KEYS_VARIABLE] = ",".join(sorted(swept_keys(config)))
 
 
 def keep_earlier_launch(folder: Path) -> Path | None:
@@ -90,9 +96,14 @@ def jobs_side_by_side() -> int:
     return max(1, jobs)
 
 
+SWEPT_KEYS_VARIABLE = "DEGEN_TRAIN_SWEPT_KEYS"  # the sweep's swept keys, for members launched in processes of their own
+
+
 def swept_keys(root: Any = None, argv: list[str] | None = None) -> set[str]:
     """Keys that take several values in this sweep, as Hydra's own override parser reads the command line
-    (``seed=1,2``, ``x=range(3)``: swept; ``regularizer=[cosreg,tacl]``: one list value), plus the sweeper's params."""
+    (``seed=1,2``, ``x=range(3)``: swept; ``regularizer=[cosreg,tacl]``: one list value), plus the sweeper's params.
+    A process without the sweep's command line (a submitit job) reads them from SWEPT_KEYS_VARIABLE."""
+    import os
     import sys
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -100,6 +111,9 @@ def swept_keys(root: Any = None, argv: list[str] | None = None) -> set[str]:
 
     args = [a for a in (sys.argv[1:] if argv is None else argv) if "=" in a and not a.startswith("-")]
     keys = set()
+    inherited = os.environ.get(SWEPT_KEYS_VARIABLE)
+    if argv is None and not args and inherited:
+        keys |= set(inherited.split(","))
     parser = OverridesParser.create()
     for arg in args:
         try:
