@@ -413,14 +413,15 @@ def throughput_lines(rows: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def write_page_table(text: str, page: Path = PAGE) -> bool:
-    """Replace what lies between the page's gpu-table markers; False when the page has none."""
+def write_page_table(text: str, page: Path = PAGE, markers: tuple[str, str] = (TABLE_START, TABLE_END)) -> bool:
+    """Replace what lies between the page's table markers (the gpu-table's by default); False when it has none."""
+    start, end = markers
     content = page.read_text()
-    if TABLE_START not in content or TABLE_END not in content:
+    if start not in content or end not in content:
         return False
-    head, rest = content.split(TABLE_START, 1)
-    _, tail = rest.split(TABLE_END, 1)
-    page.write_text(f"{head}{TABLE_START}\n{text}{TABLE_END}{tail}")
+    head, rest = content.split(start, 1)
+    _, tail = rest.split(end, 1)
+    page.write_text(f"{head}{start}\n{text}{end}{tail}")
     return True
 
 

@@ -44,7 +44,7 @@ from typing import Any
 import torch
 
 from bench.common import RESULTS, corpus_overrides
-from bench.gpu import device_peak, ours
+from bench.gpu import device_peak, ours, write_page_table
 from bench.hand_loop import hand_loop
 from degen_train.config import load_config
 from degen_train.metrics.steady import WARMUP_STEPS
@@ -355,15 +355,6 @@ def step_time(row: dict[str, Any]) -> float | None:
     return steps["median"] if isinstance(steps, dict) else row.get("seconds_per_batch")
 
 
-def write_page_table(text: str, page: Path = PAGE) -> bool:
-    content = page.read_text()
-    if TABLE_START not in content or TABLE_END not in content:
-        return False
-    head, rest = content.split(TABLE_START, 1)
-    page.write_text(f"{head}{TABLE_START}\n{text}{TABLE_END}{rest.split(TABLE_END, 1)[1]}")
-    return True
-
-
 def main(argv: list[str]) -> int:
     if not torch.cuda.is_available() and not ON_CPU:
         print("gpu-sitting: no CUDA device on this machine; run it where one is (nothing was measured)")
@@ -422,7 +413,7 @@ def main(argv: list[str]) -> int:
     if not ON_CPU:
         RECORD.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, RECORD)
-        if write_page_table(text):
+        if write_page_table(text, PAGE, (TABLE_START, TABLE_END)):
             print(f"{PAGE.name}'s sitting table rewritten from {path}")
     return 1 if failed else 0
 
