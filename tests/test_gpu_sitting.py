@@ -145,3 +145,12 @@ def test_the_whole_sitting_runs_on_the_cpu_at_toy_sizes(tmp_path: Path) -> None:
     assert len(timed) >= 15 and all(r["step_seconds"]["clock"] == "host clock" for r in timed)
     assert record["machine"]["card"] == "CPU (dry run)" and record["run_seconds"]
     assert "degen-train at its best ÷ the careful compiled loop" in (tmp_path / "sitting_dry_run.md").read_text()
+
+
+def test_a_runs_step_times_survive_its_final_validation(tmp_path: Path) -> None:
+    """The final validation sets the callbacks up again (stage "validate"): the step clock of the fit is kept, so
+    summary.json's step_seconds is there after it (the sitting's end-to-end row read None)."""
+    from tests.helpers import run
+
+    summary = run(tmp_path / "run", "trainer.max_steps=14", "final_validation=true", "trainer.val_check_interval=7")
+    assert summary["step_seconds"]["clock"] == "host clock" and summary["step_seconds"]["steps"] >= 1

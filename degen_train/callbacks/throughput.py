@@ -69,7 +69,8 @@ class Throughput(Callback):
         self._shape = (body, head, model.config.num_hidden_layers, model.config.hidden_size)
         dtype = COMPUTE_DTYPE.get(str(trainer.precision), torch.float32)
         self.peak, self.peak_source = peak_flops(trainer.strategy.root_device, dtype, self.configured_peak)
-        self.clock = StepClock(trainer.strategy.root_device)
+        if stage == "fit":  # a later validate() (the final validation) sets up again: its clock keeps the steps
+            self.clock = StepClock(trainer.strategy.root_device)
 
     def batch_model_flops(self, batch: dict) -> tuple[int, int, float]:
         """(tokens, predicted tokens, useful FLOPs) of this process's batch."""
