@@ -23,7 +23,7 @@ that runs it). Results are written after every run: bench/results/sitting.{json,
 docs/gpu/sitting.json and docs/gpu.md's sitting table. The card (nvidia-smi: name, driver, clocks, power limit) and
 the versions (torch, CUDA, transformers, lightning) head the record.
 
-DEGEN_BENCH_GPU_ON_CPU=1 runs the same plan on the CPU at toy sizes, blocks and head eager (tests/test_bench_gpu.py):
+DEGEN_BENCH_GPU_ON_CPU=1 runs the same plan on the CPU at toy sizes, blocks and head eager (tests/test_gpu_sitting.py):
 the code, not numbers.
 """
 

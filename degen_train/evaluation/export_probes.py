@@ -51,7 +51,7 @@ def evaluate(
 
         result = {"model": str(model_folder(model))}
         writable_folder(out, "--out")
-        return _with_lm_eval(_with_generation(result, model, generation, out), model, lm_eval, out)
+        return _with_decoder_measures(result, model, generation, lm_eval, out)
     if w8a8 is not None:  # a bad file or setting fails before any model is loaded
         from degen_train.metrics.perplexity import read_documents
         from degen_train.metrics.quantization import PLACEMENTS
@@ -63,7 +63,7 @@ def evaluate(
     if not sts and wic is None:  # perplexity alone needs no encoder: its LM head is loaded by itself
         result = _perplexity_only(model, perplexity_files, out, perplexity_unit, max_length, stride, limit)
         result = _with_w8a8(result, w8a8, None, perplexity_unit, out, w8a8_placement)
-        return _with_lm_eval(_with_generation(result, model, generation, out), model, lm_eval, out)
+        return _with_decoder_measures(result, model, generation, lm_eval, out)
     # Read every input first: a bad file fails before the model is loaded.
     sts_sets = {Path(p).stem: read_sts(p) for p in sts}
     wic_items = read_wic(wic) if wic is not None else None
@@ -99,6 +99,12 @@ def evaluate(
         log.warning("%d sequences were longer than %d tokens and were truncated", encoder.truncated, encoder.max_length)
     atomic_write_json(Path(out) / "eval.json", result)
     result = _with_w8a8(result, w8a8, sts[0] if sts else None, perplexity_unit, out, w8a8_placement)
+    return _with_decoder_measures(result, model, generation, lm_eval, out)
+
+
+def _with_decoder_measures(result: dict[str, Any], model: str | Path, generation: dict[str, Any] | None,
+                           lm_eval: dict[str, Any] | None, out: str | Path) -> dict[str, Any]:  # fmt: skip
+    """``result`` with a decoder's generations, then its lm-evaluation-harness tasks (each when asked)."""
     return _with_lm_eval(_with_generation(result, model, generation, out), model, lm_eval, out)
 
 

@@ -121,7 +121,7 @@ def generation_eval(
     coherence_encoder = coherence_encoder or default_encoder()
     device = next(model.parameters()).device
     prefix_texts = [tokenizer.decode(p, skip_special_tokens=True) for p in prefixes]
-    generated: dict[str, list[list[int]]] = {}
+    written: dict[str, list[str]] = {}  # each decoding's continuations as text, decoded once
     result: dict[str, Any] = {"protocol": {"prefix_tokens": prefix_tokens if text is not None else None,
                                            "new_tokens": new_tokens, "prompts": len(prefixes),
                                            "source": str(text if text is not None else prompts),
@@ -137,23 +137,22 @@ def generation_eval(
             total_nll, scored = total_nll + nll, scored + count
             for i, row in zip(group, tokens.tolist(), strict=True):
                 continuations[i] = row
-        generated[decoding] = continuations  # type: ignore[assignment]
         texts = [tokenizer.decode(c, skip_special_tokens=True) for c in continuations]  # type: ignore[arg-type]
+        written[decoding] = texts
         result["decodings"][decoding] = {**text_measures(texts, continuations),  # type: ignore[arg-type]
                                          "perplexity_under_model": math.exp(total_nll / scored)}  # fmt: skip
     human = [tokenizer.decode(r, skip_special_tokens=True) for r in references] if references else None
     if human:
         result["human"] = text_measures(human, references)
-    _coherence(result, coherence_encoder, prefix_texts, generated, human, tokenizer)
-    _mauve(result, featurizer, generated, human, tokenizer)
+    _coherence(result, coherence_encoder, prefix_texts, written, human)
+    _mauve(result, featurizer, written, human)
     from degen_train.core.paths import writable_folder
 
     writable_folder(out, "--out")
     lines = []
-    for decoding, continuations in generated.items():
-        for i, tokens in enumerate(continuations):
-            row = {"decoding": decoding, "index": i, "prefix": prefix_texts[i],
-                   "continuation": tokenizer.decode(tokens, skip_special_tokens=True)}  # fmt: skip
+    for decoding, texts in written.items():
+        for i, text in enumerate(texts):
+            row = {"decoding": decoding, "index": i, "prefix": prefix_texts[i], "continuation": text}
             if human:
                 row["reference"] = human[i]
             lines.append(json.dumps(row, ensure_ascii=False))
@@ -178,8 +177,8 @@ def _same_length_batches(prefixes: Sequence[Sequence[int]], size: int) -> list[l
     return [group[i : i + size] for group in by_length.values() for i in range(0, len(group), size)]
 
 
-def _coherence(result: dict, encoder_dir: Path | str | None, prefixes: list[str], generated: dict,
-               human: list[str] | None, tokenizer: Any) -> None:  # fmt: skip
+def _coherence(result: dict, encoder_dir: Path | str | None, prefixes: list[str], written: dict[str, list[str]],
+               human: list[str] | None) -> None:  # fmt: skip
     if encoder_dir is None:
         result["coherence_encoder"] = None
         log.info("degen-eval: no coherence encoder (give --coherence-encoder FOLDER): coherence left out")
@@ -189,15 +188,14 @@ def _coherence(result: dict, encoder_dir: Path | str | None, prefixes: list[str]
     encoder = load_encoder(encoder_dir)
     result["coherence_encoder"] = str(encoder.source)
     first = sentence_vectors(encoder, prefixes)
-    for decoding, continuations in generated.items():
-        texts = [tokenizer.decode(c, skip_special_tokens=True) for c in continuations]
+    for decoding, texts in written.items():
         result["decodings"][decoding]["coherence"] = coherence(first, sentence_vectors(encoder, texts))
     if human:
         result["human"]["coherence"] = coherence(first, sentence_vectors(encoder, human))
 
 
-def _mauve(result: dict, featurizer: Path | str | None, generated: dict, human: list[str] | None,
-           tokenizer: Any) -> None:  # fmt: skip
+def _mauve(result: dict, featurizer: Path | str | None, written: dict[str, list[str]],
+           human: list[str] | None) -> None:  # fmt: skip
     """MAUVE of each decoding's continuations against the human ones, on the featurizer's mean-pooled vectors."""
     why = None
     if human is None:
@@ -221,8 +219,7 @@ def _mauve(result: dict, featurizer: Path | str | None, generated: dict, human: 
 
     encoder = load_encoder(featurizer)  # type: ignore[arg-type]
     human_features = sentence_vectors(encoder, human).float().numpy()  # type: ignore[arg-type]
-    for decoding, continuations in generated.items():
-        texts = [tokenizer.decode(c, skip_special_tokens=True) for c in continuations]
+    for decoding, texts in written.items():
         features = sentence_vectors(encoder, texts).float().numpy()
         score = mauve.compute_mauve(p_features=human_features, q_features=features, device_id=-1, verbose=False,
                                     seed=25)  # fmt: skip
