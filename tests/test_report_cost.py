@@ -3,6 +3,7 @@ continuations) and can leave parts out; present analyses are reused; the time th
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -92,6 +93,11 @@ def test_a_decoder_run_measures_its_generations_at_its_end_and_the_report_shows_
                                          r"longer than model.max_position=128"):  # fmt: skip
         run(tmp_path / "too_long", "objective=mle", "model=gpt2_tiny", f"eval.generate={text}")
     assert not (tmp_path / "too_long" / "checkpoints").exists()  # refused before training
+    if importlib.util.find_spec("lm_eval") is not None:  # the harness's task index, read before training
+        with pytest.raises(ValueError, match=r"eval.lm_eval: task\(s\) no_such_task not known to lm-eval .* a "
+                                             r"folder given by eval.lm_eval_include"):  # fmt: skip
+            run(tmp_path / "unknown_task", "objective=mle", "model=gpt2_tiny", "eval.lm_eval=[no_such_task]")
+        assert not (tmp_path / "unknown_task" / "checkpoints").exists()
     summary = run(tmp_path / "decoder", "objective=mle", "model=gpt2_tiny", "trainer.max_steps=2",
                   f"eval.generate={text}", "eval.generate_prompts=2", "eval.generate_prefix_tokens=8",
                   "eval.generate_new_tokens=16")  # fmt: skip

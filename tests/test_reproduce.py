@@ -48,6 +48,15 @@ def miniature(tmp_path: Path, *, parts: str, seeds: int) -> list[str]:
     return [f"parts={parts}", f"seeds={seeds}", *sizes, f"runs={tmp_path / 'runs'}", f"out={tmp_path / 'page'}"]
 
 
+def test_the_scale_note_says_whether_the_loss_still_fell() -> None:
+    """A page said "still fell -0.0%" of a flat loss (part (d), 2026-11-28): flat and rising are said as such."""
+    from degen_train.reproduce.write import loss_trend
+
+    assert loss_trend(1.24) == "; validation loss still fell 1.2% over the last fifth"
+    assert loss_trend(-0.02) == "; validation loss was flat over the last fifth (within 0.05%)"
+    assert loss_trend(-0.8) == "; validation loss rose 0.8% over the last fifth"
+
+
 def test_a_miniature_page_end_to_end_and_a_free_rerun(tmp_path: Path) -> None:
     settings = miniature(tmp_path, parts="[gao]", seeds=2)
     page = Path(reproduce(load_settings(settings)))

@@ -26,20 +26,7 @@ def run_lm_eval(
 ) -> dict[str, Any]:
     """The harness's results for ``tasks`` on the decoder export in ``model_dir``: per task its metrics (and their
     standard errors, as the harness computes them), the harness's version, the few-shot count and the limit."""
-    try:
-        import lm_eval
-        from lm_eval.tasks import TaskManager
-    except ImportError:
-        raise ValueError("--lm-eval needs the lm-eval package: pip install 'degen-train[lm-eval]'") from None
-    if include_path is not None and not Path(include_path).is_dir():
-        raise FileNotFoundError(f"--lm-eval-include {include_path}: no such folder of task YAML files")
-    manager = TaskManager(include_path=str(include_path)) if include_path is not None else TaskManager()
-    known = set(manager.all_tasks)
-    unknown = [task for task in tasks if task not in known]
-    if unknown:  # before the model is loaded
-        raise ValueError(f"lm-eval task(s) {', '.join(unknown)} not known to lm-eval {lm_eval.__version__}; its tasks "
-                         f"are listed by `lm-eval ls tasks`, and a task of your own is a YAML file in a folder given "
-                         f"by --lm-eval-include")  # fmt: skip
+    lm_eval, manager = checked_tasks(tasks, include_path)
     import torch
     from lm_eval.models.huggingface import HFLM
 
@@ -57,6 +44,28 @@ def run_lm_eval(
         "limit": limit,
         "include_path": str(include_path) if include_path is not None else None,
     }
+
+
+def checked_tasks(tasks: Sequence[str], include_path: str | Path | None = None, *, key: str = "--lm-eval",
+                  include_key: str = "--lm-eval-include") -> tuple[Any, Any]:
+    """(the lm_eval module, its TaskManager) once every name in ``tasks`` is one the harness knows (with the task
+    YAML files under ``include_path``); else a ValueError naming the unknown ones, before any model is loaded.
+    ``key`` and ``include_key`` name the option in the message (degen-eval's flags, or a run's eval.* keys)."""
+    try:
+        import lm_eval
+        from lm_eval.tasks import TaskManager
+    except ImportError:
+        raise ValueError(f"{key} needs the lm-eval package: pip install 'degen-train[lm-eval]'") from None
+    if include_path is not None and not Path(include_path).is_dir():
+        raise FileNotFoundError(f"{include_key} {include_path}: no such folder of task YAML files")
+    manager = TaskManager(include_path=str(include_path)) if include_path is not None else TaskManager()
+    known = set(manager.all_tasks)
+    unknown = [task for task in tasks if task not in known]
+    if unknown:
+        raise ValueError(f"{key}: task(s) {', '.join(unknown)} not known to lm-eval {lm_eval.__version__}; its tasks "
+                         f"are listed by `lm-eval ls tasks`, and a task of your own is a YAML file in a folder given "
+                         f"by {include_key}")  # fmt: skip
+    return lm_eval, manager
 
 
 def _plain(values: Any) -> Any:

@@ -271,8 +271,17 @@ def scale_note(rows: pd.DataFrame, base: str, why: str) -> str:
     """Where an effect may be missing: the scale of these runs against the paper's, and the reason given."""
     steps = int(rows.loc[rows["variant"] == base, "steps"].max())
     fall = rows.loc[rows["variant"] == base, "val loss fall over last fifth %"].dropna()
-    still = f"; validation loss still fell {fall.mean():.1f}% over the last fifth" if len(fall) else ""
-    return f"*Scale: {steps} steps{still}. Where a verdict above does not show: {why}.*"
+    return f"*Scale: {steps} steps{loss_trend(fall.mean()) if len(fall) else ''}. Where a verdict above does not " \
+           f"show: {why}.*"
+
+
+def loss_trend(fall: float) -> str:
+    """The validation loss over a run's last fifth, in words: still falling, flat (within 0.05%), or rising."""
+    if fall >= 0.05:
+        return f"; validation loss still fell {fall:.1f}% over the last fifth"
+    if fall > -0.05:
+        return "; validation loss was flat over the last fifth (within 0.05%)"
+    return f"; validation loss rose {-fall:.1f}% over the last fifth"
 
 
 def _picture(results: list[tuple[Run, dict]], variant: str, kind: str) -> str | None:

@@ -150,6 +150,11 @@ def check_inputs(cfg: DictConfig, family: str) -> list[Any]:
             raise ValueError(f"eval.generate_prefix_tokens + eval.generate_new_tokens = {length} tokens is longer than "
                              f"model.max_position={cfg.model.max_position}: give fewer, e.g. "
                              f"eval.generate_new_tokens={max(1, int(cfg.model.max_position) - 32)}")  # fmt: skip
+    if cfg.eval.lm_eval:  # the harness's task index read now: a misspelt task fails before training
+        from degen_train.evaluation.lm_eval_tasks import checked_tasks
+
+        checked_tasks(list(cfg.eval.lm_eval), cfg.eval.lm_eval_include, key="eval.lm_eval",
+                      include_key="eval.lm_eval_include")  # fmt: skip
     check_push(cfg.push_to_hub)
     if not cfg.eval.glue:  # needs export_hf and eval.glue_dir: checked in schema.py
         return []

@@ -223,4 +223,4 @@ def test_degen_eval_runs_an_lm_eval_task_of_local_files(tmp_path: Path, decoder:
     assert f"degen_tiny_choice: acc {accuracy:.4g} ± " in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main([str(export), "--lm-eval", "no_such_task", "--lm-eval-include", str(tasks), "--out", str(tmp_path / "x")])
-    assert "lm-eval task(s) no_such_task not known to lm-eval" in capsys.readouterr().err
+    assert "--lm-eval: task(s) no_such_task not known to lm-eval" in capsys.readouterr().err
