@@ -35,10 +35,12 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # Two tiers, set by tests/conftest.py from each test's code: `make test` runs every test that starts no Python
-# process (about 8 min here); `make test-process` the ones that do (the commands as users run them, two-process
-# DDP/FSDP2 equality, kill -9 and signal drills, a second writer, multirun). CI (.ci/run) runs both, in that order.
+# process, on both cores (pytest-xdist: one worker a core, each test's runs one thread each); `make test-process` the
+# ones that do (the commands as users run them, two-process DDP/FSDP2 equality, kill -9 and signal drills, a second
+# writer, multirun), one at a time: their own processes take the cores. CI (.ci/run) runs both, in that order.
+TEST_WORKERS ?= 2
 test: $(STAMP) lint docs
-	$(BIN)/python -m pytest -q --durations=15 -m "not process" tests
+	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadfile -m "not process" tests
 
 test-process: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=15 -m process tests

@@ -18,6 +18,7 @@ from bench import (  # noqa: E402
     chunked_ce,
     data,
     finetune,
+    host,
     losses,
     memory,
     methods,
@@ -44,6 +45,7 @@ def main() -> None:
         sys.exit(sitting.main(sys.argv[2:]))
     wanted = set(sys.argv[1:]) or {
         "spine",
+        "host",
         "losses",
         "metrics",
         "reliability",
@@ -63,6 +65,8 @@ def main() -> None:
     print(f"measured on: {machine['cpu']}, {machine['threads']} threads; native bf16: {bf16}")
     if "spine" in wanted:
         spine.main()
+    if "host" in wanted:
+        host.main()
     if "losses" in wanted:
         losses.main()
     if "metrics" in wanted:

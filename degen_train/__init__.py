@@ -4,7 +4,7 @@ The packages stand on nine levels, top to bottom; a package imports only along t
 lists, each to a lower level, and packages side by side on one level never import each other:
 
     cli: the commands: degen-train, -eval, -analyze, -report, -finetune, -convert, -reproduce
-    report  reproduce: degen-report's tables and figures; make reproduce's runs, analyses and page
+    report  reproduce  cluster: degen-report's tables and figures; make reproduce's runs and page; degen-cluster
     run: a run's life cycle: pretrain.train, build, the LightningModule, parallelism, resume, branch, export
     callbacks  evaluation: what watches a run; the instruments run on a model folder (degen-analyze, degen-eval)
     metrics  finetune: pure measurements (isotropy, outliers, quantization, probes); the GLUE grid

@@ -11,6 +11,12 @@ import pytest
 # Inductor compiles in the test process, not in a pool of Python workers it would start for each session (79 such
 # processes cost more here than the tiny graphs of tests/unit/test_compile.py take to compile).
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+# `make test` runs on both cores (pytest-xdist, one worker each): a worker's runs take its share of the CPUs, as a
+# run's threads=auto takes an exported OMP_NUM_THREADS (devices/threads.py), so two workers never fight over the
+# cores; a test that sets threads=N keeps N. Set before torch is imported, which reads it once.
+if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
+    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // max(_workers, 1)))
 
 from degen_train.data.builtin_corpus import builtin_documents  # noqa: E402
 

@@ -61,8 +61,13 @@ def command(name: str, *args: str) -> subprocess.CompletedProcess:
     import contextlib
     import importlib
     import io
+    import logging
     from unittest import mock
 
+    for logger in (logging.getLogger(), logging.getLogger("degen_train")):  # a fresh process has no earlier run's
+        for handler in [h for h in logger.handlers if isinstance(h, logging.FileHandler)]:  # train.log open
+            logger.removeHandler(handler)
+            handler.close()
     out, err = io.StringIO(), io.StringIO()
     code: object = 0
     main = importlib.import_module(COMMANDS[name]).main

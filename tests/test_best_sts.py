@@ -33,7 +33,9 @@ def sts_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_the_export_holds_the_best_scoring_step(tmp_path: Path, sts_file: Path, teacher: Path) -> None:
+def test_the_export_holds_the_best_scoring_step(tmp_path: Path, sts_file: Path, teacher: Path,
+                                                caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    caplog.set_level("INFO", logger="degen_train")
     run_dir = tmp_path / "run"
     summary = run(
         run_dir,
@@ -55,6 +57,8 @@ def test_the_export_holds_the_best_scoring_step(tmp_path: Path, sts_file: Path, 
     exported = load_file(str(run_dir / "hf" / "model.safetensors"))
     for name, tensor in exported.items():
         torch.testing.assert_close(tensor, chosen[f"backbone.model.{name}"], rtol=0, atol=0)
+    # the weights put back are validated again (issue 67.5 elides a final validation only when nothing changed)
+    assert not any("final validation: the periodic one" in r.getMessage() for r in caplog.records)
 
 
 def test_a_missing_sts_file_fails_before_training(tmp_path: Path, teacher: Path) -> None:

@@ -120,9 +120,13 @@ def hydra_reads(arguments: list[str], earlier: dict[str, list[str]], folder: Pat
 
     if arguments[:1] in (["--list"], ["--reproduce"]):
         return
-    for run_dir, recorded in earlier.items():  # the page's earlier runs, as folders of their own
+    from degen_train.core.own_runs import new_run_id, remember
+
+    for run_dir, recorded in earlier.items():  # the page's earlier runs, as folders of the reader's own runs
         (folder / run_dir).mkdir(parents=True, exist_ok=True)
         (folder / run_dir / "overrides.json").write_text(json.dumps(recorded))
+        (folder / run_dir / "config.yaml").write_text("{}\n")
+        remember(folder / run_dir, new_run_id())
     cwd = os.getcwd()
     os.chdir(folder)  # the command's relative folders are made here, not in the checkout
     try:

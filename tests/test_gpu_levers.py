@@ -117,12 +117,14 @@ def test_a_deferred_read_on_the_cpu_is_ready_at_once() -> None:
     assert read.ready() and read.value().tolist() == [True, False]
 
 
-def test_the_fused_kernel_is_the_default_on_a_gpu_and_for_sharded_parameters() -> None:
-    on = {name: SimpleNamespace(device=torch.device(name)) for name in ("cpu", "cuda")}
-    sharded = SimpleNamespace(device=torch.device("cpu"), full_tensor=lambda: None)
+def test_the_fused_kernel_is_the_default_on_a_gpu_a_cpu_and_for_sharded_parameters() -> None:
+    on = {name: SimpleNamespace(device=torch.device(name), dtype=torch.float32) for name in ("cpu", "cuda", "mps")}
+    sharded = SimpleNamespace(device=torch.device("cpu"), dtype=torch.float32, full_tensor=lambda: None)
     assert kernel_choice([on["cuda"], on["cuda"]], None) == (True, None)
     assert kernel_choice([sharded], None) == (True, None)  # FSDP2: not one DTensor dispatch per parameter
-    assert kernel_choice([on["cpu"]], None) == (None, None)  # a CPU's plain tensors: torch's default
+    assert kernel_choice([on["cpu"]], None) == (True, None)  # a CPU's plain tensors too (issue 67.3)
+    assert kernel_choice([on["mps"]], None) == (None, None)  # another device: torch's default
+    assert kernel_choice([SimpleNamespace(device=torch.device("cpu"), dtype=torch.int8)], None) == (None, None)
     assert kernel_choice([on["cuda"]], False) == (False, None)  # optimizer.fused=false is obeyed
 
 

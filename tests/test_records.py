@@ -59,6 +59,35 @@ def test_throughput_and_mfu_are_in_the_summary_and_the_logs(text_run: Path) -> N
     assert logged(text_run, "train/mfu") and logged(text_run, "train/mfu_total")
 
 
+def test_a_short_run_validating_after_every_update_is_timed(tmp_path: Path) -> None:
+    """Issue 67.4: a 6-update run (a joblib sweep member, measured) reported `speed 0 tokens/s` and tokens_per_s 0.0:
+    the batch after each validation was treated as a start and never timed. What was not measured is null, saying
+    why, never 0."""
+    from degen_train.callbacks.throughput import Throughput
+    from tests.helpers import run
+
+    summary = run(tmp_path / "run", "trainer.max_steps=6", "trainer.val_check_interval=1", "export_hf=false")
+    assert summary["tokens_per_s"] > 0 and summary["seconds_per_batch"] > 0
+    assert summary["tokens_per_s_unmeasured"] is None
+    untimed = Throughput(count_total_flops=False).summary(world_size=1)
+    assert untimed["tokens_per_s"] is None and untimed["steady_tokens_per_s"] is None
+    assert untimed["tokens_per_s_unmeasured"].startswith("no step was timed")
+
+
+def test_the_final_validation_is_the_periodic_one_when_nothing_changed_since(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 67.5: the final validation repeated the last periodic one at the same step, with the same loss (20 s of
+    each 8.5-minute run). Its numbers are taken, and its row is logged at the final step as before."""
+    from tests.helpers import run
+
+    caplog.set_level("INFO", logger="degen_train")
+    summary = run(tmp_path / "run", "trainer.max_steps=6", "trainer.val_check_interval=3", "export_hf=false")
+    assert any("final validation: the periodic one at update 6" in r.getMessage() for r in caplog.records)
+    rows = {step: loss for step, loss in logged(tmp_path / "run", "val/loss").items()}
+    assert rows[5] == rows[6] == pytest.approx(summary["val_loss"])  # the periodic row, stamped again as the final
+
+
 def rebased(tree: Any, old_run_dir: str) -> Any:
     """``tree`` with every string that is, or lies inside, ``old_run_dir`` written as ``${run_dir}``..."""
     if isinstance(tree, dict):

@@ -26,7 +26,7 @@ def test_settings_refuse_unknown_keys_and_parts() -> None:
 
 
 def test_the_page_says_each_verdict_by_the_one_rule() -> None:
-    """A claim (reproduce/claims.py) reads its two arms' seeds by (part, variant) and says reproduce/verdicts.py's
+    """A claim (reproduce/claims.py) reads its two arms' seeds by (part, variant) and says metrics/verdicts.py's
     word with the effect and its noise (tests/unit/test_verdicts.py holds the rule's own cases)."""
     rows = pd.DataFrame({"part": ["p"] * 6 + ["q"], "variant": ["a"] * 3 + ["b"] * 3 + ["a"],
                          "x": [1.0, 1.1, 0.9, 0.5, 0.6, 0.4, 9.0]})  # fmt: skip

@@ -73,7 +73,16 @@ def test_grid_report_has_one_row_per_run_matching_its_summary(grid: Path) -> Non
     assert float(seeds["0"]["val_loss mean"]) == pytest.approx(sum(losses) / 2, rel=1e-6)
     assert float(seeds["0"]["val_loss std"]) == pytest.approx(abs(losses[0] - losses[1]) / 2**0.5, rel=1e-5)
     html = (grid / "report" / "report.html").read_text()
-    assert "data:image/png;base64," in html and "Mean ± std over seeds" in html
+    assert "data:image/png;base64," in html and "mean ± standard deviation over seeds (a spread, not an" in html
+    # Issue 65: every setting against its baseline (weight 0: the value that switches the swept term off)
+    with open(grid / "report" / "verdicts.csv", newline="") as handle:
+        verdicts = list(csv.DictReader(handle))
+    assert {v["baseline"] for v in verdicts} == {"regularizer.cosreg.weight=0"}
+    assert {v["setting"] for v in verdicts} == {"regularizer.cosreg.weight=1"}
+    assert {v["seeds"] for v in verdicts} == {"2 + 2"} and "isotropy/embedding/mean_cosine" in {
+        v["measure"] for v in verdicts}  # fmt: skip
+    assert all(v["verdict"] in ("lower", "higher", "no difference shown", "cannot tell") for v in verdicts)
+    assert "effect against regularizer.cosreg.weight=0" in html
     assert "val_perplexity against embedding IsoScore" in html
     markdown = (grid / "report" / "report.md").read_text()
     assert "regularizer=cosreg" in markdown.split("\n")[2]
@@ -253,3 +262,35 @@ def test_a_joblib_sweep_runs_its_members_side_by_side_dividing_the_threads(tmp_p
 
     (first_start, first_end), (second_start, second_end) = sorted(span(log) for log in logs)
     assert second_start <= first_end  # at once, not one after the other
+
+
+def test_a_stopped_joblib_sweep_checkpoints_its_members_and_leaves_no_process(tmp_path: Path) -> None:
+    """Issue 63.8: SIGTERM to a joblib sweep's parent left its two loky workers alive minutes later (a second SIGTERM
+    did nothing). Now each member writes its last.ckpt, no member starts after the signal, and no worker is left."""
+    import signal
+    import sys
+    import time
+
+    import psutil
+
+    command = [str(Path(sys.executable).parent / "degen-train"), "-m", *QUICK, "trainer.max_steps=100000",
+               "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2,3", "threads=1",
+               f"hydra.sweep.dir={tmp_path}"]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    deadline = time.monotonic() + 240
+    logs = [tmp_path / f"seed={seed}" / "logs" / "metrics.csv" for seed in (1, 2)]
+    while not all(log.is_file() and log.stat().st_size > 0 for log in logs):  # both members are training
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-3000:]
+        time.sleep(0.5)
+    workers = [child for child in psutil.Process(process.pid).children() if "resource_tracker" not in
+               " ".join(child.cmdline())]  # fmt: skip
+    assert len(workers) == 2
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=240)
+    assert process.returncode == 75, err[-3000:]
+    for seed in (1, 2):
+        assert (tmp_path / f"seed={seed}" / "checkpoints" / "last.ckpt.meta.json").is_file(), err[-3000:]
+    assert not (tmp_path / "seed=3" / "checkpoints").exists()  # no member started after the signal
+    assert "2 stopped with a checkpoint" in err and "run the same command again to resume it (exit code 75)" in err
+    time.sleep(1)
+    assert not [w.pid for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]

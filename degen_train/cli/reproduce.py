@@ -25,7 +25,7 @@ from degen_train.core.paths import config_dir  # noqa: E402
 log = logging.getLogger("degen_train.reproduce")
 PARTS = ("gao", "tacl", "coco", "luo", "simctg", "unlikelihood", "agg", "spectrum_control", "istar", "simcse",
          "muon", "muon_cosreg", "muon_encoder", "cosreg_cooldown", "glue", "clipped_softmax", "gated_attention",
-         "output_gate", "positions")  # fmt: skip
+         "output_gate", "positions", "simctg_generation")  # fmt: skip
 
 
 def load_settings(overrides: Sequence[str]) -> DictConfig:

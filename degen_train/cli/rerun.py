@@ -5,11 +5,13 @@ house's Hydra settings; later overrides still apply. The new run goes to RUN-rep
 hydra.run.dir says otherwise. A different code commit than the record's is warned about, not refused.
 
 A run folder may come from someone else, so its config is data, read through the one reader of handed-over files
-(config/handed_over.py): the house's keys, value types and ``_target_``s only, no interpolation; every output
-location (checkpoints, logs, profiles, the Trainer's root, the data cache) is the house's own for the new folder, its
-loggers the house's default, its Hydra settings and upload left out (said in one line); the inputs it reads
-(corpora, tokenizer, teacher, starting weights, probe files) are printed before any work. So the reproduction writes
-nowhere but its own folder and this user's cache.
+(config/handed_over.py), each key by the role it declares (config/roles.py): the house's keys, value types and
+``_target_``s only, no interpolation; every output location (checkpoints, logs, profiles, the Trainer's root, the data
+cache) is the house's own for the new folder, its loggers the house's default, its Hydra settings, launch and upload
+left out (said in one line); an input (a corpus, tokenizer, teacher, starting weights, probe files) is read only at the
+house's own value or from the user's command line (a run this user trained here passes its own on), and the inputs it
+reads are printed before any work. So the reproduction reads what the user chose and writes nowhere but its own folder
+and this user's cache.
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from omegaconf import OmegaConf
 
-from degen_train.config.handed_over import HandedOverError, read_config_file, with_house_outputs
+from degen_train.config.handed_over import Door, HandedOverError, read_config_file, with_house_outputs
 from degen_train.config.house_keys import house_value
+from degen_train.config.inherited import given_keys
 from degen_train.config.records import Summary, read_record
+from degen_train.config.roles import TRAINS, Role, inputs_named, role_of
 from degen_train.core.handed_files import HandedOverFileError
+from degen_train.core.own_runs import is_own
 from degen_train.core.paths import config_dir, writable_folder
 from degen_train.run.provenance import code_version
 
@@ -42,8 +46,9 @@ def reproduce_argv(run: str, overrides: list[str]) -> list[str]:
     recorded = run_dir / "config.yaml"
     if not os.path.lexists(recorded):
         raise SystemExit(f"--reproduce {run}: {recorded} does not exist (is {run} a degen-train run folder?)")
-    try:  # the one reader of handed-over settings (config/handed_over.py): data through the house's allow-list
-        reading = read_config_file(recorded, advice=ADVICE)
+    door = Door(given=given_keys(overrides), trusted=is_own(run_dir), advice=ADVICE)
+    try:  # the one reader of handed-over settings (config/handed_over.py): each key by its declared role
+        reading = read_config_file(recorded, door=door)
     except HandedOverError as error:
         raise SystemExit(f"--reproduce {run}: {error}") from None
     if reading.dropped_line():  # printed, as the inputs below: the command's own words before Hydra logs anything
@@ -53,9 +58,13 @@ def reproduce_argv(run: str, overrides: list[str]) -> list[str]:
     config = OmegaConf.create(tree)
     for key, value in NOT_REPRODUCED.items():
         config[key] = value
-    inputs = recorded_inputs(tree)
-    print(f"degen-train --reproduce {run}: the recorded config reads " + ("; ".join(inputs) if inputs else
-          "nothing outside this package (the builtin corpus)"), flush=True)  # fmt: skip
+    inputs = inputs_named(tree)
+    whose = " (your own run: its inputs are read)" if door.trusted and inputs else ""
+    yours = [o.lstrip("+") for o in overrides if (role_of(o.split("=", 1)[0].lstrip("+~")) or TRAINS).role ==
+             Role.INPUT]  # fmt: skip
+    print(f"degen-train --reproduce {run}: the recorded config reads{whose} " + ("; ".join(inputs) if inputs else
+          "nothing outside this package") + (f", and from your command line: {'; '.join(yours)}" if yours else ""),
+          flush=True)  # fmt: skip
     primary = OmegaConf.merge({"defaults": [{"hydra": "default"}, "_self_"]}, config)
     primary.hydra = {"searchpath": [f"file://{config_dir()}"]}
     folder = Path(tempfile.mkdtemp(prefix="degen-reproduce-"))
@@ -72,22 +81,6 @@ def reproduce_argv(run: str, overrides: list[str]) -> list[str]:
 
 
 ADVICE = ". If you wrote that config yourself, launch it with its overrides (RUN/overrides.json)"
-INPUT_KEYS = ("path", "validation_path", "name", "init_from", "teacher", "start", "sts", "wic", "wic_fit", "w8a8",
-              "glue_dir", "branch_from")  # fmt: skip
-
-
-def recorded_inputs(tree: Any, prefix: str = "") -> list[str]:
-    """'KEY=VALUE' for every input the record names (a corpus, a tokenizer, a teacher, probe files, a parent run)."""
-    found: list[str] = []
-    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, list) else ()
-    for key, value in items:
-        path = f"{prefix}.{key}" if prefix else str(key)
-        wanted = key in INPUT_KEYS and (key != "name" or path.startswith("data"))  # data.name: a hub dataset
-        if wanted and value not in (None, "", []):
-            found.append(f"{path}={value}")
-        elif isinstance(value, dict | list):
-            found.extend(recorded_inputs(value, path))
-    return found
 
 
 def _warn_if_code_differs(run_dir: Path) -> None:

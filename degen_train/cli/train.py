@@ -20,6 +20,7 @@ from degen_train.core.quiet import silence_known_noise  # noqa: E402
 from degen_train.losses.catalog import refuse_unknown_term_options  # noqa: E402
 from degen_train.run.pretrain import train  # noqa: E402
 from degen_train.run.sweep import FAILED_RUNS, run_in_sweep, search_objective, sweep_summary_line  # noqa: E402
+from degen_train.run.sweep_stop import STOPPED, end_workers  # noqa: E402
 from degen_train.storage.runlock import RunDirBusy, check_output_folders_in  # noqa: E402
 
 
@@ -104,8 +105,15 @@ def main() -> None:
         sys.argv = [sys.argv[0], *command_line(sys.argv[1:])]
     except (NotADirectoryError, ValueError) as error:
         sys.exit(f"degen-train: error: {error}")
-    _hydra_main()
+    try:
+        _hydra_main()
+    finally:
+        end_workers()  # a joblib sweep's worker processes end with it (run/sweep_stop.py)
     summary_line = sweep_summary_line()
+    if STOPPED["signal"] is not None:
+        print(f"{summary_line or 'the sweep'}\ndegen-train: the sweep was stopped; run the same command again to "
+              f"resume it (exit code {PREEMPTED_EXIT})", file=sys.stderr)  # fmt: skip
+        sys.exit(PREEMPTED_EXIT)
     if summary_line:
         print(summary_line)
     if FAILED_RUNS:  # the other runs of the sweep ran; the command still says that some failed (summary_line has

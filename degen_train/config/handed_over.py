@@ -1,20 +1,17 @@
 """The one reader of settings from a handed-over folder: a branch's parent (RUN/overrides.json), a record given to
 ``--reproduce`` (RUN/config.yaml), a run or sweep folder given to degen-report, degen-analyze or degen-finetune.
 
-Such a file is data. Every setting in it goes through one typed allow-list built from the house itself
-(house_keys.py: the keys and ``_target_``s of conf/, the typed schema, the Trainer's arguments, the terms' options):
+Such a file is data, and every rule this reader applies comes from the role each setting declares where it is defined
+(config/roles.py; the schema's fields carry theirs): what the run trains or measures and how it is shown are carried,
+as checked values; where it writes and how it is launched are left out (this run decides them, said in one line); an
+input or code is carried only at the house's own value, else refused in one line naming the file, the entry and the
+command-line form (unless the user's command line gives that key); a protection only when it is no looser than the
+house's. This module keeps no list of keys of its own: a setting added to the schema or conf/ brings its role.
 
-- a key the house does not have is refused, naming the file; a value must have the type the house gives that key
-  (the schema's own check, or the kind of value conf/ holds there);
-- a ``_target_`` may only name what the house's yaml builds at that same key; no interpolation (``${...}``) is read;
-- a group choice (``recipe=tacl``) must name one of the group's files in conf/;
-- where a run writes (checkpoint folder and file name, loggers, the Trainer's root, profiler folders, the data
-  cache), how it was launched (Hydra's settings, the cluster group) and what it uploads (``push_to_hub``) are never
-  read: they come from the new run's own folder and command line, and what was left out is said in one line.
-
-A door reads through this module and adds no rules of its own: a new door cannot forget one. Nothing read here is
-handed to Hydra as text from the file: overrides are parsed with Hydra's own parser, checked as typed values and
-written out again by ``Setting.override``.
+Besides: a key the house does not have is refused, naming the file; a value must have the type the house gives that
+key; a ``_target_`` may only name what the house's yaml builds at that key; no interpolation (``${...}``) is read; a
+group choice must name one of the group's files in conf/. Nothing read here is handed to Hydra as text from the file:
+overrides are parsed with Hydra's own parser, checked as typed values and written out again by ``Setting.override``.
 """
 
 from __future__ import annotations
@@ -23,43 +20,28 @@ import functools
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from degen_train.config.house_keys import house_groups, house_keys, house_value, kind_of, schema_fields
+from degen_train.config.house_keys import house_default, house_groups, house_keys, kind_of, schema_fields
 from degen_train.config.renamed import current_target
-from degen_train.core.handed_files import HandedOverFileError, check_bounded, json_record, plain_file_text, printable
+from degen_train.config.roles import MEANING, Declared, Role, group_role, role_of
+from degen_train.core.handed_files import (
+    HandedOverFileError,
+    check_bounded,
+    check_text_bounded,
+    json_record,
+    plain_file_text,
+    printable,
+)
 
-# Sections a handed-over file never decides: how and where it was launched, published or logged.
-NOT_READ = {
-    "hydra": "Hydra's settings",
-    "defaults": "its defaults list",
-    "logger": "its loggers",
-    "push_to_hub": "its upload",
-    "cluster": "its launcher",
-    "run_dir": "its folder",
-    "ckpt_path": "its checkpoint",
-}
-# Keys, wherever they are, that say where something is written: the new run's own folder decides them.
-OUTPUT_LEAVES = ("dirpath", "filename", "save_dir", "log_dir", "output_dir", "root_dir", "cache_dir",
-                 "default_root_dir")  # fmt: skip
 TERM_OPTION = re.compile(r"^(objective|regularizer)\.(\w+)\.(\w+)$")
-# What protects a run (its checkpoints, its SIGTERM/requeue handler, its divergence guard) and the Trainer switches that
-# change what a run is (a few batches, no checkpoint, an epoch or time limit that ends it before its steps): a file
-# that would switch one off is refused for a run read from it (a branch, a reproduction), never passed on silently.
-PROTECTIVE_CALLBACKS = ("checkpoint", "preemption", "divergence")
-TRAINER_SWITCHES = {
-    "fast_dev_run": "runs a few batches and writes no checkpoint",
-    "limit_train_batches": "trains on part of each epoch only",
-    "overfit_batches": "trains on a few repeated batches",
-    "enable_checkpointing": "decides whether checkpoints are written",
-    "max_epochs": "ends the run after epochs instead of its steps (degen-train counts steps: -1)",
-    "max_time": "ends the run at a wall-clock time instead of its steps",
-}
 KEY = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 CHOICE = re.compile(r"^[\w.-]+$")
+LEFT_OUT = (Role.OUTPUT, Role.LAUNCH)
+THE_USERS_OWN = (Role.INPUT, Role.CODE)
 
 
 class HandedOverError(HandedOverFileError):
@@ -87,70 +69,92 @@ class Setting:
         return f"{self.prefix}{self.key}={hydra_literal(self.value)}"
 
 
+@dataclass(frozen=True)
+class Door:
+    """Who reads the file and what they allow: ``given`` the keys the user's own command line sets (a handed-over
+    input or code at one of them, or below it, is left out: the user's wins); ``inherit`` key prefixes whose inputs
+    are carried and named (a branch: its parent's own data); ``trusted`` every input and protection carried as the user
+    gave it (a run this user trained here, listed in their own runs); ``runs`` a run is built from the file
+    (protections are held; a door that only
+    reads keeps the inputs aside in ``Reading.inputs``); ``advice`` said after every refusal."""
+
+    given: Mapping[str, Any] | Collection[str] = ()
+    inherit: tuple[str, ...] = ()
+    trusted: bool = False
+    runs: bool = True
+    advice: str = ""
+
+    def gives(self, key: str) -> bool:
+        parts = key.split(".")
+        return any(".".join(parts[:n]) in self.given for n in range(1, len(parts) + 1))
+
+
 @dataclass
 class Reading:
-    """What a door read from one file: the settings kept and the keys left out (this run decides those)."""
+    """What a door read from one file: the settings kept, the keys left out (this run decides those), the inputs
+    carried because the door inherits them, and (a door that only reads) the inputs the file names."""
 
     source: Path
     settings: list[Setting] = field(default_factory=list)
     tree: dict[str, Any] = field(default_factory=dict)
     left_out: dict[str, Any] = field(default_factory=dict)  # {key: the value the file gave it}
+    inherited: dict[str, Any] = field(default_factory=dict)  # inputs carried by the door's leave ({key: value})
+    inputs: dict[str, Any] = field(default_factory=dict)  # a reading door: inputs named, never carried
 
     @property
     def dropped(self) -> list[str]:
         return list(self.left_out)
 
     def dropped_line(self) -> str | None:
-        """One line naming every key left out with the value the file gave it, or None."""
-        if not self.left_out:
+        """One line naming every key left out with the value the file gave it (where it is not the house's own), or
+        None."""
+        differ = {key: value for key, value in self.left_out.items() if value != house_default(key)}
+        if not differ:
             return None
-        shown = printable(", ".join(_shown(key, value) for key, value in self.left_out.items()))
+        shown = printable(", ".join(_shown(key, value) for key, value in differ.items()))
         return (f"{self.source}: not read, this run decides them (where it writes, logs and uploads, how it is "
-                f"launched): {shown}")  # fmt: skip
+                f"launched, and what your command line gives): {shown}")  # fmt: skip
 
 
-def read_overrides_file(
-    path: Path, *, also_not_read: tuple[str, ...] = (), advice: str = "", runs: bool = True
-) -> Reading:
+def read_overrides_file(path: Path, *, door: Door | None = None) -> Reading:
     """A run's recorded command-line overrides (RUN/overrides.json: a list of strings), each parsed by Hydra's parser
-    and checked as data. ``also_not_read``: keys this door leaves out besides NOT_READ (a branch: ``branch_from``).
-    ``runs``: a run is built from the file, so a setting that switches off its protections is refused."""
+    and checked as data by the role of its key (module docstring)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
+    door = door or Door()
     path = Path(path)
     reading = Reading(path)
     try:
         entries = json_record(path, what="list of overrides")
     except HandedOverFileError as error:
-        raise HandedOverError(f"{error}{advice}") from None
+        raise HandedOverError(f"{error}{door.advice}") from None
     if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
         raise HandedOverError(f"{path} is not a JSON list of override strings, as degen-train writes it")
     parser = OverridesParser.create()
     for text in entries:
         try:
+            check_text_bounded(path, text, what="override")  # before Hydra's parser, which takes seconds to refuse
             override = parser.parse_overrides([text])[0]
+        except HandedOverFileError as error:
+            raise HandedOverError(f"{error}{door.advice}") from None
         except (HydraException, RecursionError) as error:
             why = str(error).splitlines()[0] if isinstance(error, HydraException) else "nested too deep"
-            raise HandedOverError(f"{path}: {text[:200]!r} is not an override ({why[:200]}){advice}") from None
-        key = override.key_or_group
+            raise HandedOverError(f"{path}: {text[:200]!r} is not an override ({why[:200]}){door.advice}") from None
         if override.package is not None or override.is_sweep_override():
-            raise HandedOverError(f"{path}: {text!r}: a package or a sweep is not a setting of one run{advice}")
-        if _not_read(key.replace("/", "."), also_not_read):
-            reading.left_out[key] = override.value()
-            continue
+            raise HandedOverError(f"{path}: {text!r}: a package or a sweep is not a setting of one run{door.advice}")
         prefix = {"ADD": "+", "FORCE_ADD": "++"}.get(override.type.name, "")
-        if runs:
-            _check_protections(path, text, key, override.value(), override.type.name == "DEL", advice)
+        key = override.key_or_group
         if override.type.name == "DEL":
-            _check_known(path, key, advice)
-            reading.settings.append(Setting(key, kind="delete"))
-        elif key in house_groups():
-            choice = _checked_choice(path, key, override.value(), advice)
-            reading.settings.append(Setting(key, choice, "choice", prefix))
-        else:
-            value = _cleaned(path, key, override.value(), reading.left_out, also_not_read, advice)
-            reading.settings.append(Setting(key, value, "value", prefix))
+            _read_deletion(reading, door, key, text)
+        elif "/" in key or key in house_groups():
+            _read_choice(reading, door, key, override.value(), prefix, text)
+            continue
+        if override.type.name == "DEL":
+            continue
+        kept = _decided(reading, door, key, override.value())
+        if kept is not _LEFT_OUT:
+            reading.settings.append(Setting(key, kept, "value", prefix))
     return reading
 
 
@@ -167,140 +171,245 @@ def recorded_override_texts(path: Path) -> list[str]:
     return entries
 
 
-def read_config_file(
-    path: Path, *, also_not_read: tuple[str, ...] = (), advice: str = "", runs: bool = True
-) -> Reading:
-    """A run's recorded config (RUN/config.yaml, written resolved), every key checked as data; ``tree`` holds what
-    was kept, without the keys left out (``with_house_outputs`` puts the house's own values there). ``runs``: a run
-    is built from the file, so a value that switches off its protections is refused."""
+def read_config_file(path: Path, *, door: Door | None = None) -> Reading:
+    """A run's recorded config (RUN/config.yaml, written resolved), every key checked as data by its role; ``tree``
+    holds what was kept, without the keys left out (``with_house_outputs`` puts the house's own values there)."""
     import yaml
 
+    door = door or Door()
     path = Path(path)
     try:
-        tree = yaml.safe_load(plain_file_text(path, what="config"))
+        text = plain_file_text(path, what="config")
+        check_text_bounded(path, text, what="config")  # before the YAML parser
+        tree = yaml.safe_load(text)
         check_bounded(path, tree, what="config")
     except HandedOverFileError as error:
-        raise HandedOverError(f"{error}{advice}") from None
+        raise HandedOverError(f"{error}{door.advice}") from None
     except RecursionError:
         raise HandedOverError(f"{path}: nested deeper than any config degen-train writes; it was not read") from None
     except yaml.YAMLError as error:
         raise HandedOverError(f"{path} is not a readable YAML config ({str(error).splitlines()[0]})") from None
     if not isinstance(tree, dict):
         raise HandedOverError(f"{path} is not a config (a mapping of settings), as degen-train writes it")
-    if runs:
-        _check_recorded_protections(path, tree, advice)
     reading = Reading(path)
     for key, value in tree.items():
-        if _not_read(str(key), also_not_read):
-            reading.left_out[str(key)] = value
-            continue
-        reading.tree[str(key)] = _cleaned(path, str(key), value, reading.left_out, also_not_read, advice)
+        kept = _decided(reading, door, str(key), value)
+        if kept is not _LEFT_OUT:
+            reading.tree[str(key)] = kept
     return reading
 
 
 def with_house_outputs(tree: dict[str, Any], dropped: list[str]) -> dict[str, Any]:
-    """``tree`` with every output location left out put back at the house's own value for that key (the new run's
-    folder: ``${run_dir}/checkpoints``, ``${run_dir}/profile``, ...), and the house's default logger."""
+    """``tree`` with every setting left out put back at the house's own value for that key (the new run's folder:
+    ``${run_dir}/checkpoints``, ``${run_dir}/profile``, ...): what train.yaml composes to with no override, null where
+    it has none (a profiler: off; an input the user's command line gives then)."""
     for key in dropped:
-        if key.split(".")[0] in NOT_READ:
+        if key.startswith("~") or "/" in key or key.split(".")[0] in ("hydra", "defaults"):
             continue
-        value = house_value(key)
-        if value is not None:
-            node = tree
-            *parents, last = key.split(".")
-            for part in parents:
-                node = node.setdefault(part, {})
-            node[last] = value
+        value = house_default(key)
+        node = tree
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {}) if isinstance(node.get(part), dict | None) else {}
+        node[last] = value
     return tree
 
 
-def _check_protections(source: Path, text: str, key: str, value: Any, deleted: bool, advice: str) -> None:
-    """Refuse an override that switches off a run's protections: the callbacks section or a protective callback
-    deleted or set to null, a Trainer switch that changes what the run is, a debug group."""
-    parts = key.replace("/", ".").split(".")
-    shown = printable(text, 200)
-    gone = deleted or value is None
-    if parts[0] == "callbacks" and gone and (len(parts) == 1 or (len(parts) == 2 and parts[1] in PROTECTIVE_CALLBACKS)):
-        what = "every callback" if len(parts) == 1 else f"the {parts[1]} callback"
-        raise HandedOverError(
-            f"{source}: {shown} would switch off {what} (checkpoints, the SIGTERM and requeue handler, the divergence "
-            f"guard) in a run built from it; a handed-over file may not remove what protects a run: remove that "
-            f"entry, or give the setting on your own command line{advice}"
-        )
-    if len(parts) == 2 and parts[0] == "trainer" and parts[1] in TRAINER_SWITCHES and not _harmless(parts[1], value):
-        raise HandedOverError(
-            f"{source}: {shown}: trainer.{parts[1]} {TRAINER_SWITCHES[parts[1]]}, which changes what the run is; a "
-            f"handed-over file may not set it: remove that entry, or give it on your own command line{advice}"
-        )
-    if parts[0] == "debug":
-        raise HandedOverError(
-            f"{source}: {shown}: a debug group changes what the run is (its steps, checkpoints and validation); a "
-            f"handed-over file may not choose one: remove that entry, or add debug=... on your own command line{advice}"
-        )
+_LEFT_OUT = object()  # what _decided returns for a setting the door leaves out
 
 
-def _check_recorded_protections(source: Path, tree: dict[str, Any], advice: str) -> None:
-    """The same refusals for a recorded config (config.yaml): a null callbacks section or protective callback, a
-    Trainer switch at a value that changes what the run is."""
-    if "callbacks" in tree:
-        callbacks = tree["callbacks"]
-        if callbacks is None:
-            _check_protections(source, "callbacks: null", "callbacks", None, False, advice)
-        elif isinstance(callbacks, dict):
-            for name in PROTECTIVE_CALLBACKS:
-                if name in callbacks and callbacks[name] is None:
-                    _check_protections(source, f"callbacks.{name}: null", f"callbacks.{name}", None, False, advice)
-    trainer = tree.get("trainer")
-    for name, value in trainer.items() if isinstance(trainer, dict) else ():
-        if name in TRAINER_SWITCHES:
-            _check_protections(source, f"trainer.{name}: {value!r}", f"trainer.{name}", value, False, advice)
-
-
-def _harmless(switch: str, value: Any) -> bool:
-    """The value at which a Trainer switch leaves the run as it is (the house's own, or Lightning's default)."""
-    harmless = {"fast_dev_run": (False, 0), "limit_train_batches": (None, 1.0, 1), "overfit_batches": (0, 0.0),
-                "enable_checkpointing": (None, True), "max_epochs": (None, -1), "max_time": (None,)}  # fmt: skip
-    return any(value is h or (not isinstance(value, bool) and value == h and not isinstance(h, bool))
-               for h in harmless[switch])  # fmt: skip
-
-
-def _shown(key: str, value: Any) -> str:
-    """``key=value``, a section's value shortened: how a left-out setting is named in one line."""
-    text = json.dumps(value, default=str) if isinstance(value, dict | list) else str(value)
-    return f"{key}={text if len(text) <= 80 else text[:77] + '...'}"
-
-
-def _not_read(key: str, also: tuple[str, ...]) -> bool:
-    parts = key.split(".")
-    return parts[0] in NOT_READ or parts[-1] in OUTPUT_LEAVES or key in also or parts[0] in also
-
-
-def _cleaned(source: Path, key: str, value: Any, dropped: dict[str, Any], also: tuple[str, ...], advice: str) -> Any:
-    """``value`` at ``key`` checked leaf by leaf; output locations inside a section are left out (listed); a
+def _decided(reading: Reading, door: Door, key: str, value: Any) -> Any:
+    """``value`` at ``key`` as this door keeps it (checked, leaf by leaf for a section), _LEFT_OUT, or a refusal; a
     ``_target_`` recorded before its module moved is read as the module's name now (renamed.py)."""
     if isinstance(value, dict) and isinstance(value.get("_target_"), str):
         value = {**value, "_target_": current_target(value["_target_"])}
     if key.endswith("_target_") and isinstance(value, str):
         value = current_target(value)
-    if isinstance(value, dict):
-        if "_target_" in value:  # what it would build is named first: the clearest reason a section is refused
-            _check_leaf(source, f"{key}._target_", value["_target_"], advice)
-        if not (house_keys().get(key) and "dict" in house_keys()[key].kinds) and not _is_term_entry(key):
-            _refuse_unknown(source, key, value, advice)
+    declared = role_of(key)
+    if isinstance(value, dict) and (declared is None or declared.role not in LEFT_OUT):
+        # a section (eval.finetune, a callback, a term): each setting in it by its own role
+        _check_section(reading.source, key, value, door.advice)
         kept = {}
         for name, item in value.items():
-            inner = f"{key}.{name}"
-            if _not_read(inner, also):
-                dropped[inner] = item
-                continue
-            kept[name] = _cleaned(source, inner, item, dropped, also, advice)
+            inner = _decided(reading, door, f"{key}.{name}", item)
+            if inner is not _LEFT_OUT:
+                kept[name] = inner
         return kept
-    if isinstance(value, list | tuple):
-        _check_leaf(source, key, list(value), advice)
-        return [_cleaned(source, f"{key}[]", item, dropped, also, advice) if isinstance(item, dict | list) else item
-                for item in value]  # fmt: skip
-    _check_leaf(source, key, value, advice)
+    if declared is None and value is None and _is_section(key):  # a section nulled: what it protects goes with it
+        if door.runs:
+            _refuse_removing_protections(reading.source, key, f"{key}=null", door.advice)
+        return value
+    if declared is None:
+        _refuse_unknown(reading.source, key, value, door.advice)
+    role = declared.role
+    if role in LEFT_OUT:
+        reading.left_out[key] = value
+        return _LEFT_OUT
+    _check_interpolation(reading.source, key, value, door.advice)
+    if role in THE_USERS_OWN:
+        value = _users_own(reading, door, key, value, role)
+        if value is not _LEFT_OUT:
+            _check_type(reading.source, key, value, door.advice)
+        return value
+    _check_type(reading.source, key, value, door.advice)
+    loose = role in (Role.PROTECTION, Role.MEASURES) and door.runs and not declared.allows(value)
+    if loose and not door.trusted and not door.gives(key):  # the user's own command line sets it: theirs wins
+        _refuse_looser(reading.source, key, value, declared, door.advice)
     return value
+
+
+def _users_own(reading: Reading, door: Door, key: str, value: Any, role: Role) -> Any:
+    """An input or code: the house's own value is carried; another is the user's to give (module docstring)."""
+    if _is_house_value(key, value):
+        return value
+    if door.gives(key):  # the user's command line sets it: theirs wins, the file's is named where it differs
+        if isinstance(door.given, Mapping) and door.given.get(key) == value:
+            return value  # the same value: kept, so the key is there for the command line to set
+        reading.left_out[key] = value
+        return _LEFT_OUT
+    if role == Role.INPUT and (door.trusted or key.startswith(door.inherit)):
+        reading.inherited[key] = value
+        return value
+    if role == Role.INPUT and not door.runs:  # a door that only reads: named aside, its own rule decides
+        reading.inputs[key] = value
+        return _LEFT_OUT
+    if key.endswith("_target_"):
+        raise HandedOverError(
+            f"{reading.source}: _target_ {value!r} at {key}, which degen-train's own configs never build there; a "
+            f"handed-over file may only name the house's targets at their keys (so it runs no code){door.advice}"
+        )
+    shown = printable(_shown(key, value), 240)
+    never = "what a run reads" if role == Role.INPUT else "code a run hands to a library"
+    raise HandedOverError(
+        f"{reading.source}: {shown} is {MEANING[role]} (role: {role.value}); a handed-over file never chooses "
+        f"{never}: give it on your own command line ({key}=...), or remove that entry{door.advice}"
+    )
+
+
+def _is_house_value(key: str, value: Any) -> bool:
+    """``value`` is nothing (null, empty) or one the house's own yaml gives ``key`` (resolved on this machine)."""
+    if value in (None, "", [], {}):
+        return True
+    known = house_keys().get(key)
+    return known is not None and kind_of(value) not in ("list", "dict") and value in _resolved_values(key)
+
+
+@functools.cache
+def _resolved_values(key: str) -> frozenset[Any]:
+    """The plain values conf/ gives ``key``, an interpolation of this machine's environment resolved as here."""
+    from omegaconf import OmegaConf
+
+    values = set()
+    for value in house_keys()[key].values:
+        values.add(value)
+        if isinstance(value, str) and "${" in value:
+            try:
+                values.add(OmegaConf.create({"v": value}).v)
+            except Exception:  # noqa: BLE001 - an interpolation of another key (a recipe's ${teacher}): not a value
+                continue
+    return frozenset(values)
+
+
+def _read_choice(reading: Reading, door: Door, group: str, value: Any, prefix: str, text: str) -> None:
+    """A group's choice (``recipe=tacl``, ``hydra/job_logging=disabled``) by the role of what the group decides."""
+    declared = group_role(group)
+    if group not in house_groups():
+        if declared is not None and declared.role in LEFT_OUT:  # Hydra's own groups (hydra/launcher, ...)
+            reading.left_out[group] = value
+            return
+        raise HandedOverError(f"{reading.source}: {printable(text, 200)}: not a config group of degen-train"
+                              f"{door.advice}")  # fmt: skip
+    choice = _checked_choice(reading.source, group, value, door.advice)
+    if declared is None:
+        raise HandedOverError(f"{reading.source}: {printable(text, 200)}: the group {group} declares no role "
+                              f"(config/roles.py), so a handed-over file may not choose it{door.advice}")  # fmt: skip
+    if declared.role in LEFT_OUT:
+        reading.left_out[group] = value
+        return
+    if declared.role == Role.PROTECTION and door.runs and not declared.allows(value):
+        what = "a debug group changes what the run is (its steps, checkpoints and validation)" if group == "debug" \
+            else f"{group}={value} would loosen {declared.guards}"  # fmt: skip
+        raise HandedOverError(
+            f"{reading.source}: {printable(text, 200)}: {what}; a handed-over file may not choose one: remove that "
+            f"entry, or add {group}=... on your own command line{door.advice}"
+        )
+    reading.settings.append(Setting(group, choice, "choice", prefix))
+
+
+def _read_deletion(reading: Reading, door: Door, key: str, text: str) -> None:
+    """``~key``: a setting, section or group removed; what protects a run is never removed by a handed-over file."""
+    declared = group_role(key) if "/" in key else None
+    if declared is not None and declared.role in LEFT_OUT:  # ~hydra/job_logging: Hydra's, this run decides it
+        reading.left_out[f"~{key}"] = None
+        return
+    key = key.replace("/", ".")
+    if key not in house_keys() and key not in schema_fields():
+        raise HandedOverError(f"{reading.source}: ~{key}: not a setting of degen-train's configs{door.advice}")
+    declared = role_of(key)
+    if declared is not None and declared.role in LEFT_OUT:
+        reading.left_out[f"~{key}"] = None
+        return
+    if door.runs:
+        _refuse_removing_protections(reading.source, key, text, door.advice)
+    reading.settings.append(Setting(key, kind="delete"))
+
+
+def _refuse_removing_protections(source: Path, key: str, text: str, advice: str) -> None:
+    """Refuse removing (``~key``, ``key=null``) a section or setting that holds a protection."""
+    guarded = [k for k in house_keys() if (k == key or k.startswith(key + ".")) and (role_of(k) or _NONE).role ==
+               Role.PROTECTION]  # fmt: skip
+    if not guarded:
+        return
+    parts = key.split(".")
+    what = ("every callback" if key == "callbacks" else f"the {parts[1]} callback" if parts[0] == "callbacks" and
+            len(parts) == 2 else ", ".join(sorted({role_of(k).guards for k in guarded})))  # fmt: skip
+    raise HandedOverError(
+        f"{source}: {printable(text, 200)} would switch off {what} (checkpoints, the SIGTERM and requeue handler, the "
+        f"divergence guard, validation) in a run built from it; a handed-over file may not remove what protects a "
+        f"run: remove that entry, or give the setting on your own command line{advice}"
+    )
+
+
+_NONE = Declared(Role.TRAINS)
+
+
+def _refuse_looser(source: Path, key: str, value: Any, declared: Declared, advice: str) -> None:
+    shown = printable(_shown(key, value), 200)
+    if declared.role == Role.MEASURES:
+        raise HandedOverError(f"{source}: {shown}: past the bound of what a run measures (role: measures; a "
+                              f"handed-over file may give {declared.rule()}): remove that entry, or give it on your "
+                              f"own command line{advice}")  # fmt: skip
+    raise HandedOverError(
+        f"{source}: {shown} would loosen {declared.guards} (role: protection; a handed-over file may give "
+        f"{declared.rule()}, as tight as the house's or tighter): remove that entry, or give {key}=... on your own "
+        f"command line{advice}"
+    )
+
+
+def _shown(key: str, value: Any) -> str:
+    """``key=value``, a section's value shortened: how a left-out setting is named in one line."""
+    text = json.dumps(value, default=str) if isinstance(value, dict | list) else str(value)
+    return f"{key}={text if len(text) <= 200 else text[:197] + '...'}"
+
+
+def _is_section(key: str) -> bool:
+    known = house_keys().get(key)
+    return known is not None and "dict" in known.kinds
+
+
+def _check_section(source: Path, key: str, value: dict[str, Any], advice: str) -> None:
+    """A mapping at ``key`` must be one of the house's sections (or a loss term's, under any name); the ``_target_``
+    it would build is named first: the clearest reason a section is refused."""
+    if "_target_" in value:
+        role = role_of(f"{key}._target_")
+        if role is not None and role.role == Role.CODE and not _is_house_value(f"{key}._target_", value["_target_"]):
+            raise HandedOverError(
+                f"{source}: _target_ {value['_target_']!r} at {key}._target_, which degen-train's own configs never "
+                f"build there; a handed-over file may only name the house's targets at their keys (so it runs no "
+                f"code){advice}"
+            )
+    if not _is_section(key) and not _is_term_entry(key):
+        _refuse_unknown(source, key, value, advice)
 
 
 def _is_term_entry(key: str) -> bool:
@@ -309,21 +418,18 @@ def _is_term_entry(key: str) -> bool:
     return len(parts) == 2 and parts[0] in ("objective", "regularizer")
 
 
-def _check_leaf(source: Path, key: str, value: Any, advice: str) -> None:
+def _check_interpolation(source: Path, key: str, value: Any, advice: str) -> None:
+    """No interpolation anywhere in ``value``: one read here would take this machine's environment or files."""
     for inner in _strings(value):
         if "${" in inner:
             raise HandedOverError(
                 f"{source}: {key}={value!r} holds an interpolation; a recorded setting is a plain value (one read "
                 f"here would take this machine's environment or files). Replace it by the value it stood for{advice}"
             )
-    if key.endswith("_target_"):
-        allowed = house_keys().get(key)
-        if not isinstance(value, str) or allowed is None or value not in allowed.values:
-            raise HandedOverError(
-                f"{source}: _target_ {value!r} at {key}, which degen-train's own configs never build there; a "
-                f"handed-over file may only name the house's targets at their keys (so it runs no code){advice}"
-            )
-        return
+
+
+def _check_type(source: Path, key: str, value: Any, advice: str) -> None:
+    """The type (and range) the house gives ``key``."""
     problem = _type_problem(key, value)
     if problem:
         raise HandedOverError(f"{source}: {key}={value!r}: {problem}{advice}")
@@ -343,6 +449,8 @@ def _strings(value: Any) -> Iterator[str]:
 def _type_problem(key: str, value: Any) -> str | None:
     """What is wrong with ``value`` at ``key`` for the house, or None: the schema's own type and range where the
     schema lists the key, else the kind of value conf/ holds there, else a Trainer argument or a term's option."""
+    if key.endswith("_target_") or key.endswith("_partial_"):
+        return None if kind_of(value) in ("str", "bool", "none") else "a _target_ is a name"
     checker = _schema_checker(key)
     if checker is not None:
         from pydantic import ValidationError
@@ -387,12 +495,10 @@ def _refuse_unknown(source: Path, key: str, value: Any, advice: str) -> None:
     raise HandedOverError(
         f"{source}: {key}={shown[:200]}: not a section of degen-train's configs; a handed-over file may only set "
         f"the house's own settings{advice}"
-    )
-
-
-def _check_known(source: Path, key: str, advice: str) -> None:
-    if key not in house_keys() and key not in schema_fields():
-        raise HandedOverError(f"{source}: ~{key}: not a setting of degen-train's configs{advice}")
+        if isinstance(value, dict) else
+        f"{source}: {key}={shown[:200]}: not a setting of degen-train (no file of conf/, no field of its schema, no "
+        f"Trainer argument or term option with a declared role){advice}"
+    )  # fmt: skip
 
 
 def _checked_choice(source: Path, group: str, value: Any, advice: str) -> Any:
@@ -416,7 +522,8 @@ def _schema_checker(key: str) -> Any:
     info = schema_fields().get(key)
     if info is None:
         return None
-    annotation = Annotated.__class_getitem__((info.annotation, *info.metadata)) if info.metadata else info.annotation
+    metadata = [m for m in info.metadata if not isinstance(m, Declared)]
+    annotation = Annotated.__class_getitem__((info.annotation, *metadata)) if metadata else info.annotation
     return TypeAdapter(annotation)
 
 

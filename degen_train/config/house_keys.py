@@ -16,19 +16,20 @@ from omegaconf import OmegaConf
 from degen_train.core.paths import config_dir
 
 PACKAGE_LINE = re.compile(r"^#\s*@package\s+(\S+)")
-# conf/ files that are not part of a training config: another application's config, and Hydra's own settings.
-NOT_TRAINING = ("reproduce.yaml", "hydra")
+# conf/ files that are not part of a training config: another application's config (degen-reproduce's, and its
+# presets in conf/reproduce/), and Hydra's own settings.
+NOT_TRAINING = ("reproduce.yaml", "reproduce", "hydra")
 # conf/ files at the top that a defaults list places under a package of their own (train.yaml: finetune@eval.finetune)
 TOP_PACKAGES = {"train.yaml": "", "finetune.yaml": "eval.finetune"}
 
 
 @dataclass
 class HouseKey:
-    """What the house's yaml holds at one key: the kinds of value (bool, int, float, str, none, list, dict) and, at a
-    ``_target_`` key, the names it builds there."""
+    """What the house's yaml holds at one key: the kinds of value (bool, int, float, str, none, list, dict) and the
+    plain values it gives there (at a ``_target_`` key: the names it builds there)."""
 
     kinds: set[str] = field(default_factory=set)
-    values: set[str] = field(default_factory=set)
+    values: set[Any] = field(default_factory=set)
 
 
 def kind_of(value: Any) -> str:
@@ -94,11 +95,37 @@ def _collect(tree: Any, prefix: str, keys: dict[str, HouseKey]) -> None:
         return
     entry = keys.setdefault(prefix, HouseKey())
     entry.kinds.add(kind_of(tree))
-    if prefix.endswith("_target_") and isinstance(tree, str):
+    if kind_of(tree) in ("none", "bool", "int", "float", "str"):
         entry.values.add(tree)
     if isinstance(tree, list):
         for item in tree:
             _collect(item, f"{prefix}[]", keys)
+
+
+def house_default(key: str) -> Any:
+    """The value ``key`` takes in the house's own config with no override (train.yaml and its default choices, as
+    written: an interpolation stays one); None where it has none (a profiler, a second logger: off)."""
+    node: Any = _default_config()
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+@functools.cache
+def _default_config() -> dict[str, Any]:
+    """train.yaml composed with no override, by Hydra, beside any Hydra app this process runs (its state is kept)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+    backup = get_gh_backup()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+            composed = compose(config_name="train")
+    finally:
+        restore_gh_from_backup(backup)
+    return OmegaConf.to_container(composed, resolve=False)
 
 
 def house_value(key: str) -> Any:
@@ -127,7 +154,7 @@ def house_groups() -> dict[str, frozenset[str]]:
     groups: dict[str, set[str]] = {}
     for path in yaml_files(root):
         relative = path.relative_to(root)
-        if len(relative.parts) > 1:
+        if len(relative.parts) > 1 and relative.parts[0] != "reproduce":  # degen-reproduce's presets, not a run's
             groups.setdefault("/".join(relative.parts[:-1]), set()).add(path.stem)
     return {group: frozenset(options) for group, options in groups.items()}
 

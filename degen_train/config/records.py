@@ -10,6 +10,7 @@ run as unreadable and goes on with the others.
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,9 +31,11 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 class Record(BaseModel):
-    """A record's section: unknown keys allowed, the keys read typed."""
+    """A record's section: unknown keys allowed, the keys read typed, every number finite (degen-train writes a
+    non-finite value as null: core/io.atomic_write_json; a NaN, an infinity or an overflowing 1e400 in a handed-over
+    record would reach a figure or an average)."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
 
 class RecordError(HandedOverFileError):
@@ -41,6 +44,7 @@ class RecordError(HandedOverFileError):
 
 class StsScores(Record):
     raw: Number = None
+    n: int | None = None  # the pairs scored
 
 
 class WicScores(Record):
@@ -50,6 +54,7 @@ class WicScores(Record):
 
 class Wic(Record):
     raw: WicScores
+    n: int | None = None  # the items scored
 
 
 class W8A8(Record):
@@ -62,8 +67,12 @@ class Generation(Record):
 
     decodings: dict[str, dict[str, Number]] = {}
     human: dict[str, Number] | None = None
+    # each row's sampling error over prompts, by measure (a seeded bootstrap: metrics/evaluation_noise.bootstrap_se)
+    sampling_error: dict[str, dict[str, Number]] = {}
     mauve_featurizer: str | None = None
-    coherence_encoder: str | None = None
+    coherence_encoder: str | None = None  # coherence_simcse's
+    coherence_model: str | None = None  # coherence_opt's
+    comparable_with: dict[str, str] = {}
 
 
 class LmEval(Record):
@@ -74,11 +83,16 @@ class LmEval(Record):
 
 
 class Evaluation(Record):
+    """eval.json (degen-eval, a run's RUN/eval/eval.json; summary.json's ``eval``)."""
+
     sts: dict[str, StsScores] = {}
     wic: Wic | None = None
     w8a8: W8A8 | None = None
     generation: Generation | None = None
     lm_eval: LmEval | None = None
+    # Per-item scores of a measure, by its runs-table column ("sts/NAME", "wic/accuracy"): {"kind": ..., COLUMN:
+    # [one number per item]}, for a paired bootstrap between runs scored on the same items (metrics/evaluation_noise)
+    items: dict[str, dict[str, str | list[float]]] | None = None
 
 
 class GlueTask(Record):
@@ -166,6 +180,7 @@ class Analysis(Record):
 
     layers: list[AnalysedLayer]
     outliers: Outliers | None = None
+    generation: dict[str, Number] | None = None  # a decoder's greedy continuations: seq_rep_4, rep_128, distinct_n
 
     @field_validator("layers")
     @classmethod
@@ -183,10 +198,14 @@ Model = TypeVar("Model", bound=Record)
 ADVICE = "replace the file by the run's own, or remove the run from the folder given"
 
 
-def read_record(path: Path, schema: type[Model], *, what: str) -> Model:
-    """``path`` read safely and validated against ``schema``; RecordError names the file, the first entry that does
-    not fit, its value and what degen-train writes there."""
-    value = json_record(path, what=what)
+def read_record(path: Path, schema: type[Model], *, what: str, within: Path | None = None) -> Model:
+    """``path`` read safely (``within``: the handed-over folder it lies in, no link between them) and validated
+    against ``schema``; RecordError names the file, the first entry that does not fit, its value and what degen-train
+    writes there."""
+    value = json_record(path, what=what, within=within)
+    for entry, number in _non_finite(value):
+        raise RecordError(f"{path}: {entry}={number}: not a finite number, where degen-train writes finite numbers or "
+                          f"null ({what}); {ADVICE}")  # fmt: skip
     if not isinstance(value, dict):
         raise RecordError(f"{path}: holds a JSON {type(value).__name__}, where degen-train writes {what} as a mapping "
                           f"of keys; {ADVICE}")  # fmt: skip
@@ -199,10 +218,22 @@ def read_record(path: Path, schema: type[Model], *, what: str) -> Model:
         raise RecordError(f"{path}: {entry}={given}: {first['msg'].lower()} ({what}); {ADVICE}") from None
 
 
-def read_metrics_csv(path: Path) -> pd.DataFrame:
+def _non_finite(value: Any, entry: str = "") -> list[tuple[str, float]]:
+    """(entry, number) of every NaN or infinite number in a JSON value (json reads NaN, Infinity and 1e400)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [(entry or "(top)", value)]
+    if isinstance(value, dict):
+        return [found for key, item in value.items() for found in _non_finite(item, f"{entry}.{key}".lstrip("."))]
+    if isinstance(value, list):
+        return [found for index, item in enumerate(value) for found in _non_finite(item, f"{entry}[{index}]")]
+    return []
+
+
+def read_metrics_csv(path: Path, *, within: Path | None = None) -> pd.DataFrame:
     """RUN/logs/metrics.csv as a table (Lightning's CSV logger's file): a plain file within TABLE_BYTES, parsed by
-    pandas; a step column is required."""
-    data = plain_file_bytes(path, limit=TABLE_BYTES, what="metrics log")
+    pandas; a step column of whole numbers is required, and no value is infinite (an empty cell is NaN: not logged
+    at that step)."""
+    data = plain_file_bytes(path, limit=TABLE_BYTES, what="metrics log", within=within)
     try:
         table = pd.read_csv(io.BytesIO(data))
     except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as error:
@@ -211,12 +242,34 @@ def read_metrics_csv(path: Path) -> pd.DataFrame:
     if "step" not in table:
         raise RecordError(f"{path}: no step column, which every metrics log has; {ADVICE}")
     table["step"] = pd.to_numeric(table["step"], errors="coerce")
+    numbers = table.select_dtypes("number")
+    infinite = numbers.columns[numbers.isin([math.inf, -math.inf]).any()].tolist()
+    if infinite:
+        raise RecordError(f"{path}: {printable(infinite[0], 80)} holds an infinite or overflowing number, which no "
+                          f"metrics log degen-train writes holds; {ADVICE}")  # fmt: skip
+    steps = table["step"].dropna()
+    if not (steps == steps.round()).all() or (steps.abs() > 2**53).any():
+        raise RecordError(f"{path}: its step column holds a value that is no step count; {ADVICE}")
     return table
 
 
-def read_png(path: Path) -> bytes:
+def read_png(path: Path, *, within: Path | None = None) -> bytes:
     """RUN/analysis/cone.png: a plain file within IMAGE_BYTES that starts as a PNG does."""
-    data = plain_file_bytes(path, limit=IMAGE_BYTES, what="figure")
+    data = plain_file_bytes(path, limit=IMAGE_BYTES, what="figure", within=within)
     if not data.startswith(PNG_SIGNATURE):
         raise RecordError(f"{path}: not a PNG image, as degen-analyze writes it; {ADVICE}")
     return data
+
+
+def kept_items(run: Path, evaluation: str = "eval") -> dict[str, dict[str, str | list[float]]]:
+    """The per-item records RUN/EVALUATION/eval.json keeps (``Evaluation.items``: STS pairs, WiC items, generation
+    prompts) by measure, for a paired bootstrap; {} where the run kept none or the file does not fit its schema."""
+    import os
+
+    path = Path(run) / evaluation / "eval.json"
+    if not os.path.lexists(path):
+        return {}
+    try:
+        return read_record(path, Evaluation, what="evaluation", within=Path(run)).items or {}
+    except HandedOverFileError:
+        return {}

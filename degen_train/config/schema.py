@@ -21,17 +21,39 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from degen_train.config.roles import (
+    CHECKPOINTS,
+    CODE,
+    DIVERGENCE,
+    HOUSE_CHECKPOINT_STEPS,
+    HOUSE_VALIDATION_STEPS,
+    INPUT,
+    LAUNCH,
+    MEASURES,
+    OUTPUT,
+    PRESENTATION,
+    TRAINS,
+    VALIDATION,
+    protection,
+)
+
 # Every number a config gives is finite: an inf or NaN (optimizer.lr=inf) would pass the range checks and fail
 # after data preparation, in a linear-algebra routine.
 Open = ConfigDict(extra="allow", allow_inf_nan=False)
 Section = TypeVar("Section", bound=BaseModel)
+# The bounds of what a run measures (roles.py: a handed-over file's measure is held to them like the user's own):
+# prompts to continue (SimCTG's WikiText-103 test set has 1,314 documents), tokens of a prefix or continuation, items
+# of an evaluation.
+MAX_PROMPTS = 10_000
+MAX_TOKENS = 8192
+MAX_ITEMS = 1_000_000
 
 
 class MaskingConfig(BaseModel):
     model_config = Open
-    probability: float = Field(gt=0, le=1)
-    mask_fraction: float = Field(ge=0, le=1)
-    random_fraction: float = Field(ge=0, le=1)
+    probability: Annotated[float, TRAINS] = Field(gt=0, le=1)
+    mask_fraction: Annotated[float, TRAINS] = Field(ge=0, le=1)
+    random_fraction: Annotated[float, TRAINS] = Field(ge=0, le=1)
 
     @model_validator(mode="after")
     def fractions_fit(self) -> MaskingConfig:
@@ -50,43 +72,46 @@ Closed = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 class TokenizerConfig(BaseModel):
     model_config = Closed
-    path: str | None = None  # a folder or hub name; null: trained on the corpus (cached)
-    vocab_size: int = Field(ge=10)
-    min_frequency: int = Field(ge=1)
-    lowercase: bool = True
-    max_documents: int | None = Field(default=None, ge=1)
+    path: Annotated[str | None, INPUT] = None  # a folder or hub name; null: trained on the corpus (cached)
+    vocab_size: Annotated[int, TRAINS] = Field(ge=10)
+    min_frequency: Annotated[int, TRAINS] = Field(ge=1)
+    lowercase: Annotated[bool, TRAINS] = True
+    max_documents: Annotated[int | None, TRAINS] = Field(default=None, ge=1)
 
 
 class DataConfig(BaseModel):
     """data: where the corpus comes from and how it is cut (conf/data/builtin.yaml says each key)."""
 
     model_config = Closed
-    source: Literal["builtin", "text", "hub"]
-    path: str | None = None  # text: a file or folder
-    validation_path: str | None = None
-    text_column: str = "text"
-    document_unit: Literal["line", "paragraph", "document"] = "paragraph"
-    on_decode_error: Literal["error", "skip"] = "error"
-    streaming: bool = False
-    validation_documents: int = Field(default=200, ge=1)  # with streaming: the first N documents
-    split_seed: int = Field(default=0, ge=0)
-    cache_dir: str
-    name: str | None = None  # hub: the data set, its config, splits and revision
-    config: str | None = None
-    split: str = "train"
-    validation_split: str | None = None
-    revision: str | None = None
-    missing_hint: str | None = None  # said when a file is missing (data=wikitext2)
-    block_size: int = Field(ge=8)
-    batch_size: int = Field(ge=1)
-    num_workers: Annotated[int, Field(ge=0)] | Literal["auto"] = "auto"
-    num_proc: int | None = Field(default=None, ge=1)
-    sources: list[Any] | None = None  # a weighted mixture, checked in data/mixture.py (mixture_sources)
-    overfit_batches: int = Field(default=0, ge=0)
-    validation_fraction: float = Field(gt=0, lt=1)
-    examples: Literal["packed", "sentences"] = "packed"
-    tokenize_parts: int = Field(default=1, ge=1)
-    tokenize_part: int | None = Field(default=None, ge=0)
+    source: Annotated[Literal["builtin", "text", "hub"], TRAINS]
+    path: Annotated[str | None, INPUT] = None  # text: a file or folder
+    validation_path: Annotated[str | None, INPUT] = None
+    text_column: Annotated[str, TRAINS] = "text"
+    document_unit: Annotated[Literal["line", "paragraph", "document"], TRAINS] = "paragraph"
+    on_decode_error: Annotated[Literal["error", "skip"], TRAINS] = "error"
+    streaming: Annotated[bool, TRAINS] = False
+    validation_documents: Annotated[int, TRAINS] = Field(default=200, ge=1)  # with streaming: the first N documents
+    split_seed: Annotated[int, TRAINS] = Field(default=0, ge=0)
+    cache_dir: Annotated[str, OUTPUT]
+    name: Annotated[str | None, INPUT] = None  # hub: the data set, its config, splits and revision
+    config: Annotated[str | None, INPUT] = None
+    split: Annotated[str, TRAINS] = "train"
+    validation_split: Annotated[str | None, TRAINS] = None
+    revision: Annotated[str | None, INPUT] = None
+    missing_hint: Annotated[str | None, PRESENTATION] = None  # said when a file is missing (data=wikitext2)
+    block_size: Annotated[int, TRAINS] = Field(ge=8)
+    batch_size: Annotated[int, TRAINS] = Field(ge=1)
+    num_workers: Annotated[Annotated[int, Field(ge=0)] | Literal["auto"], LAUNCH] = "auto"
+    num_proc: Annotated[int | None, LAUNCH] = Field(default=None, ge=1)
+    # training batches made ahead on a background thread when no worker process makes them (data/prefetch.py)
+    prefetch: Annotated[int, LAUNCH] = Field(default=2, ge=0, le=64)
+    # a weighted mixture, checked in data/mixture.py (mixture_sources)
+    sources: Annotated[list[Any] | None, INPUT] = None
+    overfit_batches: Annotated[int, protection("the run's data", keeps=(0,))] = Field(default=0, ge=0)
+    validation_fraction: Annotated[float, TRAINS] = Field(gt=0, lt=1)
+    examples: Annotated[Literal["packed", "sentences"], TRAINS] = "packed"
+    tokenize_parts: Annotated[int, LAUNCH] = Field(default=1, ge=1)
+    tokenize_part: Annotated[int | None, LAUNCH] = Field(default=None, ge=0)
     tokenizer: TokenizerConfig
 
     @model_validator(mode="after")
@@ -103,40 +128,47 @@ class AttentionVariantConfig(BaseModel):
     """model.attention_variant: how heads may do nothing (degen_train/models/attention_variants.py)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    name: Literal["softmax", "clipped_softmax", "gated", "output_gate", "kv_bias"] = "softmax"
-    alpha: float | None = Field(default=None, ge=0)  # clipped softmax: γ = −α/T; null = the family's released α
-    eta: float = Field(default=1.0, ge=1)  # clipped softmax: ζ, the stretch above 1
-    gate: Literal["linear", "mlp"] | None = None  # gated: G_h's form; null = the family's released one
-    gate_init: float | None = Field(default=None, gt=0, lt=1)  # gated: π_init; null = the family's released one
-    granularity: Literal["headwise", "elementwise"] = "elementwise"  # output gate
+    name: Annotated[Literal["softmax", "clipped_softmax", "gated", "output_gate", "kv_bias"], TRAINS] = "softmax"
+    # clipped softmax: γ = −α/T; null = the family's released α
+    alpha: Annotated[float | None, TRAINS] = Field(default=None, ge=0)
+    eta: Annotated[float, TRAINS] = Field(default=1.0, ge=1)  # clipped softmax: ζ, the stretch above 1
+    # gated: G_h's form; null = the family's released one
+    gate: Annotated[Literal["linear", "mlp"] | None, TRAINS] = None
+    # gated: π_init; null = the family's released one
+    gate_init: Annotated[float | None, TRAINS] = Field(default=None, gt=0, lt=1)
+    granularity: Annotated[Literal["headwise", "elementwise"], TRAINS] = "elementwise"  # output gate
 
 
 class ModelConfig(BaseModel):
     # Closed: every key a model preset or architecture reads is listed, so `+model.hiden_size=64` is refused
     # (naming the nearest setting) instead of training the preset's width in silence.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    family: Literal["encoder", "decoder"]
-    arch: str | None = None  # checked against models.architectures where the model is built
-    hidden_size: int = Field(ge=1)
-    num_layers: int = Field(ge=1)
-    num_heads: int = Field(ge=1)
-    num_kv_heads: int | None = Field(default=None, ge=1)
-    intermediate_size: int | None = Field(default=None, ge=1)
-    max_position: int = Field(ge=8)
-    dropout: float = Field(ge=0, lt=1)
-    attention_dropout: float = Field(default=0.1, ge=0, lt=1)
-    tie_embeddings: bool = True
-    attention: str = "sdpa"  # checked by transformers where the model is built
-    init_from: str | None = None
-    compile: bool = False
-    compile_head: bool = False  # every objective's head + cross-entropy compiled (losses/catalog.with_compiled_heads)
+    family: Annotated[Literal["encoder", "decoder"], TRAINS]
+    arch: Annotated[str | None, TRAINS] = None  # checked against models.architectures where the model is built
+    hidden_size: Annotated[int, TRAINS] = Field(ge=1)
+    num_layers: Annotated[int, TRAINS] = Field(ge=1)
+    num_heads: Annotated[int, TRAINS] = Field(ge=1)
+    num_kv_heads: Annotated[int | None, TRAINS] = Field(default=None, ge=1)
+    intermediate_size: Annotated[int | None, TRAINS] = Field(default=None, ge=1)
+    max_position: Annotated[int, TRAINS] = Field(ge=8)
+    dropout: Annotated[float, TRAINS] = Field(ge=0, lt=1)
+    attention_dropout: Annotated[float, TRAINS] = Field(default=0.1, ge=0, lt=1)
+    tie_embeddings: Annotated[bool, TRAINS] = True
+    attention: Annotated[str, TRAINS] = "sdpa"  # checked by transformers where the model is built
+    init_from: Annotated[str | None, INPUT] = None
+    compile: Annotated[bool, TRAINS] = False
+    # every objective's head + cross-entropy compiled (losses/catalog.with_compiled_heads)
+    compile_head: Annotated[bool, TRAINS] = False
     # models/activation_checkpointing.py: none, full, or every k-th block (an integer k >= 1)
-    activation_checkpointing: Literal["none", "full"] | Annotated[int, Field(ge=1)] = "none"
-    pad_vocab_to_multiple_of: int = Field(default=1, ge=1)  # models/vocabulary.py: 1 = the tokenizer's size
-    position_embeddings: Literal["learned", "none"] = "learned"  # none: the absolute table zeroed and frozen
-    local_attention: int = Field(default=128, ge=1)  # ModernBERT's sliding window (its released 128)
-    rope_theta: float = Field(default=10000.0, gt=0)  # Llama / Qwen2's RoPE base (Llama's released 10,000)
-    norm_eps: float = Field(default=1e-6, gt=0)  # Llama / Qwen2's RMSNorm ε (both released at 1e-6)
+    activation_checkpointing: Annotated[Literal["none", "full"] | Annotated[int, Field(ge=1)], LAUNCH] = "none"
+    # models/vocabulary.py: 1 = the tokenizer's size
+    pad_vocab_to_multiple_of: Annotated[int, TRAINS] = Field(default=1, ge=1)
+    # none: the absolute table zeroed and frozen
+    position_embeddings: Annotated[Literal["learned", "none"], TRAINS] = "learned"
+    local_attention: Annotated[int, TRAINS] = Field(default=128, ge=1)  # ModernBERT's sliding window (its released 128)
+    # Llama / Qwen2's RoPE base (Llama's released 10,000)
+    rope_theta: Annotated[float, TRAINS] = Field(default=10000.0, gt=0)
+    norm_eps: Annotated[float, TRAINS] = Field(default=1e-6, gt=0)  # Llama / Qwen2's RMSNorm ε (both released at 1e-6)
     attention_variant: AttentionVariantConfig = Field(default_factory=AttentionVariantConfig)
 
     @model_validator(mode="after")
@@ -162,26 +194,29 @@ class ModelConfig(BaseModel):
 
 class TrainerConfig(BaseModel):
     model_config = Open
-    max_steps: int = Field(ge=1)
-    accumulate_grad_batches: int = Field(ge=1)
-    log_every_n_steps: int = Field(ge=1)
-    gradient_clip_val: float | None = Field(default=None, ge=0)
-    val_check_interval: Annotated[int | float, Field(gt=0)] | Literal["auto"] | None = None
+    max_steps: Annotated[int, TRAINS] = Field(ge=1)
+    accumulate_grad_batches: Annotated[int, TRAINS] = Field(ge=1)
+    log_every_n_steps: Annotated[int, PRESENTATION] = Field(ge=1)
+    gradient_clip_val: Annotated[float | None, TRAINS] = Field(default=None, ge=0)
+    val_check_interval: Annotated[
+        Annotated[int | float, Field(gt=0)] | Literal["auto"] | None,
+        protection(VALIDATION, keeps=("auto", None), at_most=HOUSE_VALIDATION_STEPS),
+    ] = None
 
 
 class OptimizerConfig(BaseModel):
     model_config = Open
-    lr: float = Field(gt=0)
-    weight_decay: float = Field(ge=0)
-    eps: float = Field(gt=0)
-    betas: tuple[float, float]
+    lr: Annotated[float, TRAINS] = Field(gt=0)
+    weight_decay: Annotated[float, TRAINS] = Field(ge=0)
+    eps: Annotated[float, TRAINS] = Field(gt=0)
+    betas: Annotated[tuple[float, float], TRAINS]
     # optimizer=muon (degen_train.optim.muon): Muon's own settings; the four above are its AdamW part's
-    muon_lr: float | None = Field(default=None, gt=0)
-    muon_weight_decay: float | None = Field(default=None, ge=0)
-    muon_momentum: float | None = Field(default=None, ge=0, lt=1)
-    muon_ns_steps: int | None = Field(default=None, ge=1, lt=100)
-    muon_adjust_lr: Literal["original", "match_rms_adamw"] | None = None
-    muon_ns_dtype: Literal["bfloat16", "float32"] | None = None
+    muon_lr: Annotated[float | None, TRAINS] = Field(default=None, gt=0)
+    muon_weight_decay: Annotated[float | None, TRAINS] = Field(default=None, ge=0)
+    muon_momentum: Annotated[float | None, TRAINS] = Field(default=None, ge=0, lt=1)
+    muon_ns_steps: Annotated[int | None, TRAINS] = Field(default=None, ge=1, lt=100)
+    muon_adjust_lr: Annotated[Literal["original", "match_rms_adamw"] | None, TRAINS] = None
+    muon_ns_dtype: Annotated[Literal["bfloat16", "float32"] | None, TRAINS] = None
 
     @model_validator(mode="after")
     def betas_in_range(self) -> OptimizerConfig:
@@ -192,14 +227,16 @@ class OptimizerConfig(BaseModel):
 
 class SchedulerConfig(BaseModel):
     model_config = Open
-    schedule: Literal["linear", "cosine", "constant", "wsd"]
-    warmup_steps: int = Field(ge=0)
-    total_steps: int = Field(ge=1)
-    min_ratio: float = Field(ge=0, le=1)
-    decay_steps: int | None = Field(default=None, ge=1)  # wsd: the decay's length (wins over decay_fraction)
-    decay_fraction: float = Field(default=0.2, gt=0, le=1)  # wsd: the decay's share of total_steps
-    decay_shape: Literal["linear", "cosine", "one_minus_sqrt"] = "linear"
-    warmup_init_div: float | None = Field(default=None, ge=1)  # the warm-up starts at lr / this (wsd: 100, released)
+    schedule: Annotated[Literal["linear", "cosine", "constant", "wsd"], TRAINS]
+    warmup_steps: Annotated[int, TRAINS] = Field(ge=0)
+    total_steps: Annotated[int, TRAINS] = Field(ge=1)
+    min_ratio: Annotated[float, TRAINS] = Field(ge=0, le=1)
+    # wsd: the decay's length (wins over decay_fraction)
+    decay_steps: Annotated[int | None, TRAINS] = Field(default=None, ge=1)
+    decay_fraction: Annotated[float, TRAINS] = Field(default=0.2, gt=0, le=1)  # wsd: the decay's share of total_steps
+    decay_shape: Annotated[Literal["linear", "cosine", "one_minus_sqrt"], TRAINS] = "linear"
+    # the warm-up starts at lr / this (wsd: 100, released)
+    warmup_init_div: Annotated[float | None, TRAINS] = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def decay_fits_the_run(self) -> SchedulerConfig:
@@ -212,23 +249,25 @@ class SchedulerConfig(BaseModel):
 
 class CheckpointCallbackConfig(BaseModel):
     model_config = Open
-    every_n_train_steps: int | None = Field(default=None, ge=1)
-    save_top_k: int = Field(default=1, ge=-1)
-    background: bool | Literal["auto"] = "auto"
+    every_n_train_steps: Annotated[int | None, protection(CHECKPOINTS, at_most=HOUSE_CHECKPOINT_STEPS)] = Field(
+        default=None, ge=1
+    )
+    save_top_k: Annotated[int, protection(CHECKPOINTS, keeps=(-1,), at_least=2)] = Field(default=1, ge=-1)
+    background: Annotated[bool | Literal["auto"], LAUNCH] = "auto"
 
 
 class IsotropyCallbackConfig(BaseModel):
     model_config = Open
-    every_n_steps: int = Field(ge=1)
-    probe_size: int = Field(ge=1)
+    every_n_steps: Annotated[int, MEASURES] = Field(ge=1, le=MAX_ITEMS)
+    probe_size: Annotated[int, MEASURES] = Field(ge=1, le=4096)
 
 
 class DivergenceCallbackConfig(BaseModel):
     model_config = Open
-    on_nonfinite: Literal["stop", "skip"]
-    max_skips: int = Field(ge=0)
-    spike_sigma: float | None = Field(default=None, gt=0)
-    spike_window: int = Field(ge=2)
+    on_nonfinite: Annotated[Literal["stop", "skip"], protection(DIVERGENCE, keeps=("stop",))]
+    max_skips: Annotated[int, protection(DIVERGENCE, at_most=10)] = Field(ge=0)
+    spike_sigma: Annotated[float | None, protection(DIVERGENCE)] = Field(default=None, gt=0)
+    spike_window: Annotated[int, protection(DIVERGENCE)] = Field(ge=2)
 
 
 class CallbacksConfig(BaseModel):
@@ -242,30 +281,45 @@ class EvalConfig(BaseModel):
     """eval: the probes and evaluations run on the export at the end of a run (conf/train.yaml says each one)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    sts: list[str] = Field(default_factory=list)
-    wic: str | None = None
-    wic_fit: str | None = None
-    layer: int | Literal["last", "first_last"] = "last"
-    pooling: Literal["mean", "cls"] = "mean"
-    glue: list[str] = Field(default_factory=list)  # task names, checked with their files by finetune/tasks.py
-    glue_dir: str | None = None
-    finetune: dict[str, Any] = Field(default_factory=dict)  # conf/finetune.yaml, checked by finetune/grid.py
-    w8a8: str | None = None
-    generate: str | None = None  # held-out text: degen-eval --generate on a decoder's export (evaluation/generation.py)
-    generate_prompts: int = Field(default=200, ge=1)
-    generate_prefix_tokens: int = Field(default=32, ge=1)
-    generate_new_tokens: int = Field(default=128, ge=1)
-    lm_eval: list[str] = Field(default_factory=list)  # lm-evaluation-harness task names (evaluation/lm_eval_tasks.py)
-    lm_eval_include: str | None = None
-    lm_eval_limit: int | None = Field(default=None, ge=1)
+    sts: Annotated[list[str], INPUT] = Field(default_factory=list)
+    wic: Annotated[str | None, INPUT] = None
+    wic_fit: Annotated[str | None, INPUT] = None
+    # STS files whose pairs the whitening is fitted on (BERT-whitening's release: train + dev + the scored split);
+    # []: the scored split itself
+    sts_whitening_fit: Annotated[list[str], INPUT] = Field(default_factory=list, max_length=16)
+    layer: Annotated[Annotated[int, Field(ge=-1000, le=1000)] | Literal["last", "first_last"], MEASURES] = "last"
+    pooling: Annotated[Literal["mean", "cls"], MEASURES] = "mean"
+    # task names, checked with their files by finetune/tasks.py
+    glue: Annotated[list[str], MEASURES] = Field(default_factory=list, max_length=16)
+    glue_dir: Annotated[str | None, INPUT] = None
+    # conf/finetune.yaml, checked by finetune/grid.py
+    finetune: Annotated[dict[str, Any], MEASURES] = Field(default_factory=dict)
+    w8a8: Annotated[str | None, INPUT] = None
+    # held-out text: degen-eval --generate on a decoder's export (evaluation/generation.py)
+    generate: Annotated[str | None, INPUT] = None
+    generate_prompts: Annotated[int, MEASURES] = Field(default=200, ge=1, le=MAX_PROMPTS)
+    generate_prefix_tokens: Annotated[int, MEASURES] = Field(default=32, ge=1, le=MAX_TOKENS)
+    generate_new_tokens: Annotated[int, MEASURES] = Field(default=128, ge=1, le=MAX_TOKENS)
+    # cut: SimCTG's release (no minimum length, cut at the first end-of-text); banned: every continuation full length
+    generate_end_of_text: Annotated[Literal["cut", "banned"], MEASURES] = "cut"
+    generate_decodings: Annotated[list[Literal["greedy", "beam", "top_k", "nucleus", "contrastive"]], MEASURES] = \
+        Field(default_factory=lambda: ["greedy", "beam", "top_k", "nucleus", "contrastive"], min_length=1)
+    # the evaluators, each a model folder or hub name (None: the release's where present, else a named stand-in)
+    featurizer: Annotated[str | None, INPUT] = None  # MAUVE's (released: gpt2-large)
+    coherence_encoder: Annotated[str | None, INPUT] = None  # coherence_simcse's (sup-simcse-bert-base-uncased)
+    coherence_model: Annotated[str | None, INPUT] = None  # coherence_opt's (facebook/opt-2.7b)
+    # lm-evaluation-harness task names (evaluation/lm_eval_tasks.py)
+    lm_eval: Annotated[list[str], MEASURES] = Field(default_factory=list, max_length=256)
+    lm_eval_include: Annotated[str | None, CODE] = None
+    lm_eval_limit: Annotated[int | None, MEASURES] = Field(default=None, ge=1, le=MAX_ITEMS)
 
 
 class PushToHubConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    repo_id: str | None = None
-    private: bool = True
-    message: str = "degen_train export"
-    dry_run: bool = False
+    repo_id: Annotated[str | None, OUTPUT] = None
+    private: Annotated[bool, OUTPUT] = True
+    message: Annotated[str, OUTPUT] = "degen_train export"
+    dry_run: Annotated[bool, OUTPUT] = False
 
     @field_validator("repo_id")
     @classmethod
@@ -279,34 +333,39 @@ class SearchConfig(BaseModel):
     """search: what a hyper-parameter search minimises (sweep.search_objective)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    metric: str = "val_loss"  # a summary.json key, or a val/... key of its val_metrics
-    cosine_weight: float = Field(default=0.0, ge=0)
-    cosine_bound: float | None = Field(default=None, ge=-1, le=1)
+    metric: Annotated[str, MEASURES] = "val_loss"  # a summary.json key, or a val/... key of its val_metrics
+    cosine_weight: Annotated[float, MEASURES] = Field(default=0.0, ge=0)
+    cosine_bound: Annotated[float | None, MEASURES] = Field(default=None, ge=-1, le=1)
 
 
 class PlanConfig(BaseModel):
     """plan: debug=plan's question, does this run fit a card and how long will it take (run/memory_plan.py)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    only: bool = False  # true (debug=plan): print the plan and stop, nothing built on a device, nothing written
-    card: Literal["h100", "h200", "a100"] = "h100"
-    mfu: float = Field(default=0.4, gt=0, le=1)  # the model FLOPs utilisation the step time is quoted at
-    devices: int | None = Field(default=None, ge=1)  # null: trainer.devices x trainer.num_nodes
-    token_budget: float | None = Field(default=None, gt=0)  # tokens to train: the plan gives the hours
-    headroom: float = Field(default=0.9, gt=0, le=1)  # the share of the card's memory a plan may fill
-    memory_gib: float | None = Field(default=None, gt=0)  # another memory size for the card (a 40 GB A100, ...)
+    # true (debug=plan): print the plan and stop, nothing built on a device, nothing written
+    only: Annotated[bool, LAUNCH] = False
+    card: Annotated[Literal["h100", "h200", "a100"], LAUNCH] = "h100"
+    # the model FLOPs utilisation the step time is quoted at
+    mfu: Annotated[float, LAUNCH] = Field(default=0.4, gt=0, le=1)
+    devices: Annotated[int | None, LAUNCH] = Field(default=None, ge=1)  # null: trainer.devices x trainer.num_nodes
+    # tokens to train: the plan gives the hours
+    token_budget: Annotated[float | None, LAUNCH] = Field(default=None, gt=0)
+    # the share of the card's memory a plan may fill
+    headroom: Annotated[float, LAUNCH] = Field(default=0.9, gt=0, le=1)
+    # another memory size for the card (a 40 GB A100, ...)
+    memory_gib: Annotated[float | None, LAUNCH] = Field(default=None, gt=0)
 
 
 class TrainConfig(BaseModel):
     model_config = Open
-    seed: int = Field(ge=0)
-    ckpt_path: str | None = None
-    branch_from: str | None = None
-    allow_slow_precision: bool = False
-    prepare_only: bool = False
-    export_hf: bool = True
-    final_validation: bool = True
-    threads: Any = "auto"
+    seed: Annotated[int, TRAINS] = Field(ge=0)
+    ckpt_path: Annotated[str | None, LAUNCH] = None
+    branch_from: Annotated[str | None, INPUT] = None
+    allow_slow_precision: Annotated[bool, LAUNCH] = False
+    prepare_only: Annotated[bool, LAUNCH] = False
+    export_hf: Annotated[bool, OUTPUT] = True
+    final_validation: Annotated[bool, protection(VALIDATION, keeps=(True,))] = True
+    threads: Annotated[Any, LAUNCH] = "auto"
     eval: EvalConfig = Field(default_factory=EvalConfig)
     push_to_hub: PushToHubConfig = Field(default_factory=PushToHubConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
@@ -318,7 +377,7 @@ class TrainConfig(BaseModel):
     optimizer: OptimizerConfig
     scheduler: SchedulerConfig
     callbacks: CallbacksConfig | None = None
-    objective: dict[str, Any] = Field(default_factory=dict)
+    objective: Annotated[dict[str, Any], TRAINS] = Field(default_factory=dict)
 
     @field_validator("threads")
     @classmethod

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import stat
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,13 @@ TABLE_BYTES = 256 * 2**20  # logs/metrics.csv of a long run
 IMAGE_BYTES = 32 * 2**20  # analysis/cone.png
 MAX_DEPTH = 64  # nesting of a JSON/YAML record degen-train writes is under 10
 MAX_ENTRIES = 100_000  # values in one record
-# C0 and C1 control characters other than tab, and DEL: a terminal acts on them (erase a line, move the cursor).
+# C0 and C1 control characters other than tab, and DEL: a terminal acts on them (erase a line, move the cursor); and
+# Unicode's format characters (category Cf: right-to-left override U+202E, the isolates U+2066-2069, zero-width
+# joiners and spaces, the soft hyphen, a byte-order mark) and line and paragraph separators, which make a text show as
+# another (``seed=1<RLO>gpj.exe`` reads ``seed=1exe.jpg``).
 CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+LYING = re.compile("[" + "".join(re.escape(chr(c)) for c in [*range(0x80, 0x30000), *range(0xE0000, 0xE0080)]
+                                 if unicodedata.category(chr(c)) in ("Cf", "Zl", "Zp")) + "]")  # fmt: skip
 
 
 class HandedOverFileError(ValueError):
@@ -32,16 +38,24 @@ class HandedOverFileError(ValueError):
 
 
 def printable(text: Any, limit: int = 0) -> str:
-    """``text`` with every control character (ANSI escapes, carriage returns, newlines) shown as its escape, so a
-    quoted value cannot erase or forge a line on the terminal that prints it; cut to ``limit`` characters if given."""
+    """``text`` with every control character (ANSI escapes, carriage returns, newlines) and Unicode format character
+    (a right-to-left override, a zero-width space) shown as its escape, so a quoted value cannot erase or forge a line
+    on the terminal that prints it, nor read as another; cut to ``limit`` characters if given."""
     shown = CONTROL.sub(lambda m: repr(m.group())[1:-1], str(text))
+    shown = LYING.sub(lambda m: f"\\u{ord(m.group()):04x}", shown)
     return shown if not limit or len(shown) <= limit else shown[: limit - 3] + "..."
 
 
-def plain_file_bytes(path: Path, *, limit: int = RECORD_BYTES, what: str = "record") -> bytes:
+def plain_file_bytes(
+    path: Path, *, limit: int = RECORD_BYTES, what: str = "record", within: Path | None = None
+) -> bytes:
     """The bytes of ``path``, refused in one line before it is opened when it is a link, a FIFO, a device or a
-    folder, or larger than ``limit`` (checked again on the open file, which is never followed through a link)."""
+    folder, or larger than ``limit`` (checked again on the open file, which is never followed through a link).
+    ``within``: the handed-over folder ``path`` lies in; every folder between the two is opened component by
+    component, none through a link (``seed=1/analysis`` linked to a folder elsewhere is refused, naming it)."""
     path = Path(path)
+    if within is not None:
+        _no_link_between(Path(within), path, what)
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -76,9 +90,47 @@ def plain_file_bytes(path: Path, *, limit: int = RECORD_BYTES, what: str = "reco
     return data
 
 
-def plain_file_text(path: Path, *, limit: int = RECORD_BYTES, what: str = "record") -> str:
+def _no_link_between(root: Path, path: Path, what: str) -> None:
+    """Open each folder from ``root`` down to ``path``'s own with O_NOFOLLOW, relative to the one before (so a folder
+    swapped for a link meanwhile is refused too); a link among them is one line naming it. Where the platform cannot
+    open relative to a folder, each component is checked with lstat instead."""
+    try:
+        parts = path.relative_to(root).parts[:-1]
+    except ValueError:
+        raise HandedOverFileError(
+            f"{path} is not inside {root}: a handed-over {what} is read from its folder only"
+        ) from None
+    walked = root
+    if os.open not in os.supports_dir_fd or not hasattr(os, "O_NOFOLLOW"):
+        for part in parts:
+            walked = walked / part
+            if os.path.islink(walked):
+                raise HandedOverFileError(_link_message(walked, what))
+        return
+    folder = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        for part in parts:
+            walked = walked / part
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+            except OSError as error:
+                if error.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(walked):
+                    raise HandedOverFileError(_link_message(walked, what)) from None
+                raise HandedOverFileError(f"{walked} cannot be read ({error.strerror})") from None
+            os.close(folder)
+            folder = inner
+    finally:
+        os.close(folder)
+
+
+def _link_message(path: Path, what: str) -> str:
+    return (f"{path} is a link (to {printable(os.readlink(path), 200)}): a handed-over {what} is read only from the "
+            f"folder itself, never through a link at any depth; replace the link by a copy of what it points to")
+
+
+def plain_file_text(path: Path, *, limit: int = RECORD_BYTES, what: str = "record", within: Path | None = None) -> str:
     """``plain_file_bytes`` decoded as UTF-8 (a byte-order mark dropped), or one line naming the file and the line."""
-    data = plain_file_bytes(path, limit=limit, what=what)
+    data = plain_file_bytes(path, limit=limit, what=what, within=within)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
@@ -86,10 +138,10 @@ def plain_file_text(path: Path, *, limit: int = RECORD_BYTES, what: str = "recor
         raise HandedOverFileError(f"{path}, line {line}: not UTF-8 text, as degen-train writes a {what}") from None
 
 
-def json_record(path: Path, *, what: str = "record", limit: int = RECORD_BYTES) -> Any:
+def json_record(path: Path, *, what: str = "record", limit: int = RECORD_BYTES, within: Path | None = None) -> Any:
     """A handed-over JSON file's value, its nesting and size bounded; a file that is not JSON is one line naming the
     file, the line and the column."""
-    text = plain_file_text(path, limit=limit, what=what)
+    text = plain_file_text(path, limit=limit, what=what, within=within)
     try:
         value = json.loads(text)
     except RecursionError:
@@ -119,6 +171,42 @@ def check_bounded(path: Path, value: Any, *, what: str = "record") -> None:
             stack.extend((inner, depth + 1) for inner in item.values())
         elif isinstance(item, list | tuple):
             stack.extend((inner, depth + 1) for inner in item)
+
+
+def check_text_bounded(path: Path, text: str, *, what: str = "record") -> None:
+    """The bounds of ``check_bounded`` on a text before it is parsed (a parser spends seconds on what it refuses):
+    brackets nested over MAX_DEPTH deep, or more separators of values (``:``, ``,``, ``- ``) than MAX_ENTRIES."""
+    depth = deepest = 0
+    for character in text:
+        if character in "[{(":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_DEPTH:
+                raise HandedOverFileError(f"{path}: nested over {MAX_DEPTH} deep, far beyond any {what} degen-train "
+                                          f"writes; it was not read")  # fmt: skip
+        elif character in "]})":
+            depth -= 1
+    if text.count(":") + text.count(",") + text.count("- ") > MAX_ENTRIES:
+        raise HandedOverFileError(f"{path}: over {MAX_ENTRIES:,} values (keys and items, counted before parsing), far "
+                                  f"beyond any {what} degen-train writes; it was not read")  # fmt: skip
+
+
+def given_file_text(path: str | Path, *, what: str) -> str:
+    """The UTF-8 text of a file named on a command line (an STS file, a corpus, prompts): a FIFO, a device or a folder
+    is refused before any open that could block or never end; a missing file is FileNotFoundError."""
+    path = Path(path)
+    kind = not_a_plain_file(path)
+    if kind:
+        raise ValueError(f"{what} {path} is {kind}, not a plain file (a FIFO or a device would never end): give a "
+                         f"UTF-8 text file")  # fmt: skip
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} {path} does not exist")
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise ValueError(f"{what} {path}, line {line}: not UTF-8 text; re-save it as UTF-8") from None
 
 
 def not_a_plain_file(path: Path) -> str | None:

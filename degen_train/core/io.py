@@ -6,6 +6,7 @@ import errno
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import stat
@@ -226,10 +227,22 @@ def fsync_directory(folder: Path) -> None:
 
 
 def atomic_write_json(path: Path, payload: Any) -> None:
-    """Write JSON through a staged file: readers see the old content or the new, never a torn one."""
+    """Write JSON through a staged file: readers see the old content or the new, never a torn one. A NaN or an
+    infinity is written as null (strict JSON: what a handed-over record's reader accepts, config/records.py)."""
     with staged_file(path, "w") as stream:
-        json.dump(payload, stream, indent=2, sort_keys=True, default=str)
+        json.dump(finite_or_null(payload), stream, indent=2, sort_keys=True, default=str, allow_nan=False)
         stream.write("\n")
+
+
+def finite_or_null(value: Any) -> Any:
+    """``value`` with every non-finite float (a diverged loss, an overflowed perplexity) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_or_null(item) for item in value]
+    return value
 
 
 def atomic_write_text(path: Path, text: str) -> None:

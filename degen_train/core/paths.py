@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # degen_train/, where the wheel keeps conf/
@@ -50,6 +51,11 @@ def refuse_links_in(run_dir: Path) -> None:
             f"appends to its own files only, never through a link. Replace each link by a copy of its file, or remove "
             f"it"
         )
+    odd = [p for root, _, names in os.walk(run_dir) for p in (Path(root) / n for n in names)
+           if not (p.is_symlink() or stat.S_ISREG(p.lstat().st_mode))]  # fmt: skip
+    if odd:  # a resume reads its own metrics log: a FIFO there would hang it, a device never end
+        raise ValueError(f"{odd[0]} is not a plain file (a FIFO, a device or a socket): a run folder holds its own "
+                         f"files only, and a resume reads and appends to them; remove it")  # fmt: skip
     for name in APPENDED:
         path = run_dir / name
         if path.exists() and path.stat().st_uid != os.geteuid():
@@ -65,7 +71,12 @@ def links_in(folder: Path, *, runs_below: bool = False) -> list[Path]:
         parts = path.relative_to(folder).parts
         return WANDB_FOLDER in (parts if runs_below else parts[:1])
 
-    return [p for p in [folder, *folder.rglob("*")] if p.is_symlink() and not wandbs(p)]
+    if folder.is_symlink():
+        return [folder]
+    found = []
+    for root, folders, files in os.walk(folder, followlinks=False):  # never into a linked folder (a link to /)
+        found += [Path(root) / name for name in [*folders, *files] if (Path(root) / name).is_symlink()]
+    return sorted(p for p in found if not wandbs(p))
 
 
 def shown_links(links: list[Path], most: int = 5) -> str:

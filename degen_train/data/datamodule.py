@@ -30,6 +30,7 @@ from degen_train.data.mixture import (
     with_sources,
 )
 from degen_train.data.node_parts import missing_parts, parts_folder, tokenize_part
+from degen_train.data.prefetch import Prefetched
 from degen_train.data.sampling import PositionedExamples, ShardedBatches, StepBatchSampler
 from degen_train.data.tokenizer import get_tokenizer, load_tokenizer, tokenizer_identity, vocabulary_too_large
 from degen_train.data.windows import AccumulationWindows
@@ -267,6 +268,15 @@ def check_same_data(per_rank: list[tuple[str, int, int]]) -> None:
         )
 
 
+def with_host_counts(batch: Any) -> Any:
+    """``batch`` with its (tokens, predicted tokens) counted on the host, once."""
+    if isinstance(batch, dict) and "attention_mask" in batch and "labels" in batch and "host_counts" not in batch:
+        index = batch.get("labelled_index")
+        predicted = index.numel() if index is not None else int((batch["labels"] != -100).sum())
+        batch["host_counts"] = (int(batch["attention_mask"].sum()), predicted)
+    return batch
+
+
 class PretrainDataModule(pl.LightningDataModule):
     """Train batches start at the restored global step, so resuming replays nothing."""
 
@@ -281,11 +291,15 @@ class PretrainDataModule(pl.LightningDataModule):
         pin_memory: bool = False,
         overfit_batches: int = 0,
         window_counter: Callable[[dict], dict[str, torch.Tensor]] | None = None,
+        prefetch: int = 0,
     ) -> None:
         """``window_counter``: what the loss terms' means divide by in a micro-batch (WeightedSum.window_counts);
-        with trainer.accumulate_grad_batches > 1 the train loader reads each window first and counts it."""
+        with trainer.accumulate_grad_batches > 1 the train loader reads each window first and counts it.
+        ``prefetch``: training batches made ahead on a background thread when no worker process makes them
+        (data/prefetch.py); 0: on the training thread."""
         super().__init__()
         self.data, self.collator = data, collator
+        self.prefetch = prefetch
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.pin_memory = pin_memory  # on a GPU: page-locked batches, so their copy to the device runs asynchronously
         self.overfit_batches = overfit_batches
@@ -302,13 +316,10 @@ class PretrainDataModule(pl.LightningDataModule):
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Count the batch's tokens and predicted tokens while it is on the host (the throughput's counts): read
-        from the device after the step, they would make the host wait for it. The datamodule's hook, not the
-        LightningModule's: Lightning warns when a module overrides it beside a datamodule."""
-        if isinstance(batch, dict) and "attention_mask" in batch and "labels" in batch:
-            index = batch.get("labelled_index")
-            predicted = index.numel() if index is not None else int((batch["labels"] != -100).sum())
-            batch["host_counts"] = (int(batch["attention_mask"].sum()), predicted)
-        return batch
+        from the device after the step, they would make the host wait for it (a prefetched batch was counted on
+        its thread). The datamodule's hook, not the LightningModule's: Lightning warns when a module overrides it
+        beside a datamodule."""
+        return with_host_counts(batch)
 
     def _loader(self, dataset: PositionedExamples, batch_sampler: Any, starts: list[int] | None = None) -> DataLoader:
         """``starts``: a mixture's first row of each source in ``dataset``; each row's source then travels with the
@@ -327,8 +338,10 @@ class PretrainDataModule(pl.LightningDataModule):
             pin_memory=self.pin_memory,
         )
 
-    def train_dataloader(self) -> DataLoader | AccumulationWindows:
-        loader = self.upcoming_batches()
+    def train_dataloader(self) -> DataLoader | AccumulationWindows | Prefetched:
+        loader: Any = self.upcoming_batches()
+        if self.prefetch and self.num_workers == 0:  # workers make them ahead already, in processes of their own
+            loader = Prefetched(loader, self.prefetch, prepare=with_host_counts)
         accumulate = self.trainer.accumulate_grad_batches if self.trainer is not None else 1
         if accumulate > 1 and self.window_counter is not None:  # a resume starts at a window's first micro-batch
             return AccumulationWindows(loader, size=accumulate, counter=self.window_counter)

@@ -25,6 +25,7 @@ def evaluate(
     sts: Sequence[str | Path] = (),
     wic: str | Path | None = None,
     wic_fit: str | Path | None = None,
+    sts_whitening_fit: Sequence[str | Path] = (),
     out: str | Path,
     layer: str | int = "last",
     pooling: str = "mean",
@@ -46,6 +47,11 @@ def evaluate(
     if not sts and wic is None and not perplexity_files and w8a8 is None and generation is None and lm_eval is None:
         raise ValueError("nothing to evaluate: give --sts FILE, --wic DIR, --perplexity FILE, --w8a8 FILE, "
                          "--generate FILE (or --prompts FILE) and/or --lm-eval TASKS")  # fmt: skip
+    if generation is not None or lm_eval is not None:  # an encoder refused before any file is read or model loaded
+        from degen_train.evaluation.generation import require_decoder
+        from degen_train.metrics.encode import model_folder
+
+        require_decoder(model_folder(model), "--generate" if generation is not None else "--lm-eval")
     if not sts and wic is None and not perplexity_files and w8a8 is None:  # generation and/or lm-eval alone
         from degen_train.metrics.encode import model_folder
 
@@ -66,12 +72,18 @@ def evaluate(
         return _with_decoder_measures(result, model, generation, lm_eval, out)
     # Read every input first: a bad file fails before the model is loaded.
     sts_sets = {Path(p).stem: read_sts(p) for p in sts}
+    fit_sets = [read_sts(p, scored=False) for p in sts_whitening_fit]  # labels are not needed to fit
     wic_items = read_wic(wic) if wic is not None else None
     fit_items = read_wic(wic_fit) if wic_fit is not None else None
     log.info("degen-eval: loading %s", model)
     encoder = load_encoder(model, batch_size=batch_size, max_length=max_length)
     writable_folder(out, "--out")  # never through a link (core/paths.py)
     result: dict[str, Any] = {"model": str(encoder.source), "layer": layer, "pooling": pooling}
+    fit = None
+    if fit_sets and sts_sets:  # BERT-whitening's release: fitted on the named splits, both sides, repeats counted
+        sentences = [s for pairs in fit_sets for s in pairs.first + pairs.second]
+        fit = (sentence_vectors(encoder, sentences, layer=layer, pooling=pooling),
+               " + ".join(str(p) for p in sts_whitening_fit) + " (both sides of every pair)")  # fmt: skip
     if sts_sets:
         result["sts"] = {}
         for name, pairs in sts_sets.items():
@@ -82,13 +94,17 @@ def evaluate(
                 pairs,
                 lambda s: sentence_vectors(encoder, s, layer=layer, pooling=pooling),
                 picture=Path(out) / f"{name}_pair_cosines.png",
+                fit=fit,
             )
+            # per pair, by the runs table's column: a report compares runs scored on these pairs, paired
+            result.setdefault("items", {})[f"sts/{name}"] = result["sts"][name].pop("raw_items")
     if wic_items is not None:
         if limit:
             wic_items = type(wic_items)(wic_items.words[:limit], wic_items.positions[:limit], wic_items.labels[:limit])
         log.info("degen-eval: WiC, %d items%s", len(wic_items.labels), f" (fit on {wic_fit})" if fit_items else "")
         fit = (fit_items, wic_vectors(encoder, fit_items)) if fit_items is not None else None
         result["wic"] = wic_scores(wic_items, wic_vectors(encoder, wic_items), fit=fit)
+        result.setdefault("items", {})["wic/accuracy"] = result["wic"].pop("raw_items")
     if perplexity_files:
         result["perplexity"] = _perplexities(
             encoder.source, perplexity_files, perplexity_unit, max_length, stride, limit
@@ -130,6 +146,8 @@ def _with_generation(result: dict[str, Any], model: str | Path, generation: dict
     from degen_train.metrics.encode import model_folder
 
     result["generation"] = generation_eval(model_folder(model), **generation, out=out)
+    # per prompt, by the runs table's column ("generation/DECODING/MEASURE"): runs drawn on the same prompts pair
+    result.setdefault("items", {}).update(result["generation"].pop("items"))
     atomic_write_json(Path(out) / "eval.json", result)
     return result
 

@@ -26,6 +26,9 @@ def run_lm_eval(
 ) -> dict[str, Any]:
     """The harness's results for ``tasks`` on the decoder export in ``model_dir``: per task its metrics (and their
     standard errors, as the harness computes them), the harness's version, the few-shot count and the limit."""
+    from degen_train.evaluation.generation import require_decoder
+
+    require_decoder(model_dir, "lm-eval")  # before the harness loads it (an encoder ended in its traceback)
     lm_eval, manager = checked_tasks(tasks, include_path)
     import torch
     from lm_eval.models.huggingface import HFLM

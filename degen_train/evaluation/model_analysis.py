@@ -14,11 +14,12 @@ import torch
 from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
-from degen_train.config.handed_over import read_config_file, recorded_override_texts, with_house_outputs
+from degen_train.config.handed_over import Door, read_config_file, recorded_override_texts, with_house_outputs
 from degen_train.config.records import Summary, read_record
 from degen_train.config.result_keys import has_no_effect_on_result
-from degen_train.core.handed_files import HandedOverFileError, no_remote_code, printable
+from degen_train.core.handed_files import HandedOverFileError, given_file_text, no_remote_code, printable
 from degen_train.core.io import atomic_write_json
+from degen_train.core.own_runs import is_own as is_own_run
 from degen_train.core.paths import writable_folder
 from degen_train.metrics import plots
 from degen_train.metrics.encode import load_encoder, sentence_vectors, token_vectors_by_layer
@@ -40,7 +41,6 @@ from degen_train.metrics.probe_versions import current_versions
 from degen_train.metrics.probes import ALIGNED_ABOVE, alignment, read_sts, uniformity
 from degen_train.metrics.transforms import clip_outliers, fit_whitening
 from degen_train.models.vocabulary import real_rows
-from degen_train.storage.own_runs import is_own as is_own_run
 
 log = logging.getLogger("degen_train.evaluation.model_analysis")
 
@@ -64,37 +64,36 @@ def matrix_metrics(vectors: torch.Tensor) -> dict[str, Any]:
 
 
 def folder_data_config(path: Path, *, trust_config: bool) -> Any:
-    """The run folder's recorded ``data`` config, read as data (config/handed_over.py: the house's keys and types
-    only, its cache folder this user's own) and, unless ``trust_config``, naming only files inside the folder: a
-    handed-over folder's config must not make this process read /etc/passwd or create folders where its author
-    chose."""
-    reading = read_config_file(
-        path / "config.yaml", advice=". Pass --corpus FILE to analyse on text of your choice", runs=False
-    )
+    """The run folder's recorded ``data`` config, read as data (config/handed_over.py: each key by its declared role,
+    its cache folder this user's own) and, unless ``trust_config``, its inputs (roles.py: data.path, a tokenizer, a hub
+    set) naming only files inside the folder: a handed-over folder's config must not make this process read
+    /etc/passwd, fetch a data set or create folders where its author chose."""
+    door = Door(runs=False, trusted=trust_config, advice=". Pass --corpus FILE to analyse on text of your choice")
+    reading = read_config_file(path / "config.yaml", door=door)
     tree = with_house_outputs(reading.tree, reading.dropped)
     data_cfg = OmegaConf.create(tree.get("data") or {})
     data_cfg.cache_dir = os.environ.get("DEGEN_TRAIN_CACHE", str(Path("~/.cache/degen_train").expanduser()))
     inside = path.resolve()
-    for key in ("path", "validation_path"):
-        value = data_cfg.get(key)
-        if not value or trust_config:
-            continue
-        named = Path(str(value)).expanduser()
-        resolved = (named if named.is_absolute() else inside / named).resolve()
-        if resolved != inside and inside not in resolved.parents:
+    for key, value in reading.inputs.items():  # inputs a stranger's config names: only its own files
+        if not key.startswith("data."):
+            continue  # an analysis reads the data section alone
+        named = Path(str(value)).expanduser() if isinstance(value, str) else None
+        resolved = (named if named.is_absolute() else inside / named).resolve() if named else None
+        if resolved is None or (resolved != inside and inside not in resolved.parents):
             raise ValueError(
-                f"{path}/config.yaml names data.{key}={value}, outside the folder: a model folder's config may only "
+                f"{path}/config.yaml names {key}={value}, outside the folder: a model folder's config may only "
                 f"name files inside it. Pass --corpus FILE to analyse on text of your choice, or --trust-config if "
                 f"the folder is your own run"
             )
-        data_cfg[key] = str(resolved)
+        OmegaConf.update(data_cfg, key.removeprefix("data."), str(resolved), force_add=True)
     return data_cfg
 
 
 def corpus_sentences(path: Path, corpus: str | None, limit: int, *, trust_config: bool = False) -> list[str]:
     """Sentences to encode: a text file (one per line), else the run's validation text, else the builtin corpus."""
     if corpus:
-        lines = [line.strip() for line in Path(corpus).read_text(encoding="utf-8").splitlines() if line.strip()]
+        text = given_file_text(corpus, what="--corpus")  # a FIFO or device refused before it is opened
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
     elif (path / "config.yaml").exists():
         from degen_train.data.corpus import load_corpus
 
@@ -354,8 +353,9 @@ def pictures(
             out_dir / "dimension_means.png",
             title=f"mean value per dimension: {title}",
         ),
-        "outliers": plots.outliers_per_layer_plot(
-            result["outliers"]["layers"], out_dir / "outliers.png", title=f"outliers per layer: {title}"
-        ),
     }
+    if "outliers" in result:  # --skip outliers: no figure of what was not measured
+        drawn["outliers"] = plots.outliers_per_layer_plot(
+            result["outliers"]["layers"], out_dir / "outliers.png", title=f"outliers per layer: {title}"
+        )
     return {name: str(p) for name, p in drawn.items()}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import statistics
 from collections.abc import Sequence
@@ -106,11 +107,12 @@ def finished_cell(path: Path) -> dict[str, Any]:
         cell, wrong = {}, list(CELL_FIELDS)
     else:
         wrong = [key for key, kind in CELL_FIELDS.items()
-                 if not isinstance(cell.get(key), kind) or isinstance(cell.get(key), bool)]  # fmt: skip
+                 if not isinstance(cell.get(key), kind) or isinstance(cell.get(key), bool)
+                 or (isinstance(cell.get(key), float) and not math.isfinite(cell[key]))]  # fmt: skip
     if wrong:
         raise HandedOverFileError(
-            f"{path}: not a fine-tuning result as degen-finetune writes it ({', '.join(wrong)} missing or of another "
-            f"type); remove the file and the same command fine-tunes that cell again"
+            f"{path}: not a fine-tuning result as degen-finetune writes it ({', '.join(wrong)} missing, of another "
+            f"type or not a finite number); remove the file and the same command fine-tunes that cell again"
         )
     return cell
 

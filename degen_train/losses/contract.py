@@ -66,6 +66,10 @@ class LossTerm(nn.Module):
     # cannot give it the other micro-batches' samples, and a run says so at start.
     mixes_samples: str | None = None
     paper_metrics: ClassVar[tuple[str, ...]] = ()  # the metrics its paper reports, named in summary.json
+    # The options that name a file, folder or model the term loads (TaCL's teacher): their role is an input, not what
+    # the run trains (config/roles.py declares them so; tests/unit/test_roles.py holds the two together), so a
+    # handed-over file never chooses one.
+    reads: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every term's options are checked against its constructor's annotations first (term_options.py)."""

@@ -100,9 +100,3 @@ def diversity(texts: Sequence[str]) -> float:
     for n in (2, 3, 4):
         value *= 1.0 - rep_n(texts, n) / 100.0
     return value
-
-
-def coherence(prefix_vectors: torch.Tensor, continuation_vectors: torch.Tensor) -> float:
-    """coherence = mean over prompts of cos(e(prefix), e(continuation)) under a sentence encoder e; Su & Collier
-    2022 (Contrastive Search Is What You Need, §4), after Su et al. 2022's SimCSE-based measure."""
-    return float(torch.nn.functional.cosine_similarity(prefix_vectors, continuation_vectors, dim=-1).mean())

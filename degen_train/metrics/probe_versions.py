@@ -4,7 +4,8 @@ fingerprint at its version and fails on code that changed without one), so a num
 or measured on a page written before the entry's day, is known to be an older probe's, and the reproduce summary
 marks it instead of judging it (reproduce/claims.py) — no list of superseded numbers is kept by hand.
 
-A probe's files are fingerprinted by their syntax tree without docstrings: comments and prose may change freely.
+A probe's files are fingerprinted by their syntax tree without docstrings: comments and prose may change freely; a
+code change that leaves every number as it was is entered in ``same_numbers`` instead, with the new fingerprint.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ class Probe:
     files: tuple[str, ...]
     changes: tuple[tuple[str, str], ...]
     fingerprint: str
+    # Changes to its files that leave every number it measures as it was (an input refused earlier, code moved): the
+    # fingerprint follows them, the version does not.
+    same_numbers: tuple[tuple[str, str], ...] = ()
 
     @property
     def version(self) -> int:
@@ -57,7 +61,12 @@ PROBES = {
     "sentence_pairs": Probe(
         ("metrics/probes.py",),
         (("2026-11-28", "ℓ_align over STS-B pairs scored above 4, SimCSE's positives (was: 4 or more; issue 54.5)"),),
-        "ac88ab008ac007bf",
+        "09a56daa9c499a70",
+        (("2026-11-29", "an STS or WiC file that is a FIFO or a device refused before it is opened (issue 63.2)"),
+         ("2026-11-29", "per-pair scores kept; whitening fitted on named splits when asked (eval.sts_whitening_fit), "
+          "else on the scored split as before; a headed tab-separated STS file read without quoting (GLUE's STS-B: "
+          "a sentence's '\"' merged lines before); the STS-B distribution's sts-dev.csv the pages score reads as "
+          "before (issue 64.4)")),
     ),  # fmt: skip
 }
 # The columns of a reproduce page each probe measures.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ import torch
 from scipy.stats import spearmanr
 from torch import Tensor
 
+from degen_train.core.handed_files import given_file_text
 from degen_train.metrics.isotropy import mean_pairwise_cosine
 from degen_train.metrics.transforms import clip_detected_outliers, clip_outliers, fit_whitening
 
@@ -35,16 +37,17 @@ def _score(value: str, path: Path, line: int) -> float:
         raise ValueError(f"{path}, line {line}: score {value!r} is not a number") from None
 
 
-def read_sts(path: str | Path) -> SentencePairs:
+def read_sts(path: str | Path, *, scored: bool = True) -> SentencePairs:
     """STS-B distribution (tab-separated, no header: genre, file, year, id, score, s1, s2, ...), SICK (header
-    with sentence_A, sentence_B, relatedness_score), or csv/tsv/jsonl with two sentence columns and a score."""
+    with sentence_A, sentence_B, relatedness_score), or csv/tsv/jsonl with two sentence columns and a score.
+    ``scored=False``: pairs to fit whitening on, where a split without labels (GLUE's STS-B test.tsv) is allowed
+    (its scores are NaN)."""
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"STS file {path} does not exist")
+    text = given_file_text(path, what="STS file")  # a FIFO or device refused before it is opened
     if path.suffix == ".jsonl":
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        return _from_records(rows, path, header_line=0)
-    lines = path.read_text(encoding="utf-8").splitlines()
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        return _from_records(rows, path, header_line=0, scored=scored)
+    lines = text.splitlines()
     first = lines[0].split("\t") if lines else []
     if len(first) >= 7 and _is_number(first[4]) and not any(c in first for c in ("sentence_A", "sentence1")):
         pairs = SentencePairs([], [], [])
@@ -57,8 +60,10 @@ def read_sts(path: str | Path) -> SentencePairs:
             pairs.second.append(fields[6])
         return pairs
     delimiter = "\t" if "\t" in (lines[0] if lines else "") else ","
-    records = list(csv.DictReader(lines, delimiter=delimiter))
-    return _from_records(records, path, header_line=1)
+    # tab-separated files (GLUE's STS-B, SICK) quote nothing: a sentence's '"' is text, not the start of a field
+    quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+    records = list(csv.DictReader(lines, delimiter=delimiter, quoting=quoting))
+    return _from_records(records, path, header_line=1, scored=scored)
 
 
 def _is_number(text: str) -> bool:
@@ -69,13 +74,13 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _from_records(records: list[dict], path: Path, header_line: int) -> SentencePairs:
+def _from_records(records: list[dict], path: Path, header_line: int, scored: bool = True) -> SentencePairs:
     if not records:
         raise ValueError(f"{path} has no rows")
     columns = [str(c) for c in records[0] if c is not None]  # csv's None key: a row longer than the header
     sentences = next(((a, b) for a, b in SENTENCE_COLUMNS if a in columns and b in columns), None)
     score = next((c for c in SCORE_COLUMNS if c in columns), None)
-    if sentences is None or score is None:
+    if sentences is None or (score is None and scored):
         raise ValueError(
             f"{path}: needs two sentence columns ({' / '.join('+'.join(p) for p in SENTENCE_COLUMNS)}) "
             f"and a score column ({', '.join(SCORE_COLUMNS)}); columns are: {', '.join(columns) or '(none)'}"
@@ -84,7 +89,7 @@ def _from_records(records: list[dict], path: Path, header_line: int) -> Sentence
     for number, record in enumerate(records, header_line + 1):
         pairs.first.append(str(record[sentences[0]]))
         pairs.second.append(str(record[sentences[1]]))
-        pairs.scores.append(_score(str(record[score]), path, number))
+        pairs.scores.append(_score(str(record[score]), path, number) if score is not None else math.nan)
     return pairs
 
 
@@ -105,9 +110,9 @@ def read_wic(directory: str | Path) -> WicItems:
     gold = data.with_name(data.name.replace(".data.txt", ".gold.txt"))
     if not gold.exists():
         raise FileNotFoundError(f"{gold} (the labels of {data.name}) does not exist")
-    labels = gold.read_text().split()
+    labels = given_file_text(gold, what="WiC labels").split()
     items = WicItems([], [], [])
-    lines = data.read_text(encoding="utf-8").splitlines()
+    lines = given_file_text(data, what="WiC data").splitlines()
     if len(lines) != len(labels):
         raise ValueError(f"{data} has {len(lines)} items but {gold} has {len(labels)} labels")
     for number, (line, label) in enumerate(zip(lines, labels, strict=True), 1):
@@ -138,14 +143,25 @@ def transformed(vectors: Tensor) -> dict[str, Tensor]:
     return {mode: apply(vectors) for mode, apply in fitted_transforms(vectors).items()}
 
 
-def sts_scores(pairs: SentencePairs, encode: Callable[[list[str]], Tensor], *, picture: Path | None = None) -> dict:
-    """Spearman ρ × 100 between gold scores and cos(u, v) of the sentence vectors ``encode`` makes, per mode."""
+SCORED_SPLIT = "the scored split (both sides of every pair)"
+
+
+def sts_scores(pairs: SentencePairs, encode: Callable[[list[str]], Tensor], *, picture: Path | None = None,
+               fit: tuple[Tensor, str] | None = None) -> dict:  # fmt: skip
+    """Spearman ρ × 100 between gold scores and cos(u, v) of the sentence vectors ``encode`` makes, per mode. The
+    whitening and outlier dimensions are fitted on ``fit`` (vectors, what they are: BERT-whitening's release fits on
+    train + dev + test, both sides of every pair, repeats counted; bojone/BERT-whitening eng/eval.py), else on the
+    scored split's sentences, named in ``whitening_fitted_on``."""
     vectors = encode(pairs.first + pairs.second)
     count = len(pairs.first)
-    result: dict = {"n": count, "whitening_fitted_on": "the scored sentences (both sides of every pair)"}
-    for mode, vs in transformed(vectors).items():
+    reference, fitted_on = fit if fit is not None else (vectors, SCORED_SPLIT)
+    result: dict = {"n": count, "whitening_fitted_on": fitted_on, "whitening_fit_sentences": len(reference)}
+    for mode, apply in fitted_transforms(reference).items():
+        vs = apply(vectors)
         cosine = torch.nn.functional.cosine_similarity(vs[:count].double(), vs[count:].double(), dim=-1)
         result[mode] = float(spearmanr(cosine.numpy(), np.array(pairs.scores)).statistic * 100)
+        if mode == "raw":  # per pair, for a paired bootstrap between runs scored on these pairs (evaluation_noise.py)
+            result["raw_items"] = {"kind": "spearman", "prediction": cosine.tolist(), "gold": list(pairs.scores)}
     cosines = pair_cosines(vectors, pairs.scores)
     result["sentence_geometry"] = sentence_geometry(vectors, cosines)
     if picture is not None:  # Meng et al. 2021's figure: similar pairs should sit right of random ones
@@ -261,6 +277,9 @@ def wic_scores(
             )
             fitted, _ = best_threshold(fit_cosine, fit_labels)
             entry.update(accuracy=float(((cosine > fitted) == labels).double().mean()), threshold=fitted)
+        if mode == "raw":  # per item, right or wrong, for a paired bootstrap (evaluation_noise.py)
+            threshold = entry.get("threshold", entry["threshold_fitted_on_scored_items"])
+            result["raw_items"] = {"kind": "accuracy", "correct": ((cosine > threshold) == labels).double().tolist()}
         result[mode] = entry
     return result
 

@@ -77,6 +77,20 @@ def _refused_pickle(error: BaseException | None) -> bool:
     return False
 
 
+def refuse_foreign_sub_configs(model_dir: Path, config: Any) -> None:
+    """A config.json that nests a sub-model's section its model type does not have (``text_config`` in a GPT-2's):
+    transformers reads it as a plain dict and fails deep inside building the model. Refused in one line naming it."""
+    own = set(getattr(type(config), "sub_configs", {}) or {})
+    nested = [name for name, value in vars(config).items()
+              if name.endswith("_config") and isinstance(value, dict) and name not in own]  # fmt: skip
+    if nested:
+        raise ValueError(
+            f"{model_dir}/config.json: {nested[0]} is a sub-model's section, which a {config.model_type} config does "
+            f"not have (its sections: {', '.join(sorted(own)) or 'none'}); remove it, or use the export as it was "
+            f"written"
+        )
+
+
 def check_weights_fit_config(model_dir: Path) -> None:
     """A model folder's safetensors hold exactly the tensors its config.json describes, in their shapes: weights of
     another model (tensors the config has no place for), a config edited afterwards (a width that differs) or a file
@@ -98,6 +112,7 @@ def check_weights_fit_config(model_dir: Path) -> None:
     from degen_train.models import attention_variants
 
     config = AutoConfig.from_pretrained(str(model_dir), **no_remote_code(model_dir))
+    refuse_foreign_sub_configs(model_dir, config)
     architecture = (config.architectures or [""])[0]
     variant = config.model_type.startswith(attention_variants.EXPORTED_TYPE_PREFIX)  # built as degen_train builds it
     model_class = getattr(attention_variants if variant else transformers, f"Degen{architecture}" if variant else

@@ -61,10 +61,14 @@ def kernel_choice(params: list[torch.Tensor], fused: bool | None) -> tuple[bool 
     launch per step, and it can skip a non-finite update on the device: the divergence guard's deferred check) or
     is one of FSDP2's DTensors (torch's default updates those one parameter at a time, a dozen DTensor dispatches
     each: the likely reason FSDP2 ran at 0.5% MFU on one H100; on this CPU, model=small at batch 2 × 16, 1.6× the
-    single-device step against 1.17× fused); else torch's default (a CPU's plain tensors)."""
+    single-device step against 1.17× fused); and on a CPU too (issue 67.3: the same kernel, 3.5× torch's default
+    there on the tiny model's tensors, and the divergence guard then reads each step's verdict a step later instead
+    of waiting for it). Elsewhere (another device, a dtype the kernel lacks) torch's default."""
     if fused is not None or not params:
         return fused, None
-    if all(p.device.type == "cuda" or hasattr(p, "full_tensor") for p in params):
+    kernel_dtypes = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+    if all((p.device.type in ("cuda", "cpu") and p.dtype in kernel_dtypes) or hasattr(p, "full_tensor")
+           for p in params):  # fmt: skip
         return True, None
     return None, None
 

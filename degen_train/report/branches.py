@@ -11,8 +11,8 @@ import pandas as pd
 
 from degen_train.config.records import Summary, read_metrics_csv, read_record
 from degen_train.core.handed_files import HandedOverFileError
+from degen_train.core.own_runs import is_own
 from degen_train.report.runs_table import SWEPT
-from degen_train.storage.own_runs import is_own
 
 COMPARED = ("val_objective_loss", "val_loss", "val_perplexity", "isotropy/embedding/mean_cosine",
             "isotropy/embedding/isoscore")  # fmt: skip

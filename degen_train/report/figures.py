@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import logging
+import math
 import os
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from degen_train.config.records import read_metrics_csv, read_png  # noqa: E402
 from degen_train.core.handed_files import HandedOverFileError, printable  # noqa: E402
+from degen_train.report.measures import direction_of  # noqa: E402
 from degen_train.report.runs_table import SWEPT  # noqa: E402
 
 MARKERS = "os^vDP*X"
@@ -50,7 +52,7 @@ def logged_curve(row: pd.Series, split: str, problems: list[str] | None = None) 
     if not os.path.lexists(path):
         return None
     try:
-        logged = read_metrics_csv(path)
+        logged = read_metrics_csv(path, within=Path(row["path"]))
     except HandedOverFileError as error:
         if problems is not None and str(error) not in problems:
             problems.append(str(error))
@@ -67,8 +69,9 @@ def logged_curve(row: pd.Series, split: str, problems: list[str] | None = None) 
     # x = the updates done when the value was taken. Lightning stamps a row with the 0-based index of the update it
     # follows (the validation after update 100 reads step 99); the final validation is stamped with the update
     # count itself (pretrain._fit_and_validate): a row at the run's final step is that one.
-    final = row.get("final_step")
-    updates = [int(s) if split == "val" and final is not None and int(s) == int(final) else int(s) + 1
+    final = row.get("final_step")  # NaN in the table for a run without a summary (failed, wandb-only, stopped)
+    final = int(final) if isinstance(final, int | float) and math.isfinite(final) else None
+    updates = [int(s) if split == "val" and final is not None and int(s) == final else int(s) + 1
                for s in points["step"]]  # fmt: skip
     return pd.DataFrame({"step": updates, "value": points[columns].sum(axis=1).to_numpy()})
 
@@ -150,7 +153,7 @@ def cone_images(table: pd.DataFrame, problems: list[str] | None = None) -> dict[
         if not os.path.lexists(path):
             continue
         try:
-            data = read_png(path)
+            data = read_png(path, within=Path(row["path"]))
         except HandedOverFileError as error:
             if problems is not None:
                 problems.append(str(error))
@@ -159,4 +162,26 @@ def cone_images(table: pd.DataFrame, problems: list[str] | None = None) -> dict[
         label = setting_label(row).replace(r"\$", "$")
         label = label if label.replace(", ", ",") == row["run"] else f"{label} ({printable(row['run'], 200)})"
         out[label] = base64.b64encode(data).decode()
+    return out
+
+
+def forest_plots(decided: list) -> dict[str, str]:
+    """A forest plot per measure: each setting's effect against the baseline with its 95% interval, the baseline at
+    zero (a dashed line), green where it moved the measure's better way, red the worse, grey where no difference
+    shows; a setting whose noise is unknown is drawn as a point alone."""
+    out = {}
+    measures = list(dict.fromkeys(c.measure for c in decided))
+    for measure in measures:
+        rows = [c for c in decided if c.measure == measure]
+        figure, axis = plt.subplots(figsize=(5, 0.5 + 0.45 * len(rows)))
+        for y, c in enumerate(rows):
+            half = c.half_width
+            better = (direction_of(c.measure) or ("", ""))[0]  # green: the better way; red: the worse; grey: neither
+            colour = "tab:grey" if c.word not in ("lower", "higher") else "tab:green" if c.word == better else "tab:red"
+            axis.errorbar(c.effect, y, xerr=None if half is None else half, fmt="o", color=colour, capsize=3)
+        axis.axvline(0, color="black", linestyle="--", linewidth=1)
+        axis.set_yticks(range(len(rows)), [plain(c.setting) for c in rows], fontsize=7)
+        axis.set_ylim(-0.7, len(rows) - 0.3)
+        axis.set_xlabel(f"{plain(measure)}: setting − baseline ({plain(rows[0].baseline)})", fontsize=8)
+        out[f"{printable(measure, 200)}: effect against {printable(rows[0].baseline, 200)}"] = png(figure)
     return out

@@ -12,6 +12,7 @@ import pandas as pd
 from degen_train.config.handed_over import recorded_override_texts
 from degen_train.config.records import Analysis, Failure, Summary, WandbSummary, read_record
 from degen_train.core.handed_files import HandedOverFileError
+from degen_train.core.paths import links_in, shown_links
 from degen_train.run.sweep import FAILED
 
 SEED_KEYS = ("seed",)
@@ -56,7 +57,7 @@ def swept_values(run: Path) -> dict[str, str]:
     if os.path.lexists(path):
         overrides = recorded_override_texts(path)  # shown, never run (config/handed_over.py)
     elif os.path.lexists(run / FAILED):
-        overrides = read_record(run / FAILED, Failure, what="failure record").overrides
+        overrides = read_record(run / FAILED, Failure, what="failure record", within=run).overrides
     else:
         overrides = []
     pairs = [o.lstrip("+~").split("=", 1) for o in overrides if "=" in o]
@@ -64,31 +65,48 @@ def swept_values(run: Path) -> dict[str, str]:
 
 
 def _wandb_summary(run: Path) -> dict[str, Any]:
-    """Summary metrics of an offline wandb run in RUN/wandb (when the run wrote no summary.json): its plain values."""
+    """Summary metrics of an offline wandb run in RUN/wandb (when the run wrote no summary.json): its plain values.
+    wandb's own latest-run link is passed over, never read through."""
     for path in sorted(run.glob("wandb/*run-*/files/wandb-summary.json")):
-        summary = read_record(path, WandbSummary, what="wandb summary").model_extra or {}
+        if path.parents[1].is_symlink():
+            continue
+        summary = read_record(path, WandbSummary, what="wandb summary", within=run).model_extra or {}
         return {k: v for k, v in summary.items() if not k.startswith("_") and isinstance(v, int | float | str | None)}
     return {}
 
 
 def run_row(run: Path) -> dict[str, Any]:
     """One run's row from its records, each read through its typed schema (config/records.py). A record that does
-    not fit makes the row "unreadable", its error the one line that names the file and entry; the others stand."""
+    not fit, or a link anywhere in the folder (wandb's own aside), makes the row "unreadable", its error the one line
+    that names the file and entry; the others stand."""
     row: dict[str, Any] = {"run": run.name, "status": "incomplete", "path": str(run)}
     try:
+        refuse_links_inside(run)
         return _filled_row(run, row)
     except HandedOverFileError as error:  # row keeps what was read before the record that does not fit
         return row | {"status": "unreadable", "error": str(error)}
 
 
+def refuse_links_inside(run: Path) -> None:
+    """A handed-over run folder is read from its own files only: a link in it (``seed=1/analysis`` pointing at a
+    folder elsewhere) is refused by name, wandb's own links aside."""
+    links = links_in(run)
+    if links:
+        raise HandedOverFileError(
+            f"{run} holds links ({shown_links(links)}): a handed-over run is read from its own files only, never "
+            f"through a link; replace each by a copy of what it points to"
+        )
+
+
 def _filled_row(run: Path, row: dict[str, Any]) -> dict[str, Any]:
     row |= {SWEPT + k: v for k, v in swept_values(run).items()}
     if os.path.lexists(run / FAILED):
-        return row | {"status": "failed", "error": read_record(run / FAILED, Failure, what="failure record").error}
+        failure = read_record(run / FAILED, Failure, what="failure record", within=run)
+        return row | {"status": "failed", "error": failure.error}
     if not os.path.lexists(run / "summary.json"):
         wandb = _wandb_summary(run)
         return row | {"status": "finished (wandb)", **wandb} if wandb else row
-    summary = read_record(run / "summary.json", Summary, what="run summary").model_dump()
+    summary = read_record(run / "summary.json", Summary, what="run summary", within=run).model_dump()
     row["status"] = "finished"
     row |= {k: summary.get(k) for k in SUMMARY_KEYS}
     # Every term's own value, weighted or not: a weight-0 baseline still reports its regularizer.
@@ -108,10 +126,13 @@ def _filled_row(run: Path, row: dict[str, Any]) -> dict[str, Any]:
     row |= summary.get("isotropy", {})
     analysis = run / "analysis" / "metrics.json"
     if os.path.lexists(analysis):  # degen-analyze's numbers on the export (degen-report runs it when missing)
-        analysed = read_record(analysis, Analysis, what="analysis").model_dump()
+        analysed = read_record(analysis, Analysis, what="analysis", within=run).model_dump()
         last = analysed["layers"][-1]
         row["analysis/last_layer_mean_cosine"] = last.get("mean_cosine")
         row["analysis/last_layer_self_similarity"] = last.get("self_similarity")
+        for key, value in (analysed.get("generation") or {}).items():  # a decoder's repetition of its own text
+            if key != "prefixes" and value is not None:
+                row[f"analysis/{key}"] = value
         outliers = analysed.get("outliers") or {}  # absent in an analysis written before the outlier measures
         for key in ("max_kurtosis", "max_inf_norm", "massive_activations", "attention_sink_rate"):
             if key in outliers:
@@ -119,6 +140,8 @@ def _filled_row(run: Path, row: dict[str, Any]) -> dict[str, Any]:
     evaluation = summary.get("eval", {})
     for name, scores in evaluation.get("sts", {}).items():
         row[f"sts/{name}"] = scores.get("raw")
+        if scores.get("n"):  # the pairs scored: the sampling error of a Spearman without per-pair scores
+            row[f"sts/{name} items"] = scores["n"]
     if evaluation.get("w8a8"):  # the export's quantization gap (eval.w8a8)
         gap = evaluation["w8a8"]
         row["w8a8/perplexity_gap"] = gap.get("perplexity_gap")
@@ -126,9 +149,13 @@ def _filled_row(run: Path, row: dict[str, Any]) -> dict[str, Any]:
             row["w8a8/sts_gap"] = gap["sts_gap"]
     generation = evaluation.get("generation") or {}  # eval.generate: each decoding's degeneration measures
     for decoding, measures in (generation.get("decodings") or {}).items():
-        for key in ("rep_4", "diversity", "coherence", "mauve"):
+        errors = (generation.get("sampling_error") or {}).get(decoding) or {}
+        for key in ("rep_2", "rep_3", "rep_4", "diversity", "perplexity_under_model", "coherence_simcse",
+                    "coherence_opt", "mauve"):  # fmt: skip
             if measures.get(key) is not None:
                 row[f"generation/{decoding}/{key}"] = measures[key]
+                if errors.get(key) is not None:  # over prompts: the evaluation set's error without per-item scores
+                    row[f"generation/{decoding}/{key} sampling error"] = errors[key]
     for task, values in ((evaluation.get("lm_eval") or {}).get("tasks") or {}).items():  # eval.lm_eval
         for key, value in values.items():
             metric, comma, _ = key.partition(",")
@@ -137,6 +164,8 @@ def _filled_row(run: Path, row: dict[str, Any]) -> dict[str, Any]:
     if evaluation.get("wic"):
         wic = evaluation["wic"]["raw"]
         row["wic/accuracy"] = wic.get("accuracy", wic.get("accuracy_threshold_fitted_on_scored_items"))
+        if evaluation["wic"].get("n"):
+            row["wic/accuracy items"] = evaluation["wic"]["n"]
     glue = summary.get("glue") or {}  # eval.glue: each task's dev score (mean over fine-tuning seeds), the average
     for task, scores in (glue.get("tasks") or {}).items():
         row[f"glue/{task}"] = scores["mean"]
@@ -196,7 +225,7 @@ def headline_columns(columns: Sequence[str]) -> list[str]:
     chosen = []
     for column in columns:
         base = str(column).removesuffix(" mean").removesuffix(" std")
-        if str(column).startswith(SWEPT) or base in keep or base.startswith("sts/"):
+        if str(column).startswith(SWEPT) or base in keep or (base.startswith("sts/") and not base.endswith(" items")):
             chosen.append(column)
     return chosen
 

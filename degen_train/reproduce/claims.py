@@ -3,8 +3,11 @@ docs/reproduce.md's summary is generated from the same list over the pages' runs
 written by hand can disagree with a page.
 
 A claim compares one arm, (part, variant), with another in one column of runs.csv, in the direction its paper
-states; verdicts.judge says shows, does not show or cannot tell at this scale. A GLUE claim adds the dev sets'
-sampling error (verdicts.glue_sampling_error, from each task's dev size and metric).
+states; verdicts.judge says shows, does not show or cannot tell at this scale. Where both arms were scored on the
+same items and every run kept its per-item scores (ITEM_RECORDS), the evaluation set's term is a paired bootstrap
+over those items, written beside runs.csv in paired_errors.csv when the page is written and read back by the
+summary; else each arm's own sampling error is added as if scored on different sets (EVALUATION_SETS), and a GLUE
+claim adds the dev sets' sampling error (verdicts.glue_sampling_error, from each task's dev size and metric).
 """
 
 from __future__ import annotations
@@ -16,17 +19,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from degen_train.metrics.probe_versions import COLUMN_PROBES, PROBES
-from degen_train.reproduce.methods import METHOD_PARTS
-from degen_train.reproduce.verdicts import (
-    CONFIDENCE,
-    RULE,
-    Verdict,
+from degen_train.metrics.evaluation_noise import (
+    RESAMPLES,
     accuracy_sampling_error,
     correlation_sampling_error,
     glue_sampling_error,
-    judge,
 )
+from degen_train.metrics.probe_versions import COLUMN_PROBES, PROBES
+from degen_train.metrics.verdicts import CONFIDENCE, RULE, Verdict, judge
+from degen_train.reproduce.methods import METHOD_PARTS
 
 # The dev splits' sizes (GLUE's own: gluebenchmark.com's tasks; MNLI matched + mismatched). The test checks the ones
 # in ../shared/data against these when it is there.
@@ -42,6 +43,12 @@ EVALUATION_SETS = {
                                                             "STS-B raw [CLS]")},
     "WiC acc (held-out t)": ("accuracy", WIC_SCORED_ITEMS),
 }  # fmt: skip
+# Where a run keeps the per-item scores of a column: (its evaluation folder, the record in that eval.json's ``items``).
+ITEM_RECORDS = {"STS-B raw": ("eval", "sts/sts-dev"), "STS-B raw [CLS]": ("eval_cls", "sts/sts-dev"),
+                "WiC acc (held-out t)": ("eval", "wic/accuracy")}  # fmt: skip
+PAIRED_FILE = "paired_errors.csv"  # beside a page's runs.csv: (column, base, other) -> the paired bootstrap's SE
+PAIRED_COLUMNS = ["column", "base_part", "base_variant", "other_part", "other_variant", "paired_se", "items",
+                  "resamples"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -52,25 +59,38 @@ class Claim:
     other: tuple[str, str]  # (part, variant) of the method's arm
     expect: str  # lower | higher | same | not higher (verdicts.judge)
     paper: str = ""  # what the paper states, when the expectation alone does not say it
+    base_column: str = ""  # the base arm's column where it differs (MLE's greedy rep-2 against contrastive rep-2)
+
+    @property
+    def key(self) -> tuple[str, str, str, str, str]:
+        return (self.column if not self.base_column else f"{self.base_column} | {self.column}", *self.base, *self.other)
+
+    @property
+    def label(self) -> str:
+        """The measure as the verdict names it: the column, or 'BASE COLUMN → COLUMN' across columns."""
+        return f"{self.base_column} → {self.column}" if self.base_column else self.column
 
     def judge(self, rows: pd.DataFrame) -> Verdict | None:
-        """The verdict on the rows (all of a page's runs.csv or a section's), None when an arm has no value."""
-        arms = [_values(rows, arm, self.column) for arm in (self.base, self.other)]
+        """The verdict on the rows (all of a page's runs.csv or a section's), None when an arm has no value; the
+        paired bootstrap's error where ``rows.attrs["paired"]`` holds one for this claim (``paired_errors``)."""
+        columns = (self.base_column or self.column, self.column)
+        arms = [_values(rows, arm, column) for arm, column in zip((self.base, self.other), columns, strict=True)]
         if any(not values for values in arms):
             return None
         sampling = (glue_average_sampling(rows, self.other) if self.column == GLUE_AVERAGE else
-                    measure_sampling(self.column, arms))  # fmt: skip
-        return judge(self.column, self.base[1], self.other[1], arms[0], arms[1], expect=self.expect,
-                     sampling=sampling)  # fmt: skip
+                    written_sampling(rows, self, columns) or measure_sampling(self.column, arms))  # fmt: skip
+        paired = rows.attrs.get("paired", {}).get(self.key)
+        return judge(self.label, self.base[1], self.other[1], arms[0], arms[1], expect=self.expect,
+                     sampling=sampling, paired=paired)  # fmt: skip
 
     def line(self, rows: pd.DataFrame, *, label: str | None = None) -> str:
         """The page's verdict line ("- column: ... **word**"), with the paper's statement when there is one."""
         verdict = self.judge(rows)
         if verdict is None:
-            return f"- {label or self.column}: not measured"
+            return f"- {label or self.label}: not measured"
         text = verdict.line()
         if label:
-            text = text.replace(self.column, label, 1)
+            text = text.replace(self.label, label, 1)
         return f"- {text}" + (f" ({self.paper})" if self.paper else "")
 
 
@@ -79,6 +99,76 @@ def _values(rows: pd.DataFrame, arm: tuple[str, str], column: str) -> list[float
         return []
     part, variant = arm
     return rows.loc[(rows["part"] == part) & (rows["variant"] == variant), column].dropna().tolist()
+
+
+def written_sampling(rows: pd.DataFrame, claim: Claim, columns: tuple[str, str]) -> float:
+    """The sampling error the runs wrote for the claim's columns (a generation measure's bootstrap over prompts,
+    ``COLUMN sampling error``): the root mean square over both arms' runs; 0 where none was written."""
+    errors = [value for arm, column in zip((claim.base, claim.other), columns, strict=True)
+              for value in _values(rows, arm, f"{column} sampling error")]  # fmt: skip
+    return (sum(e * e for e in errors) / len(errors)) ** 0.5 if errors else 0.0
+
+
+def item_record(column: str) -> tuple[str, str] | None:
+    """(the evaluation folder, the eval.json ``items`` record) of a runs.csv column's per-item scores, or None."""
+    if column in ITEM_RECORDS:
+        return ITEM_RECORDS[column]
+    from degen_train.reproduce.methods import GENERATION_DECODINGS, GENERATION_MEASURES
+
+    decoding, _, measure = column.partition(" ")
+    if decoding in GENERATION_DECODINGS and measure in GENERATION_MEASURES:
+        return "eval", f"generation/{decoding}/{GENERATION_MEASURES[measure]}"
+    return None
+
+
+def paired_errors(results: list, claims: list[Claim]) -> pd.DataFrame:
+    """PAIRED_COLUMNS for each claim on an ITEM_RECORDS column whose runs (``results``: (reproduce Run, result)) all
+    kept their per-item scores on the same items: the paired bootstrap's standard error (metrics/evaluation_noise)."""
+    from degen_train.config.records import kept_items
+    from degen_train.metrics.evaluation_noise import ItemScores, paired_bootstrap_se
+
+    found = []
+    for claim in claims:
+        records = [item_record(claim.base_column or claim.column), item_record(claim.column)]
+        if None in records:
+            continue
+        arms = [[ItemScores.kept(kept_items(run.folder, record[0]).get(record[1])) for run, _ in results
+                 if (run.part, run.variant) == arm] for arm, record in zip((claim.base, claim.other), records,
+                                                                           strict=True)]  # fmt: skip
+        if not all(arms) or any(scores is None for arm in arms for scores in arm):
+            continue  # a run without per-item scores: each arm's own sampling error instead
+        error = paired_bootstrap_se(arms[0], arms[1])
+        if error is not None:
+            found.append([*claim.key, error, arms[0][0].items, RESAMPLES])
+    return pd.DataFrame(found, columns=PAIRED_COLUMNS)
+
+
+def with_paired(rows: pd.DataFrame, paired: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` carrying the paired errors (``rows.attrs["paired"]``: a claim's key -> SE) for Claim.judge."""
+    rows.attrs["paired"] = {tuple(r[:5]): float(r[5]) for r in paired[PAIRED_COLUMNS].itertuples(index=False)}
+    return rows
+
+
+def read_paired_csv(path: Path) -> pd.DataFrame:
+    """A page's paired_errors.csv, read as data (a plain file, bounded; every error finite and ≥ 0); an empty table
+    where the page has none (written before paired errors, or its runs kept no per-item scores)."""
+    import io
+    import math
+    import os
+
+    from degen_train.core.handed_files import TABLE_BYTES, plain_file_bytes
+
+    if not os.path.lexists(path):
+        return pd.DataFrame(columns=PAIRED_COLUMNS)
+    table = pd.read_csv(io.BytesIO(plain_file_bytes(path, limit=TABLE_BYTES)), dtype=str)
+    missing = [c for c in PAIRED_COLUMNS if c not in table]
+    if missing:
+        raise ValueError(f"{path}: no {', '.join(missing)} column, which every paired_errors.csv has")
+    errors = pd.to_numeric(table["paired_se"], errors="coerce")
+    if errors.isna().any() or not errors.map(math.isfinite).all() or (errors < 0).any():
+        raise ValueError(f"{path}: paired_se must be finite numbers ≥ 0; rewrite the page (degen-reproduce)")
+    table["paired_se"] = errors
+    return table
 
 
 def measure_sampling(column: str, arms: list[list[float]]) -> float:
@@ -135,6 +225,9 @@ def method_claims(name: str) -> tuple[list[Claim], list[Claim]]:
     letter = part.title[1]
     against_base = [Claim(letter, column, part.baseline, (name, name), expect)
                     for column, expect in part.expectations.items()]  # fmt: skip
+    against_base += [Claim(letter, column, (part.baseline[0], base), (name, name),
+                           expect, base_column=base_column)
+                     for base, base_column, column, expect in part.compared]  # fmt: skip
     against_control = [Claim(letter, column, (name, "control"), (name, name), expect)
                        for column, expect in part.control_expectations.items()]  # fmt: skip
     return against_base, against_control
@@ -190,16 +283,20 @@ def summary(pages: list[tuple[Path, str]], root: Path) -> str:
     the probe's changelog) is marked in place of its verdict."""
     lines = [RULE, ""]
     for page, letters in pages:
-        rows = pd.read_csv(page / "runs.csv")
+        rows = with_paired(read_runs_csv(page / "runs.csv"), read_paired_csv(page / PAIRED_FILE))
         day = written_on(page)
         judged = []
         for claim in all_claims():
-            verdict = claim.judge(rows) if claim.section in letters else None
-            if verdict is None:
+            if claim.section not in letters:
+                continue
+            verdict = claim.judge(rows)
+            if verdict is None:  # an arm without a value on this page: said, never dropped
+                judged.append(f"| ({claim.section}) | {claim.base[1]} → {claim.other[1]} | {claim.label} | | | "
+                              f"{claim.expect} | not measured |")  # fmt: skip
                 continue
             older = older_probe(rows, claim, day)
             word = f"superseded: {older}" if older else f"**{verdict.word}**"
-            judged.append(f"| ({claim.section}) | {claim.base[1]} → {claim.other[1]} | {claim.column} | "
+            judged.append(f"| ({claim.section}) | {claim.base[1]} → {claim.other[1]} | {claim.label} | "
                           f"{verdict.before:.4g} → {verdict.after:.4g} | {verdict.effect:+.3g} "
                           f"{verdict.interval_text()} | {claim.expect} | {word} |")  # fmt: skip
         if judged:
@@ -209,6 +306,36 @@ def summary(pages: list[tuple[Path, str]], root: Path) -> str:
                       "verdict |",
                       "| --- | --- | --- | --- | --- | --- | --- |", *judged, ""]  # fmt: skip
     return "\n".join(lines).rstrip() + "\n"
+
+
+def read_runs_csv(path: Path) -> pd.DataFrame:
+    """A page's runs.csv, read as data (a plain file, bounded): part and variant as text, every measure a finite
+    number or empty; a cell that is neither (a spreadsheet formula, text, an infinity) is one line naming the file,
+    the column and the cell."""
+    import io
+    import math
+
+    from degen_train.core.handed_files import TABLE_BYTES, plain_file_bytes, printable
+
+    try:
+        rows = pd.read_csv(io.BytesIO(plain_file_bytes(path, limit=TABLE_BYTES, what="reproduce page table")))
+    except (ValueError, pd.errors.ParserError) as error:
+        raise ValueError(f"{path}: not a CSV table as degen-reproduce writes it ({printable(error, 120)})") from None
+    for needed in ("part", "variant"):
+        if needed not in rows:
+            raise ValueError(f"{path}: no {needed} column, which every reproduce page's runs.csv has")
+    claimed = {column for claim in all_claims() for column in (claim.column, claim.base_column) if column}
+    measured = claimed | {f"{c} sampling error" for c in claimed} | {c for c in rows if str(c).startswith("GLUE ")}
+    for column in [c for c in rows if c in measured]:
+        numbers = pd.to_numeric(rows[column], errors="coerce")
+        bad = rows[column][(numbers.isna() & rows[column].notna()) | numbers.isin([math.inf, -math.inf])]
+        if len(bad):
+            raise ValueError(
+                f"{path}: {column}={printable(bad.iloc[0], 80)} (row {bad.index[0] + 2}) is not a finite number; a "
+                f"page's measures are numbers or empty: regenerate the page, or fix the cell"
+            )
+        rows[column] = numbers
+    return rows
 
 
 BEGIN = "<!-- generated by `degen-reproduce summary` from the pages' runs.csv (conf/reproduce.yaml: summary) -->"

@@ -11,8 +11,33 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 GAO_BASELINE = ("recipe=gao_cosreg", "regularizer.cosreg.weight=0")
+# SimCTG's Table 1 at CPU scale (part (f), generation): the decoder setting of docs/measuring.md that trains past pure
+# repetition, 1,000 steps of 32 × 128 tokens of one part of the Wikipedia slice, its generations measured on another.
+GENERATION_DECODINGS = ("greedy", "nucleus", "contrastive")
+GENERATION_MEASURES = {"rep-2": "rep_2", "rep-3": "rep_3", "rep-4": "rep_4", "diversity": "diversity",
+                       "MAUVE": "mauve", "coherence_simcse": "coherence_simcse", "coherence_opt": "coherence_opt",
+                       "gen perplexity": "perplexity_under_model", "kept tokens": "mean_kept_tokens"}  # fmt: skip
+SIMCTG_TABLE_CLAIMS = {"rep-2": "lower", "rep-3": "lower", "rep-4": "lower", "diversity": "higher", "MAUVE": "higher",
+                       "coherence_simcse": "higher", "coherence_opt": "higher"}  # fmt: skip
+
+
+def generation_overrides(cfg, seed: int) -> list[str]:  # noqa: ANN001 - DictConfig
+    """The CPU decoder setting (docs/measuring.md), its generations by the released protocol (evaluation/generation)."""
+    shared, steps = Path(str(cfg.shared_data)), int(cfg.steps.simctg_generation)
+    every = max(1, steps // 5)
+    return ["recipe=gpt2_mle", "data=text", f"data.path={shared / 'wikipedia-2015' / 'part-0000.txt'}",
+            "data.document_unit=line", f"data.tokenizer.vocab_size={cfg.vocab_size}", f"trainer.max_steps={steps}",
+            f"trainer.val_check_interval={every}", f"callbacks.checkpoint.every_n_train_steps={every}",
+            f"callbacks.isotropy.every_n_steps={every}", "trainer.enable_progress_bar=false",
+            "trainer.enable_model_summary=false", f"seed={seed}", "ckpt_path=auto",
+            f"eval.generate={shared / 'wikipedia-2015' / 'part-0031.txt'}",
+            f"eval.generate_prompts={cfg.generation_prompts}",
+            f"eval.generate_decodings=[{','.join(GENERATION_DECODINGS)}]",
+            *[str(o) for o in cfg.run_overrides]]  # fmt: skip
+
 DECODER_METHODS = ("simctg", "unlikelihood", "agg", "spectrum_control")
 ATTENTION_COLUMNS = ["val perplexity", "max kurtosis", "max ‖x‖∞", "outlier dims (Luo)", "attention sink %",
                      "W8A8 gap", "STS-B raw"]  # fmt: skip
@@ -33,6 +58,9 @@ class MethodPart:
     control_expectations: dict[str, str] = field(default_factory=dict)
     note: str = ""  # said plainly on the page, under the table
     shown: tuple[str, ...] = ()  # more variants of the part in the table, without verdicts (a branches' parent)
+    # Claims across columns: (base variant, its column, the method's column, expect), e.g. MLE's greedy rep-2 against
+    # SimCTG's contrastive-search rep-2 (both arms of this part).
+    compared: tuple[tuple[str, str, str, str], ...] = ()
 
 
 METHOD_PARTS: dict[str, MethodPart] = {
@@ -44,6 +72,29 @@ METHOD_PARTS: dict[str, MethodPart] = {
         {"last-layer mean cos": "lower", "val perplexity": "not higher"},
         ["val perplexity", "last-layer mean cos", "last-layer self-similarity", "val simctg"],
         "SimCTG fine-tunes a pretrained GPT-2; here it trains a tiny decoder from scratch",
+    ),
+    "simctg_generation": MethodPart(
+        "(f) Su et al. 2022 (SimCTG), Table 1 at CPU scale: SimCTG + contrastive search against MLE + greedy or "
+        "nucleus",
+        "MLE against MLE + SimCTG's token contrast (ρ = 0.5, weight 1) on the decoder setting that trains past pure "
+        "repetition (docs/measuring.md: recipe gpt2_mle, 4 layers × 256, 1,000 steps of 32 × 128 tokens of "
+        "wikipedia-2015/part-0000.txt), each run's generations measured by the released protocol (degen-eval "
+        "--generate: 32-token prefixes drawn across part-0031.txt, up to 128 new tokens cut at the first end-of-text, "
+        "greedy, nucleus p = 0.95 and contrastive search k = 8, α = 0.6). A claim on a generation measure compares "
+        "SimCTG's contrastive search with MLE's greedy or nucleus decoding on the same prompts: its evaluation-set "
+        "term is the paired bootstrap over prompts.",
+        ("simctg_generation", "mle"),
+        ("regularizer=simctg",),
+        {"val perplexity": "not higher"},
+        ["val perplexity", *(f"{d} {m}" for d in GENERATION_DECODINGS for m in ("rep-2", "rep-4", "diversity",
+                                                                              "coherence_simcse", "MAUVE",
+                                                                              "kept tokens"))],  # fmt: skip
+        "SimCTG fine-tunes GPT-2 small on WikiText-103 for 40k steps at batch 128; this is a 4-layer decoder trained "
+        "from scratch for 1,000 steps, its MAUVE below the 1,000 prompts a side its authors' tables use (null, with "
+        "the reason), and coherence_opt needs OPT-2.7b on the machine",
+        compared=tuple((base, f"{base_decoding} {measure}", f"contrastive {measure}", expect)
+                       for base_decoding in ("greedy", "nucleus") for base in ("mle",)
+                       for measure, expect in SIMCTG_TABLE_CLAIMS.items()),  # fmt: skip
     ),
     "unlikelihood": MethodPart(
         "(g) Welleck et al. 2020: unlikelihood training repeats less",
@@ -225,6 +276,10 @@ def plan_methods(cfg, add: Callable, teacher_folder) -> None:  # noqa: ANN001 - 
         for seed in seeds if name in parts else ():
             add(name, name, seed, cfg.steps.gao, *GAO_BASELINE, f"model={cfg.decoder}", *METHOD_PARTS[name].overrides,
                 encoder=False)  # fmt: skip
+    for seed in seeds if "simctg_generation" in parts else ():
+        for variant, extra in (("mle", ()), ("simctg_generation", METHOD_PARTS["simctg_generation"].overrides)):
+            add("simctg_generation", variant, seed, int(cfg.steps.simctg_generation), *extra, encoder=False,
+                shared=generation_overrides(cfg, seed))  # fmt: skip
     for seed in seeds if "istar" in parts else ():
         add("istar", "mlm", seed, cfg.steps.istar, "recipe=istar", f"model={cfg.encoder}", "regularizer.istar.weight=0",
             encoder=True)  # fmt: skip

@@ -2,7 +2,7 @@
 
 Every number on the page comes from the runs' own files (summary.json, analysis/metrics.json,
 eval/eval.json, logs/metrics.csv); nothing is typed by hand. The verdicts are reproduce/claims.py's, by the rule of
-reproduce/verdicts.py.
+metrics/verdicts.py.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from degen_train.metrics.plots import save_figure  # noqa: E402
+from degen_train.reproduce.methods import GENERATION_MEASURES  # noqa: E402
 from degen_train.reproduce.runs import Run  # noqa: E402
 
 
@@ -68,6 +69,13 @@ def row_of(run: Run, result: dict[str, Any]) -> dict[str, Any]:
     if "seq_rep_4" in generation:
         row.update({"seq-rep-4": generation["seq_rep_4"], "rep/128": generation["rep_128"],
                     "distinct-4": generation["distinct_4"]})  # fmt: skip
+    generated = (summary.get("eval") or {}).get("generation") or {}  # eval.generate: the released protocol
+    for decoding, measures in (generated.get("decodings") or {}).items():
+        errors = (generated.get("sampling_error") or {}).get(decoding) or {}
+        for column, key in GENERATION_MEASURES.items():
+            row[f"{decoding} {column}"] = measures.get(key)
+            if errors.get(key) is not None:  # over prompts: the error a claim adds where no per-prompt terms are kept
+                row[f"{decoding} {column} sampling error"] = errors[key]
     for term, value in (summary.get("val_terms") or {}).items():
         row[f"val {term}"] = value
     sts = result.get("eval", {}).get("sts", {}).get("sts-dev")

@@ -62,10 +62,11 @@ def plan(cfg: DictConfig) -> list[Run]:
     """Every run of the parts asked for, teachers before their students."""
     root, seeds, runs = Path(str(cfg.runs)), range(int(cfg.seeds)), []
 
-    def add(part: str, variant: str, seed: int, steps: int, *extra: str, encoder: bool, recipe_batches: bool = False
-            ) -> Run:  # fmt: skip
+    def add(part: str, variant: str, seed: int, steps: int, *extra: str, encoder: bool, recipe_batches: bool = False,
+            shared: list[str] | None = None) -> Run:  # fmt: skip
+        """``shared``: a part's own settings in place of common_overrides (part (f)'s generation decoders)."""
         folder = root / part / variant / f"seed{seed}"
-        shared = common_overrides(cfg, steps, seed, recipe_batches=recipe_batches)
+        shared = shared if shared is not None else common_overrides(cfg, steps, seed, recipe_batches=recipe_batches)
         run = Run(part, variant, seed, (*shared, *extra), encoder, folder)
         runs.append(run)
         return run
@@ -137,7 +138,7 @@ def execute(run: Run, cfg: DictConfig) -> dict[str, Any]:
     shared, eval_file = Path(str(cfg.shared_data)), run.folder / "eval" / "eval.json"
     sts = shared / "sts-b" / "sts-dev.csv"
     if run.encoder and sts.exists():
-        if not eval_file.exists():
+        if not eval_file.exists() or "items" not in json.loads(eval_file.read_text()):  # per-item scores: paired
             started = time.perf_counter()
             halves = wic_halves(shared, Path(str(cfg.runs)))
             wic, fit = (halves[1], halves[0]) if halves else (None, None)
@@ -145,7 +146,7 @@ def execute(run: Run, cfg: DictConfig) -> dict[str, Any]:
             seconds["probes"] = time.perf_counter() - started
         result["eval"] = json.loads(eval_file.read_text())
         cls_file = run.folder / "eval_cls" / "eval.json"  # [CLS] vectors too: what SimCSE trains and is judged on
-        if not cls_file.exists():
+        if not cls_file.exists() or "items" not in json.loads(cls_file.read_text()):
             evaluate(run.folder, sts=[sts], pooling="cls", out=run.folder / "eval_cls")
         result["eval_cls"] = json.loads(cls_file.read_text())
     w8a8_file, text = run.folder / "eval_w8a8" / "eval.json", shared / "wikitext-2" / "valid.txt"

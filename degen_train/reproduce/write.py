@@ -10,7 +10,17 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from degen_train.core.io import atomic_directory
-from degen_train.reproduce.claims import GLUE_AVERAGE, SEED_CLAIMS, glue_average_sampling, method_claims
+from degen_train.metrics.verdicts import RULE
+from degen_train.reproduce.claims import (
+    GLUE_AVERAGE,
+    PAIRED_FILE,
+    SEED_CLAIMS,
+    all_claims,
+    glue_average_sampling,
+    method_claims,
+    paired_errors,
+    with_paired,
+)
 from degen_train.reproduce.methods import METHOD_PARTS
 from degen_train.reproduce.page import (
     chosen_rates,
@@ -23,7 +33,6 @@ from degen_train.reproduce.page import (
     spectrum_figure,
 )
 from degen_train.reproduce.runs import Run
-from degen_train.reproduce.verdicts import RULE
 
 GAO_COLUMNS = ["val perplexity", "valid perplexity (token)", "valid perplexity (word)", "embedding mean cos",
                "IsoScore", "top-1 variance share", "val cosreg", "val loss fall over last fifth %"]  # fmt: skip
@@ -38,6 +47,8 @@ LUO_COLUMNS = ["STS-B raw", "STS-B whitened", "STS-B clipped", "last-layer mean 
 def write_page(cfg: DictConfig, results: list[tuple[Run, dict]], minilm: dict[str, Any] | None) -> Path:
     """Write the page and its figures into cfg.out, replacing what was there (staged, then swapped in)."""
     rows = pd.DataFrame([row_of(run, result) for run, result in results])
+    paired = paired_errors(results, all_claims())  # the claims on items both arms were scored on
+    rows = with_paired(rows, paired)
     target = Path(str(cfg.out))
     with atomic_directory(target, replace=True) as folder:
         sections = [header(cfg, results)]
@@ -59,6 +70,7 @@ def write_page(cfg: DictConfig, results: list[tuple[Run, dict]], minilm: dict[st
             sections.append(glue_section(cfg, rows, minilm))
         (folder / "README.md").write_text("\n\n".join(sections) + "\n")
         rows.to_csv(folder / "runs.csv", index=False)
+        paired.to_csv(folder / PAIRED_FILE, index=False)
     return target / "README.md"
 
 
@@ -72,7 +84,7 @@ def header(cfg: DictConfig, results: list[tuple[Run, dict]]) -> str:
         "# Reproduction at CPU scale\n\n"
         f"Written by `make reproduce` (`degen-reproduce`) on {datetime.date.today().isoformat()}; every number "
         "below is read from the runs' own files (`runs.csv` holds one row per run). Means ± standard deviation "
-        f"over seeds. The verdicts are judged by one rule (degen_train/reproduce/verdicts.py): {RULE}\n\n"
+        f"over seeds. The verdicts are judged by one rule (degen_train/metrics/verdicts.py): {RULE}\n\n"
         f"Time spent per part on the machine that first ran it (training, analysis and probes, recorded in each run "
         f"folder): {timing}.\n\n"
         f"<details><summary>settings</summary>\n\n```yaml\n{settings}\n```\n</details>"

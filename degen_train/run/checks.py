@@ -17,7 +17,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from degen_train.callbacks.weight_averaging import check_weight_averaging_fits
+from degen_train.config.roles import inputs_named
 from degen_train.config.schema import TrainConfig, checked_config, validate_config
+from degen_train.core.handed_files import printable
 from degen_train.core.paths import check_output_folder, refuse_links_in
 from degen_train.data.mixture import mixture_sources
 from degen_train.devices.precision import check_precision
@@ -131,6 +133,8 @@ def check_inputs(cfg: DictConfig, family: str) -> list[Any]:
     after); returns eval.glue's tasks, read and checked."""
     for path in cfg.eval.sts:
         read_sts(path)
+    for path in cfg.eval.sts_whitening_fit:
+        read_sts(path, scored=False)
     for wic in (cfg.eval.wic, cfg.eval.wic_fit):
         if wic:
             read_wic(wic)
@@ -197,6 +201,8 @@ def check_resume_or_branch(plan: RunPlan) -> None:
     free = BRANCH_MAY_CHANGE if plan.branch else ()
     changes = check_resume(recorded, resolved_config(cfg), plan.checkpoint, also_free=free)
     if plan.branch is not None and plan.checkpoint == Path(plan.branch["checkpoint"]):  # its parent plus these
+        inputs = inputs_named(OmegaConf.to_container(cfg, resolve=True))
+        log.info("branch of %s@%s reads: %s", plan.branch["run"], plan.branch["step"], printable("; ".join(inputs)))
         changes = branch_changes(changes)
         what = f"branch of {plan.branch['run']}@{plan.branch['step']}: the parent's settings"
         log.info("%s, with %s", what, f"{len(changes)} change(s):\n  " + "\n  ".join(changes) if changes else

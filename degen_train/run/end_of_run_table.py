@@ -66,7 +66,8 @@ def end_of_run_table(summary: dict[str, Any], run_dir: Path, overrides: list[str
         kept.append(f"scheduler.total_steps={total}")  # the schedule goes on where it was, no jump at the resume
     next_step = next_command(run, steps, total, scheduler.get("schedule"), kept)
     mfu = summary.get("mfu")
-    speed = f"{_number(summary.get('tokens_per_s'), ',.0f')} tokens/s"
+    speed = (f"{_number(summary.get('tokens_per_s'), ',.0f')} tokens/s" if summary.get("tokens_per_s") is not None
+             else f"not measured ({summary.get('tokens_per_s_unmeasured') or 'no step was timed'})")  # fmt: skip
     if mfu is not None:
         all_flops = summary.get("mfu_total")  # null with callbacks.throughput.count_total_flops=false
         counted = f"total {all_flops:.1%}; " if all_flops is not None else ""

@@ -56,6 +56,7 @@ class PretrainModule(pl.LightningModule):
         self.compile_model = compile_model  # model.compile: blocks compiled in configure_model (parallelize)
         self.activation_checkpointing = activation_checkpointing  # model.activation_checkpointing, applied there too
         self.states_sampled_at: int | None = None  # the last update before which a term sampled states (Throughput)
+        self.validated_at: int | None = None  # the update a periodic validation of this segment last scored
         self.training_streams = RandomStreams()  # kept across a validation: its draws are not training's (issue 57)
 
     def forward(self, batch: dict[str, Tensor], *, states_for: Any = None) -> Any:
@@ -68,6 +69,14 @@ class PretrainModule(pl.LightningModule):
             return self.backbone(batch, requires=states_for.requires)
         batch = self.loss.prepare_batch(batch)
         return self.loss(self.backbone(batch, requires=self.loss.requires))
+
+    def on_fit_start(self) -> None:
+        """Each process says where it stands, as its launcher placed it (degen-cluster check reads these lines)."""
+        trainer = self.trainer
+        log.info("process %d of %d (node %d, local %d): %s, trainer.num_nodes=%d trainer.devices=%d, run folder %s",
+                 trainer.global_rank, trainer.world_size, trainer.node_rank, trainer.local_rank,
+                 type(trainer.strategy).__name__, trainer.num_nodes, trainer.num_devices,
+                 trainer.default_root_dir)  # fmt: skip
 
     def configure_model(self) -> None:
         """Compile and FSDP2, in the order run.parallel.parallelize gives; nothing else changes the model."""
@@ -130,6 +139,8 @@ class PretrainModule(pl.LightningModule):
 
     def on_validation_end(self) -> None:
         self.training_streams.restore()
+        if self.trainer.training or self.trainer.state.fn == "fit" and not self.trainer.sanity_checking:
+            self.validated_at = self.global_step  # a periodic validation: the final one may repeat it (pretrain.fit)
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self.validate_batch(batch, batch_idx, "val")

@@ -24,6 +24,7 @@ from degen_train.callbacks.preemption import stopping_before_training  # noqa: E
 from degen_train.callbacks.throughput import Throughput  # noqa: E402
 from degen_train.callbacks.weight_averaging import AVERAGE_PREFIX, WeightAverage  # noqa: E402
 from degen_train.core.io import atomic_directory, atomic_write_json, atomic_write_text  # noqa: E402
+from degen_train.core.own_runs import remember as remember_own_run  # noqa: E402
 from degen_train.core.quiet import silence_known_noise  # noqa: E402
 from degen_train.data.datamodule import (  # noqa: E402
     PreparedData,
@@ -52,7 +53,6 @@ from degen_train.run.parallel import full_state_dict  # noqa: E402
 from degen_train.run.provenance import run_provenance  # noqa: E402
 from degen_train.run.resume import check_signature, check_tokenizer  # noqa: E402
 from degen_train.run.sweep import swept_overrides  # noqa: E402
-from degen_train.storage.own_runs import remember as remember_own_run  # noqa: E402
 from degen_train.storage.runlock import is_launching_process, run_dir_lock  # noqa: E402
 
 log = logging.getLogger("degen_train")
@@ -162,6 +162,7 @@ def build(plan: RunPlan, data: PreparedData) -> Built:
         pin_memory=gpu,
         overfit_batches=plan.config.data.overfit_batches,
         window_counter=module.loss.window_counts,
+        prefetch=plan.config.data.prefetch,
     )
     trainer = build_trainer(cfg)
     record = run_provenance(
@@ -211,7 +212,19 @@ def fit(plan: RunPlan, built: Built) -> tuple[dict, dict]:
     train_metrics = {**module.last_train_metrics, **trainer.callback_metrics}
     train_metrics = {k: float(v) for k, v in train_metrics.items()}
     val_metrics = {}
-    if cfg.final_validation:
+    changed = [type(c).__name__ for c in trainer.callbacks if getattr(c, "changed_weights", False)]
+    if cfg.final_validation and module.validated_at == trainer.global_step and not changed:
+        # the last periodic validation scored these very weights at this very step: its numbers are the final ones
+        # (issue 67.5: the final validation repeated it, 20% of a researcher's 300-step run)
+        val_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(VALIDATION_KEYS)}
+        for logger in trainer.loggers:  # its row, stamped as the final validation's (the report's curves read it)
+            if isinstance(logger, ResumingLogger):
+                logger.drop_validation_rows_from(trainer.global_step)
+            logger.log_metrics({**val_metrics, "epoch": trainer.current_epoch}, step=trainer.global_step)
+            logger.save()
+        log.info("final validation: the periodic one at update %d scored these weights (unchanged since)",
+                 trainer.global_step)  # fmt: skip
+    elif cfg.final_validation:
         for logger in trainer.loggers:  # a run killed after its final validation logged it once already
             if isinstance(logger, ResumingLogger):
                 logger.drop_validation_rows_from(trainer.global_step)
@@ -220,6 +233,9 @@ def fit(plan: RunPlan, built: Built) -> tuple[dict, dict]:
         trainer.fit_loop.epoch_loop._batches_that_stepped = trainer.global_step
         val_metrics = trainer.validate(module, datamodule=built.datamodule, verbose=False)[0]
     return train_metrics, val_metrics
+
+
+VALIDATION_KEYS = ("val/", "val_average/")  # what a validation logs (val_average: a weight average beside the model)
 
 
 def _validated_start(built: Built, checkpoint: Path) -> dict[str, float]:
@@ -263,9 +279,14 @@ def _export_and_probe(
     if cfg.push_to_hub.repo_id:
         summary["push_to_hub"] = push_export(hf, cfg.push_to_hub)
     probes = family == "encoder" and (cfg.eval.sts or cfg.eval.wic)
+    from degen_train.metrics.decoding import DecodingSettings
+
     generation = {"text": cfg.eval.generate, "limit": int(cfg.eval.generate_prompts),
                   "prefix_tokens": int(cfg.eval.generate_prefix_tokens),
-                  "new_tokens": int(cfg.eval.generate_new_tokens)} if cfg.eval.generate else None  # fmt: skip
+                  "new_tokens": int(cfg.eval.generate_new_tokens), "decodings": list(cfg.eval.generate_decodings),
+                  "settings": DecodingSettings(end_of_text=str(cfg.eval.generate_end_of_text)),
+                  "featurizer": cfg.eval.featurizer, "coherence_encoder": cfg.eval.coherence_encoder,
+                  "coherence_model": cfg.eval.coherence_model} if cfg.eval.generate else None  # fmt: skip
     lm_eval = {"tasks": list(cfg.eval.lm_eval), "include_path": cfg.eval.lm_eval_include,
                "limit": cfg.eval.lm_eval_limit} if cfg.eval.lm_eval else None  # fmt: skip
     if probes or cfg.eval.w8a8 or generation or lm_eval:
@@ -274,6 +295,7 @@ def _export_and_probe(
             sts=list(cfg.eval.sts) if probes else [],
             wic=cfg.eval.wic if probes else None,
             wic_fit=cfg.eval.wic_fit if probes else None,
+            sts_whitening_fit=list(cfg.eval.sts_whitening_fit) if probes else [],
             out=run_dir / "eval",
             layer=cfg.eval.layer,
             pooling=cfg.eval.pooling,
@@ -320,6 +342,15 @@ def build_module(
         type(hf_model).__name__,
         *(human(counts[k]) for k in ("total", "embeddings", "non_embedding")),
     )
+    head = hf_model.get_output_embeddings()
+    if head is not None and head.weight.numel() > counts["total"] / 2:  # issue 65.6: 3.9M of a 4.4M-parameter model
+        entries = head.weight.shape[0]
+        smaller = "; conf/reproduce.yaml trains the tiny models at 8,000" if entries > 8000 else ""
+        log.warning(
+            "the output head holds %s of the model's %s parameters (%.0f%%): at this size the vocabulary "
+            "(data.tokenizer.vocab_size, %d entries) sets the step's cost more than the model does%s",
+            human(head.weight.numel()), human(counts["total"]), 100 * head.weight.numel() / counts["total"], entries,
+            smaller)  # fmt: skip
     identity = {
         "model": OmegaConf.to_container(cfg.model, resolve=True),
         "terms": list(terms),

@@ -13,9 +13,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from degen_train.core.own_runs import new_run_id
 from degen_train.core.paths import PACKAGE_DIR
 from degen_train.data.tokenizer import tokenizer_identity
-from degen_train.storage.own_runs import new_run_id
 
 LIBRARIES = ("degen_train", "torch", "transformers", "lightning", "datasets", "tokenizers")
 

@@ -210,6 +210,7 @@ def resume_changes(
         line = f"{key}: {old.get(key)!r} -> {new.get(key)!r}"
         weight = key.startswith(TERM_WEIGHT) and key.endswith(".weight")
         free = any(key == k or (k.endswith(".") and key.startswith(k)) for k in (*MAY_CHANGE, *also_free))
+        free = free or _changes_no_result(key)
         if key == "data.batch_size":  # another process layout with the same global batch is a supported resume
             free = global_batch(before) is not None and global_batch(before) == global_batch(after)
         (allowed if (free or weight) and key not in MUST_STAY else refused).append(line)
@@ -219,6 +220,15 @@ def resume_changes(
             f"{global_batch(before)} -> {global_batch(after)}"
         )
     return refused, allowed
+
+
+def _changes_no_result(key: str) -> bool:
+    """A setting whose declared role is where the run writes, how it is launched or shown (config/roles.py): a resume
+    or a branch may change it, as a branch leaves its parent's out."""
+    from degen_train.config.roles import Role, role_of
+
+    declared = role_of(key)
+    return declared is not None and declared.role in (Role.OUTPUT, Role.LAUNCH, Role.PRESENTATION)
 
 
 def check_resume(

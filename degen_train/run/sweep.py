@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -22,7 +23,7 @@ log = logging.getLogger("degen_train.run.sweep")
 FAILED = "failed.json"
 # What became of each job of this process's sweep, for the line the sweep ends with; a failure makes the command exit
 # non-zero.
-SWEEP_OUTCOMES: dict[str, list[str]] = {"trained": [], "skipped": [], "failed": []}
+SWEEP_OUTCOMES: dict[str, list[str]] = {"trained": [], "skipped": [], "failed": [], "stopped": []}
 FAILED_RUNS = SWEEP_OUTCOMES["failed"]
 # This process's launch: its sweep folder and when it started (SweepFolderCheck), so a launcher that runs the jobs in
 # other processes (hydra/launcher=joblib) still ends with their outcomes, read from their folders.
@@ -49,12 +50,41 @@ class SweepFolderCheck(Callback):
             raise SystemExit(2) from None
         keep_earlier_launch(folder)
         LAUNCH["dir"], LAUNCH["started"] = folder, time.time()
+        if "joblib" in str(OmegaConf.select(config, "hydra.launcher._target_", default="")):  # members in workers
+            from degen_train.run.sweep_stop import forward_stop_signals
+
+            forward_stop_signals()
+        announce_plan(config, folder)
         # A member started by a launcher in a process of its own (submitit's job: `python -m submitit.core._submit`)
         # has no command line to read its swept keys from: it inherits them here, as SLURM exports the submitting
         # environment to a job (issue 56.4: every member of a submitit sweep wrote into SWEEP/run).
         import os
 
         os.environ[SWEPT_KEYS_VARIABLE] = ",".join(sorted(swept_keys(config)))
+
+
+def announce_plan(config: DictConfig, folder: Path) -> None:
+    """The sweep's size and the members side by side, in the environment its members inherit: the first to time
+    its steps says what the sweep will cost (callbacks/sweep_eta.py)."""
+    import json
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from degen_train.callbacks.sweep_eta import MARKER, PLAN_VARIABLE
+
+    members = OmegaConf.select(config, "hydra.sweeper.n_trials")  # a search: its trials
+    if members is None:
+        members = 1
+        task = OmegaConf.select(config, "hydra.overrides.task", default=None) or []
+        for override in OverridesParser.create().parse_overrides(list(task)):
+            if override.is_sweep_override():
+                members *= len(list(override.sweep_string_iterator()))
+    jobs = 1
+    if "joblib" in str(OmegaConf.select(config, "hydra.launcher._target_", default="")):
+        jobs = int(OmegaConf.select(config, "hydra.launcher.n_jobs", default=1) or 1)
+        jobs = min(jobs if jobs > 0 else (os.cpu_count() or 1), int(members))
+    os.environ[PLAN_VARIABLE] = json.dumps({"members": int(members), "jobs": jobs, "dir": str(folder)})
+    (folder / MARKER).unlink(missing_ok=True)  # each launch says its own estimate
 
 
 def keep_earlier_launch(folder: Path) -> Path | None:
@@ -152,7 +182,12 @@ def swept_overrides() -> list[str]:
 
 def run_in_sweep(cfg: DictConfig, train: Callable[[DictConfig], dict[str, Any]]) -> float | None:
     """One job of a sweep. A failure is written to RUN/failed.json and does not stop the other jobs."""
+    from degen_train.run.sweep_stop import in_worker, worker_stopped
+
     run_dir = Path(cfg.run_dir)
+    if in_worker():  # a joblib worker of a sweep that was stopped: no member starts after the signal
+        log.info("%s not started: the sweep was stopped", run_dir)
+        return None
     done = finished_summary(run_dir, cfg)
     if done is not None:
         log.info("%s finished before: skipped", run_dir)
@@ -169,6 +204,9 @@ def run_in_sweep(cfg: DictConfig, train: Callable[[DictConfig], dict[str, Any]])
             f"degen-train: the sweep was interrupted in {run_dir} ({preempted}); the runs after it did not start. "
             f"Run the same command again to resume it and go on (exit code {PREEMPTED_EXIT})"
         )
+        if worker_stopped(signal.SIGTERM):  # a joblib worker returns: loky reads an exit as a dead worker
+            SWEEP_OUTCOMES["stopped"].append(str(run_dir))
+            return None
         raise SystemExit(PREEMPTED_EXIT) from None
     except Exception as error:  # noqa: BLE001 - one bad run must not end the sweep
         log.error("run %s failed: %s", run_dir, error)
@@ -195,10 +233,13 @@ def outcomes_of_launch() -> None:
     started = float(LAUNCH["started"]) - 1  # file times are whole seconds on some filesystems
     for config in sorted(Path(LAUNCH["dir"]).glob("*/config.yaml")):
         run, failed, summary = config.parent, config.parent / FAILED, config.parent / "summary.json"
+        last = run / "checkpoints" / "last.ckpt"
         if failed.is_file() and failed.stat().st_mtime >= started:
             SWEEP_OUTCOMES["failed"].append(str(run))
         elif summary.is_file():
             SWEEP_OUTCOMES["trained" if summary.stat().st_mtime >= started else "skipped"].append(str(run))
+        elif last.is_file() and last.stat().st_mtime >= started:  # stopped on a signal, its checkpoint written
+            SWEEP_OUTCOMES["stopped"].append(str(run))
 
 
 def sweep_summary_line() -> str | None:
@@ -211,7 +252,8 @@ def sweep_summary_line() -> str | None:
     folder = Path(os.path.commonpath(runs)) if len(runs) > 1 else Path(runs[0]).parent
     counts = ", ".join(
         f"{len(SWEEP_OUTCOMES[k])} {label}"
-        for k, label in (("trained", "trained"), ("skipped", "finished before (skipped)"), ("failed", "failed"))
+        for k, label in (("trained", "trained"), ("skipped", "finished before (skipped)"), ("failed", "failed"),
+                         ("stopped", "stopped with a checkpoint")) if k != "stopped" or SWEEP_OUTCOMES[k]
     )
     failed = " (see RUN/failed.json: " + ", ".join(SWEEP_OUTCOMES["failed"]) + ")" if FAILED_RUNS else ""
     return f"sweep of {len(runs)} runs in {folder}: {counts}{failed}; compare them: degen-report {folder}"

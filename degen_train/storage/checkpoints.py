@@ -106,10 +106,23 @@ def whole_checkpoints(folder: Path) -> str:
     return f"Whole checkpoints in {folder}: {listed}; ckpt_path=auto resumes from the newest once the cause is fixed"
 
 
+MAX_STEP = 2**53  # far beyond any run's updates, and every int below it is exact as a JSON number
+
+
+def sidecar_step(value: object) -> int | None:
+    """A sidecar's ``global_step`` as a step count: a whole number in [0, MAX_STEP], else None (1e400 reads as an
+    infinity, which int() turns into an OverflowError on every resume of the folder)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not (0 <= value <= MAX_STEP) or value != int(value):
+        return None
+    return int(value)
+
+
 def recorded_step(path: Path) -> int | None:
     """The step ``path``'s sidecar records, unverified (cheap: for ordering, not for trusting)."""
     try:
-        return int(json_record(sidecar_of(path), what="checkpoint sidecar")["global_step"])
+        return sidecar_step(json_record(sidecar_of(path), what="checkpoint sidecar")["global_step"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -127,7 +140,7 @@ def verified_step(path: Path) -> int | None:
                     return None
         elif path.stat().st_size != meta["size"] or file_sha256(path) != meta["sha256"]:
             return None
-        return int(meta["global_step"])
+        return sidecar_step(meta["global_step"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

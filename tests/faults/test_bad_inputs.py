@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import REPO
 from tests.helpers import command, run
@@ -253,7 +254,10 @@ def test_a_read_only_folder_is_named_by_analyze_report_and_reproduce(tmp_path: P
         shutil.copytree(export, mount / "run")
         subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
         name = "degen-train" if tool == "--reproduce" else tool
-        arguments = [tool, str(mount / "run")] if tool == "--reproduce" else [str(mount / "run")]
+        corpus = yaml.safe_load((export / "config.yaml").read_text())["data"]["path"]  # an input: the user gives it
+        # and the fixture's looser protection (final validation off), which a copied folder may not choose
+        given = [f"data.path={corpus}", "final_validation=false"]
+        arguments = [tool, str(mount / "run"), *given] if tool == "--reproduce" else [str(mount / "run")]
         result = command(name, *arguments)
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)

@@ -101,7 +101,7 @@ def test_the_report_analyses_this_users_runs_and_fails_on_a_run_it_could_not(tmp
         report_main([str(runs), "--out", str(tmp_path / "report")])
     assert exited.value.code == 1
     # The same folder, listed as this user's run: analysed, exit 0.
-    from degen_train.storage.own_runs import remember
+    from degen_train.core.own_runs import remember
 
     remember(runs / "own", json.loads((runs / "own" / "summary.json").read_text())["provenance"]["run_id"])
     report_main([str(runs), "--out", str(tmp_path / "report")])
@@ -246,7 +246,7 @@ def test_a_reproduction_writes_and_deletes_nothing_outside_its_own_folder(tmp_pa
     handed = tmp_path / "handed"
     config = yaml.safe_load((source_run / "config.yaml").read_text())
     config["run_dir"] = str(handed)
-    config["callbacks"]["checkpoint"].update(dirpath=str(victims["ckpts"]), every_n_train_steps=1, save_top_k=1,
+    config["callbacks"]["checkpoint"].update(dirpath=str(victims["ckpts"]), every_n_train_steps=1, save_top_k=2,
                                              filename="../../mine/ckpts/step={step:08d}")  # fmt: skip
     config["trainer"]["default_root_dir"] = str(victims["root"])
     config["trainer"]["profiler"] = {"_target_": "lightning.pytorch.profilers.PyTorchProfiler",
@@ -261,24 +261,25 @@ def test_a_reproduction_writes_and_deletes_nothing_outside_its_own_folder(tmp_pa
     handed.mkdir()
     (handed / "config.yaml").write_text(yaml.safe_dump(config))
     again = tmp_path / "again"
+    corpus = config["data"]["path"]  # an input: the user names it (a handed-over record never chooses one)
     result = command("degen-train", "--reproduce", str(handed), "trainer.enable_progress_bar=false",
-                     f"hydra.run.dir={again}")  # fmt: skip
+                     f"hydra.run.dir={again}", f"data.path={corpus}")  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert {name: fingerprint(folder) for name, folder in victims.items()} == before
     assert not (tmp_path / "mine" / "escape").exists() and not (tmp_path / "escape").exists()
     assert (again / "checkpoints" / "last.ckpt").is_file() and (again / "logs" / "metrics.csv").is_file()
     said = result.stdout + result.stderr
     left_out = next(line for line in said.splitlines() if "not read, this run decides them" in line)
-    for part in ('"repo_id": "someone/else"', 'hydra={"run"', "defaults=", "logger={",
+    for part in ("push_to_hub.repo_id=someone/else", 'hydra={"run"', "defaults=", "logger={",
                  f"callbacks.checkpoint.dirpath={victims['ckpts']}", "callbacks.checkpoint.filename=../../mine",
-                 f"trainer.profiler.dirpath={victims['profile']}", "data.cache_dir=",
+                 'trainer.profiler={"_target_": "lightning.pytorch.profilers.PyTorchProfiler"', "data.cache_dir=",
                  f"trainer.default_root_dir={victims['root']}"):  # fmt: skip
         assert part in left_out, part
-    assert "the recorded config reads data.path=" in said
+    assert f"and from your command line: data.path={corpus}" in said
     recorded = yaml.safe_load((again / "config.yaml").read_text())
     assert recorded["push_to_hub"]["repo_id"] is None and recorded["data"]["cache_dir"] != str(victims["cache"])
     assert recorded["callbacks"]["checkpoint"]["filename"] == "step={step:08d}"
-    assert recorded["trainer"]["profiler"]["dirpath"] == f"{again}/profile" and list(recorded["logger"]) == ["csv"]
+    assert recorded["trainer"].get("profiler") is None and list(recorded["logger"]) == ["csv"]  # outputs: left out
 
 
 def test_an_interpolation_in_a_record_is_refused(tmp_path: Path, source_run: Path) -> None:
@@ -372,7 +373,7 @@ def test_where_a_branch_writes_logs_and_uploads_is_never_its_parents(
     (victims["logs"] / "metrics.csv").write_text("my own metrics\n")
     before = {name: fingerprint(folder) for name, folder in victims.items()}
     parent = parent_copy(
-        tmp_path, source_run, f"callbacks.checkpoint.dirpath={victims['ckpts']}", "callbacks.checkpoint.save_top_k=1",
+        tmp_path, source_run, f"callbacks.checkpoint.dirpath={victims['ckpts']}", "callbacks.checkpoint.save_top_k=2",
         "callbacks.checkpoint.filename='../../mine/named/x'", f"logger.csv.save_dir={victims['logs']}",
         "logger.csv.name=../../escape", "push_to_hub={repo_id:attacker/exfil,private:false}",
         "hydra/job_logging=disabled", "+push_to_hub.dry_run=false")  # fmt: skip
@@ -387,7 +388,7 @@ def test_where_a_branch_writes_logs_and_uploads_is_never_its_parents(
     left_out = next(r.getMessage() for r in caplog.records if "not read, this run decides them" in r.getMessage())
     for part in (f"callbacks.checkpoint.dirpath={victims['ckpts']}", "callbacks.checkpoint.filename=../../mine",
                  f"logger.csv.save_dir={victims['logs']}", "logger.csv.name=../../escape",
-                 '"repo_id": "attacker/exfil"', "hydra/job_logging=disabled", "push_to_hub.dry_run=False"):  # fmt: skip
+                 'push_to_hub.repo_id=attacker/exfil', "hydra/job_logging=disabled"):  # fmt: skip
         assert part in left_out, part
 
 
@@ -440,8 +441,8 @@ def test_a_run_whose_config_was_replaced_is_no_longer_the_users_own(
 ) -> None:
     """Issue 43 drill 4: a run of the user's own sweep whose config.yaml was replaced was still "own" to the report,
     which then read the corpus the new file named. The registry now vouches for the config.yaml it saw written."""
+    from degen_train.core.own_runs import is_own
     from degen_train.evaluation.model_analysis import analyze
-    from degen_train.storage.own_runs import is_own
 
     own = tmp_path / "own"
     run(own, *drill, "trainer.max_steps=2")
@@ -527,7 +528,7 @@ def test_a_config_recorded_before_the_modules_moved_names_them_as_they_are_now(
     import sys
 
     from degen_train.cli.train import main
-    from degen_train.config.handed_over import read_config_file
+    from degen_train.config.handed_over import Door, read_config_file
     from degen_train.run.resume import check_resume
 
     config = yaml.safe_load((source_run / "config.yaml").read_text())
@@ -536,12 +537,13 @@ def test_a_config_recorded_before_the_modules_moved_names_them_as_they_are_now(
     handed = tmp_path / "handed"
     handed.mkdir()
     (handed / "config.yaml").write_text(yaml.safe_dump(config))
-    tree = read_config_file(handed / "config.yaml").tree
+    tree = read_config_file(handed / "config.yaml", door=Door(given=("data.path",))).tree
     assert tree["callbacks"]["isotropy"]["_target_"] == "degen_train.callbacks.isotropy_monitor.IsotropyMonitor"
     with pytest.raises(ModuleNotFoundError):
         __import__("degen_train.callbacks.isotropy")  # the old name is gone
     again = tmp_path / "again"
-    monkeypatch.setattr(sys, "argv", ["degen-train", "--reproduce", str(handed), f"hydra.run.dir={again}"])
+    monkeypatch.setattr(sys, "argv", ["degen-train", "--reproduce", str(handed), f"hydra.run.dir={again}",
+                                      f"data.path={config['data']['path']}"])  # fmt: skip
     main()
     assert (again / "summary.json").is_file()
     today = yaml.safe_load((again / "config.yaml").read_text())

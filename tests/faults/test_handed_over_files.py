@@ -17,7 +17,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from degen_train.cli.report import report
-from degen_train.config.handed_over import HandedOverError, hydra_literal, read_config_file, read_overrides_file
+from degen_train.config.handed_over import Door, HandedOverError, hydra_literal, read_config_file, read_overrides_file
 from degen_train.core.handed_files import HandedOverFileError, no_remote_code, printable
 
 PRIVATE = b"private bytes of someone else's file\n"
@@ -149,10 +149,10 @@ def test_a_quoted_value_cannot_forge_a_terminal_line(tmp_path: Path) -> None:
         ("~callbacks.divergence", "the divergence callback"),  # NB2
         ("~callbacks.preemption", "the preemption callback"),  # NB4
         ("~callbacks", "every callback"),
-        ("trainer.fast_dev_run=true", "trainer.fast_dev_run runs a few batches"),  # NB7
-        ("trainer.limit_train_batches=0", "trainer.limit_train_batches trains on part"),  # NB9
-        ("trainer.enable_checkpointing=false", "trainer.enable_checkpointing decides"),  # NB6
-        ("trainer.max_epochs=1", "trainer.max_epochs ends the run after epochs"),
+        ("trainer.fast_dev_run=true", "trainer.fast_dev_run=True would loosen the run's steps and checkpoints"),  # NB7
+        ("trainer.limit_train_batches=0", "trainer.limit_train_batches=0 would loosen the run's steps"),  # NB9
+        ("trainer.enable_checkpointing=false", "trainer.enable_checkpointing=False would loosen the run's checkpoints"),
+        ("trainer.max_epochs=1", "trainer.max_epochs=1 would loosen the run's steps (degen-train counts steps: -1)"),
         ("debug=profile", "a debug group changes what the run is"),  # FP24, NB18
     ],
 )
@@ -163,7 +163,7 @@ def test_a_parent_may_not_switch_off_a_runs_protections(tmp_path: Path, entry: s
     with pytest.raises(HandedOverError, match=re.escape(words)) as raised:
         read_overrides_file(record)
     assert str(record) in str(raised.value) and "remove that entry" in str(raised.value)
-    assert read_overrides_file(record, runs=False).settings  # what is only shown (a report) is still read
+    assert read_overrides_file(record, door=Door(runs=False)).settings  # what is only shown (a report) is still read
 
 
 def test_what_leaves_a_run_as_it_is_is_still_read(tmp_path: Path) -> None:
@@ -182,9 +182,10 @@ def test_a_record_may_not_switch_off_a_runs_protections(tmp_path: Path) -> None:
     with pytest.raises(HandedOverError, match="would switch off every callback"):
         read_config_file(record)
     record.write_text(yaml.safe_dump({"seed": 0, "trainer": {"fast_dev_run": True, "max_epochs": -1}}))
-    with pytest.raises(HandedOverError, match="trainer.fast_dev_run runs a few batches"):
+    with pytest.raises(HandedOverError, match="trainer.fast_dev_run=True would loosen the run's steps"):
         read_config_file(record)
-    assert read_config_file(record, runs=False).tree["seed"] == 0  # degen-analyze reads only its data section
+    # degen-analyze reads only its data section
+    assert read_config_file(record, door=Door(runs=False)).tree["seed"] == 0
 
 
 @pytest.mark.parametrize("text", ["a\\", "a\\\\", "a\\'b", "\\'", "a\\b"])
@@ -208,7 +209,7 @@ def test_deep_nesting_and_alias_bombs_are_one_line(tmp_path: Path) -> None:
     config.write_text(bomb)
     with pytest.raises(HandedOverError, match=r"over 100,000 values"):
         read_config_file(config)
-    config.write_text(yaml.safe_dump({f"k{i}": i for i in range(200_000)}))
+    config.write_text("".join(f"k{i}: {i}\n" for i in range(200_000)))  # what yaml.safe_dump writes, faster
     with pytest.raises(HandedOverError, match=r"over 100,000 values"):
         read_config_file(config)
 
@@ -459,7 +460,7 @@ def test_a_launch_whose_jobs_ran_elsewhere_ends_with_their_outcomes(tmp_path: Pa
         patch.setattr(sweep, "SWEEP_OUTCOMES", outcomes)
         patch.setattr(sweep, "LAUNCH", launch)
         line = sweep.sweep_summary_line()
-    assert outcomes == {"trained": [str(new)], "skipped": [str(old)], "failed": [str(failed)]}
+    assert outcomes == {"trained": [str(new)], "skipped": [str(old)], "failed": [str(failed)], "stopped": []}
     assert f"sweep of 3 runs in {tmp_path}: 1 trained, 1 finished before (skipped), 1 failed" in line
 
 

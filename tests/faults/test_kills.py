@@ -89,11 +89,18 @@ def test_kill_mid_checkpoint_write_on_another_filesystem(tmp_path: Path, drill: 
             subprocess.run(["umount", "--lazy", str(mount)], check=False)
 
 
-def test_kill_during_final_validation_then_resume(tmp_path: Path, drill: list[str], reference: Path) -> None:
-    killed_run("kill_in_final_validation", tmp_path, *drill)
-    assert not (tmp_path / "summary.json").exists()
-    summary = run(tmp_path, *drill, "ckpt_path=last")
+def test_kill_during_final_validation_then_resume(tmp_path: Path, drill: list[str]) -> None:
+    # Validation every 3 updates: the last periodic one is at update 6, so the run validates once more at its end
+    # (at 4, the periodic validation at update 8 would be the final one: pretrain.fit does not repeat it).
+    cadence = [*drill, "trainer.val_check_interval=3"]
+    reference = tmp_path / "reference"
+    run(reference, *cadence)
+    killed = tmp_path / "killed"
+    killed_run("kill_in_final_validation", killed, *cadence)
+    assert not (killed / "summary.json").exists()
+    summary = run(killed, *cadence, "ckpt_path=last")
     expected = run_summary(reference)
+    tmp_path = killed
     assert summary["final_step"] == STEPS
     assert summary["train_loss"] == expected["train_loss"] and summary["val_loss"] == expected["val_loss"]
     assert summary["tokens_per_s"] > 0 and summary["isotropy"] == expected["isotropy"]

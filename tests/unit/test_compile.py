@@ -21,8 +21,8 @@ from tests.helpers import run
 def traced_without_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     """For a test whose subject is what dynamo traces and guards (which blocks compile, their graphs, recompiles,
     names, equality with eager), not inductor's kernels: blocks compile with aot_eager (forward and backward traced
-    as inductor receives them, no C++ built: 35 s of a cold cache here for the first test alone). Inductor itself
-    runs in the whole-run test below and in tests/unit/test_compiled_head.py."""
+    as inductor receives them, no C++ built: 35 s of a cold cache here for the first test alone; 27 s for the
+    whole-run test). Inductor itself runs in tests/unit/test_compiled_head.py."""
     compile_module = torch.nn.Module.compile
 
     def traced(self: torch.nn.Module, *args: object, **kwargs: object) -> None:
@@ -119,6 +119,7 @@ def test_the_isotropy_probe_runs_compiled_blocks_eagerly_without_compiling_again
         torch.testing.assert_close(ours, theirs)
 
 
+@pytest.mark.usefixtures("traced_without_kernels")
 def test_a_run_with_model_compile_compiles_its_blocks(tmp_path: Path) -> None:
     """model.compile=true in a whole run: dynamo traces the blocks. Throughput counts FLOPs over the first step under
     a dispatch mode; a compiled block first called under it was skipped by dynamo for good, so no frame was ever

@@ -16,7 +16,7 @@ import degen_train
 PACKAGE = Path(degen_train.__file__).parent
 LEVELS = [  # top to bottom; packages on one level never import each other
     ["cli"],
-    ["report", "reproduce"],
+    ["report", "reproduce", "cluster"],
     ["run"],
     ["callbacks", "evaluation"],
     ["metrics", "finetune"],
@@ -26,14 +26,15 @@ LEVELS = [  # top to bottom; packages on one level never import each other
     ["core", "devices", "optim"],
 ]
 ALLOWED = {  # package: the packages it imports
-    "cli": {"callbacks", "config", "core", "data", "evaluation", "finetune", "losses", "metrics", "models", "report",
-            "reproduce", "run", "storage"},
-    "report": {"config", "core", "run", "storage"},
+    "cli": {"callbacks", "cluster", "config", "core", "data", "evaluation", "finetune", "losses", "metrics", "models",
+            "report", "reproduce", "run", "storage"},
+    "report": {"config", "core", "metrics", "run"},
+    "cluster": {"core", "run", "storage", "config"},
     "reproduce": {"config", "core", "evaluation", "finetune", "metrics", "run"},
     "run": {"callbacks", "config", "core", "data", "devices", "evaluation", "finetune", "losses", "metrics", "models",
             "optim", "storage"},
     "callbacks": {"core", "devices", "metrics", "storage"},
-    "evaluation": {"config", "core", "data", "metrics", "models", "storage"},
+    "evaluation": {"config", "core", "data", "metrics", "models"},
     "metrics": {"core", "data", "devices", "models"},
     "finetune": {"core", "data", "models"},
     "losses": {"core", "devices", "models"},

@@ -16,7 +16,8 @@ def test_a_probes_code_has_not_changed_since_its_version(name: str) -> None:
     now = code_fingerprint(probe.files)
     assert now == probe.fingerprint, (
         f"the {name} probe's code ({', '.join(probe.files)}) changed since version {probe.version}: add a "
-        f"(day, what changed) entry to PROBES[{name!r}].changes and set its fingerprint to {now!r}"
+        f"(day, what changed) entry to PROBES[{name!r}].changes (or, when no number it measures changes, to its "
+        f"same_numbers) and set its fingerprint to {now!r}"
     )
 
 

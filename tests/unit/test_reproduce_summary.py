@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
+from degen_train.metrics.verdicts import RULE
 from degen_train.reproduce.claims import (
     BEGIN,
     END,
@@ -21,7 +22,6 @@ from degen_train.reproduce.claims import (
     written_on,
 )
 from degen_train.reproduce.methods import METHOD_PARTS
-from degen_train.reproduce.verdicts import RULE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,7 +44,7 @@ def test_the_summary_in_docs_is_what_the_code_writes_from_the_pages() -> None:
 def test_every_page_written_under_the_old_rule_is_boxed() -> None:
     for folder, _ in summary_pages():
         page = (folder / "README.md").read_text()
-        if "by one rule (degen_train/reproduce/verdicts.py)" not in page:  # the current code's header says it
+        if not any(f"by one rule (degen_train/{home}/verdicts.py)" in page for home in ("reproduce", "metrics")):
             assert "> **Superseded rule.**" in page, folder
 
 
@@ -107,10 +107,12 @@ def test_every_listed_claim_has_a_number_measured_by_todays_probes() -> None:
         pytest.skip("no reproduce page is written in this checkout")
     text = summary(pages, ROOT / "docs")
     waiting = {("a", "valid perplexity (word)")}
+    if not (ROOT / "docs" / "reproduce" / "part_f" / "runs.csv").is_file():  # part (f)'s generation side: its page
+        waiting |= {(c.section, c.label) for c in all_claims() if c.base[0] == "simctg_generation"}
     for claim in all_claims():
         rows = [line for line in text.splitlines()
-                if line.startswith(f"| ({claim.section}) | {claim.base[1]} → {claim.other[1]} | {claim.column} |")]
-        assert len(rows) == 1 or (claim.section, claim.column) in waiting and not rows, (claim.section, claim.column)
+                if line.startswith(f"| ({claim.section}) | {claim.base[1]} → {claim.other[1]} | {claim.label} |")]
+        assert len(rows) == 1 or (claim.section, claim.label) in waiting and not rows, (claim.section, claim.label)
     assert "superseded" not in text
     (uniformity,) = [line for line in text.splitlines() if "| ℓ_uniform [CLS] |" in line]
     assert uniformity.startswith("| (d) | electra → coco_lm |")
@@ -176,3 +178,52 @@ def test_the_glue_dev_sizes_are_the_splits_sizes(task: str) -> None:
         pytest.skip(f"{glue} is not here (a user's clone has no ../shared): the sizes are checked where it is")
     dev = load_glue_task(task.lower().replace("-", ""), glue).dev
     assert sum(len(split) for split in dev.values()) == GLUE_DEV_ITEMS[task]
+
+
+def test_a_claim_on_items_both_arms_were_scored_on_takes_the_paired_bootstrap(tmp_path: Path) -> None:
+    """Issue 64.5: two arms scored on the same STS pairs, every run with its per-pair scores in eval.json: the page's
+    paired_errors.csv holds the paired bootstrap's error (evaluation_noise.paired_bootstrap_se, recomputed here) and
+    the summary judges with it in place of the two independent sampling errors."""
+    import json
+
+    import numpy as np
+
+    from degen_train.metrics.evaluation_noise import ItemScores, paired_bootstrap_se
+    from degen_train.reproduce.claims import PAIRED_FILE, paired_errors, read_paired_csv, with_paired
+    from degen_train.reproduce.runs import Run
+
+    claim = next(c for c in SEED_CLAIMS if c.section == "c" and c.column == "STS-B raw")
+    draw = np.random.default_rng(0)
+    gold = draw.uniform(0, 5, size=300)
+    results, records = [], {claim.base: [], claim.other: []}
+    for (part, variant), shift in ((claim.base, 1.0), (claim.other, 1.3)):
+        for seed in range(2):
+            folder = tmp_path / "runs" / part / variant / f"seed{seed}"
+            (folder / "eval").mkdir(parents=True)
+            prediction = shift * gold + draw.normal(scale=2.0, size=300)  # the same pairs, both arms
+            record = {"kind": "spearman", "prediction": prediction.tolist(), "gold": gold.tolist()}
+            (folder / "eval" / "eval.json").write_text(json.dumps({"items": {"sts/sts-dev": record}}))
+            records[(part, variant)].append(ItemScores.of(record))
+            run = Run(part, variant, seed, (), True, folder)
+            results.append((run, {}))
+    paired = paired_errors(results, list(all_claims()))
+    row = paired[(paired["column"] == "STS-B raw") & (paired["other_variant"] == claim.other[1])]
+    expected = paired_bootstrap_se(records[claim.base], records[claim.other])
+    assert len(row) == 1 and float(row["paired_se"].iloc[0]) == pytest.approx(expected) and expected > 0
+    page = tmp_path / "page"
+    page.mkdir()
+    paired.to_csv(page / PAIRED_FILE, index=False)
+    rows = pd.DataFrame({"part": [r.part for r, _ in results], "variant": [r.variant for r, _ in results],
+                         "seed": [r.seed for r, _ in results],
+                         "STS-B raw": [100 * float(pd.Series(s.columns["prediction"]).corr(
+                             pd.Series(s.columns["gold"]), method="spearman")) for s in
+                             records[claim.base] + records[claim.other]]})  # fmt: skip
+    independent = claim.judge(rows)
+    judged = claim.judge(with_paired(rows, read_paired_csv(page / PAIRED_FILE)))
+    assert judged.sampled == "paired" and independent.sampled == "independent"
+    seeds = [rows.loc[rows.variant == v, "STS-B raw"] for v in (claim.base[1], claim.other[1])]
+    spread = sum(s.var(ddof=1) / len(s) for s in seeds)
+    assert judged.noise == pytest.approx((spread + expected**2) ** 0.5)
+    # a run without per-item scores: no paired error for the claim (each arm's own sampling error instead)
+    (results[0][0].folder / "eval" / "eval.json").write_text("{}")
+    assert not (paired_errors(results, list(all_claims()))["column"] == "STS-B raw").any()

@@ -1,4 +1,4 @@
-"""The one verdict rule of the reproduce pages (degen_train/reproduce/verdicts.py), on cases computed by hand, and the
+"""The one verdict rule of the reproduce pages (degen_train/metrics/verdicts.py), on cases computed by hand, and the
 audit's cases (issue 44.2) that the old rule called wrongly."""
 
 from __future__ import annotations
@@ -7,14 +7,16 @@ import math
 
 import pytest
 
-from degen_train.reproduce.verdicts import (
+from degen_train.metrics.evaluation_noise import (
+    accuracy_sampling_error,
+    average_sampling_error,
+    correlation_sampling_error,
+)
+from degen_train.metrics.verdicts import (
     CONFIDENCE,
     MIN_SEEDS,
     RULE,
     TOLERANCE,
-    accuracy_sampling_error,
-    average_sampling_error,
-    correlation_sampling_error,
     difference_noise,
     judge,
     t_quantile,
@@ -117,3 +119,54 @@ def test_a_no_cost_claim_shows_only_when_its_interval_lies_inside_the_tolerance(
     assert costly.word == "does not show"
     with pytest.raises(ValueError, match=r"expect='up' is not one of lower, higher, same, not higher"):
         judge("x", "a", "b", [1.0], [1.0], expect="up")
+
+
+def test_a_sweep_comparison_is_welchs_t_by_hand() -> None:
+    """Issue 65: base 1.0, 1.2, 1.1 and setting 1.5, 1.7, 1.6: each arm's variance 0.01 (ddof 1), SE = √(2·0.01/3),
+    df 4 (equal spreads), t = 0.5 / 0.08165 = 6.124; Student's t at 4 df has the closed form
+    F(t) = 1/2 + (3/4)·u·(1 − u²/3), u = t/√(4 + t²), so the two-sided p is 2·(1 − F(t)) = 0.00360."""
+    from degen_train.metrics.verdicts import compare, decide
+
+    (c,) = decide([compare("m", "w=1", "w=0", [1.0, 1.2, 1.1], [1.5, 1.7, 1.6])])
+    t = 0.5 / math.sqrt(2 * 0.01 / 3)
+    u = t / math.sqrt(4 + t * t)
+    assert c.effect == pytest.approx(0.5) and c.noise == pytest.approx(math.sqrt(2 * 0.01 / 3))
+    assert c.dof == pytest.approx(4.0) and c.p == pytest.approx(2 * (0.5 - 0.75 * u * (1 - u * u / 3)))
+    assert c.p == pytest.approx(0.0036, abs=1e-4) and c.word == "higher"
+    assert c.noise_text() == "seeds (df 4)" and c.seeds_advice is None
+    (same,) = decide([compare("m", "w=1", "w=0", [1.0, 1.2, 1.1], [1.0, 1.2, 1.1])])
+    assert same.p == pytest.approx(1.0) and same.word == "no difference shown"
+    (one,) = decide([compare("m", "w=1", "w=0", [1.0], [5.0, 5.1])])
+    assert one.word == "cannot tell" and one.noise_text() == "unknown: 1 seed(s) in an arm" and one.p is None
+
+
+def test_holms_correction_by_hand_on_three_p_values() -> None:
+    """p = 0.01, 0.04, 0.03 on one measure: sorted 0.01, 0.03, 0.04 → 3·0.01 = 0.03, max(0.03, 2·0.03) = 0.06,
+    max(0.06, 1·0.04) = 0.06 (Holm 1979). Only the first stays below 0.05; another measure is its own family."""
+    from dataclasses import replace
+
+    from degen_train.metrics.verdicts import compare, decide
+
+    base = compare("m", "a", "base", [1.0, 1.1], [0.5, 0.6])
+    family = [replace(base, setting=s, p=p) for s, p in (("a", 0.01), ("b", 0.04), ("c", 0.03))]
+    alone = replace(base, measure="other", setting="a", p=0.04)
+    decided = decide([*family, alone])
+    assert [c.p_adjusted for c in decided[:3]] == pytest.approx([0.03, 0.06, 0.06])
+    assert [c.word for c in decided] == ["lower", "no difference shown", "no difference shown", "lower"]
+    uncorrected = decide([*family, alone], correct=False)
+    assert [c.word for c in uncorrected] == ["lower"] * 4
+
+
+def test_the_seeds_advice_against_the_closed_form_case() -> None:
+    """An effect of one seed standard deviation (Cohen's d = 1), no evaluation-set error: the two-sample t test's
+    power reaches 80% at 16.7 seeds per arm (Cohen 1988, Table 2.4.1: n = 17 for d = 1.0, two-sided 5%)."""
+    from dataclasses import replace
+
+    from degen_train.metrics.verdicts import compare, seeds_to_decide
+
+    c = replace(compare("m", "a", "b", [0.0, 1.0], [0.0, 1.0]), before=0.0, after=1.0,
+                spreads=(1.0, 1.0))  # fmt: skip
+    assert seeds_to_decide(c) == 17
+    # the evaluation set's own error does not shrink with seeds: past it, no count of seeds decides
+    assert seeds_to_decide(replace(c, after=0.1, evaluation_variance=0.1**2)) is None
+    assert seeds_to_decide(replace(c, evaluation_variance=0.05**2)) == 18

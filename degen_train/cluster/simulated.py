@@ -1,9 +1,9 @@
 """A SLURM cluster on one machine: ``srun`` and ``scontrol`` stand-ins that start real processes with the variables
 SLURM gives each task, so that Lightning's SLURMEnvironment (not a torchrun launcher) assigns the ranks.
 
-    python -m tests.simulated_slurm sbatch [--nodes=N] [--ntasks-per-node=M] [--job-dir=DIR] SCRIPT ARGS ...
-    python -m tests.simulated_slurm srun [--nodes=N] [--ntasks=M] COMMAND ...   (what bin/srun runs)
-    python -m tests.simulated_slurm task ARGS ...                               (one task of degen-train)
+    degen-cluster check SCRIPT ...                                  (the user's command: cluster/check.py)
+    python -m degen_train.cluster.simulated srun [--nodes=N] [--ntasks=M] COMMAND ...   (what bin/srun runs)
+    python -m degen_train.cluster.simulated task ARGS ...                               (one task of degen-train)
 
 For Hydra's submitit launcher (one job per sweep member), ``install_scheduler`` puts ``sbatch``, ``sacct`` and
 ``scancel`` stand-ins on PATH: ``sbatch FILE`` reads the file's ``#SBATCH`` lines (nodes, tasks per node, the job
@@ -36,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+MODULE = "degen_train.cluster.simulated"
 
 
 def install(bin_dir: Path) -> None:
@@ -44,8 +44,7 @@ def install(bin_dir: Path) -> None:
     SIMULATED_SLURM_DIR/scontrol.log."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     python = sys.executable
-    (bin_dir / "srun").write_text(f'#!/bin/sh\nPYTHONPATH="{REPO}${{PYTHONPATH:+:$PYTHONPATH}}" exec "{python}" -m '
-                                  f'tests.simulated_slurm srun "$@"\n')  # fmt: skip
+    (bin_dir / "srun").write_text(f'#!/bin/sh\nexec "{python}" -m {MODULE} srun "$@"\n')
     (bin_dir / "scontrol").write_text('#!/bin/sh\necho "$@" >> "$SIMULATED_SLURM_DIR/scontrol.log"\n')
     for name in ("srun", "scontrol"):
         (bin_dir / name).chmod(0o755)
@@ -68,33 +67,33 @@ def free_job_id() -> str:
 
 
 def sbatch(script: Path, arguments: list[str], *, nodes: int, per_node: int, job_dir: Path, job: str | None = None,
+           cwd: Path | None = None, restarts: int = 0, name: str = "simulated", timeout: float = 900,
            **variables: str) -> subprocess.CompletedProcess:  # fmt: skip
-    """``sbatch --nodes=NODES --ntasks-per-node=PER_NODE SCRIPT ARGUMENTS`` on this machine, its output captured."""
+    """``sbatch --nodes=NODES --ntasks-per-node=PER_NODE SCRIPT ARGUMENTS`` on this machine, its output captured; the
+    script runs in ``cwd`` (SLURM: the folder it was submitted from; default ``job_dir``), a requeued job with the
+    same ``job`` id and SLURM_RESTART_COUNT=``restarts``, as SLURM keeps the id across a requeue."""
     job_dir.mkdir(parents=True, exist_ok=True)
     install(job_dir / "bin")
+    cwd = cwd or job_dir
     env = {**os.environ, "PATH": f"{job_dir / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "SIMULATED_SLURM_DIR": str(job_dir), "SLURM_JOB_ID": job or free_job_id(), "SLURM_JOB_NAME": "simulated",
+           "SIMULATED_SLURM_DIR": str(job_dir), "SLURM_JOB_ID": job or free_job_id(), "SLURM_JOB_NAME": name,
            "SLURM_NNODES": str(nodes), "SLURM_NTASKS_PER_NODE": str(per_node), "SLURM_NTASKS": str(nodes * per_node),
-           "SLURM_NODELIST": f"127.0.0.[1-{nodes}]" if nodes > 1 else "127.0.0.1",
-           "SLURM_SUBMIT_DIR": os.environ.get("SLURM_SUBMIT_DIR", os.getcwd()), **variables}  # fmt: skip
-    return subprocess.run(["bash", str(script), *arguments], cwd=job_dir, env=env, capture_output=True, text=True,
-                          timeout=900)  # fmt: skip
-
-
-def sbatch_command(arguments: list[str]) -> int:
-    import tempfile
-
-    options: dict[str, str] = {}
-    while arguments and arguments[0].startswith("--"):
-        key, _, value = arguments.pop(0)[2:].partition("=")
-        options[key] = value
-    job_dir = Path(options.get("job-dir") or tempfile.mkdtemp(prefix="simulated-slurm-"))
-    result = sbatch(Path(arguments[0]).resolve(), arguments[1:], nodes=int(options.get("nodes", 2)),
-                    per_node=int(options.get("ntasks-per-node", 2)), job_dir=job_dir)  # fmt: skip
-    print(result.stdout, end="")
-    print(result.stderr, end="", file=sys.stderr)
-    print(f"simulated job: exit {result.returncode}; each task's output in {job_dir}/step<S>.task<R>.log")
-    return result.returncode
+           "SLURM_NODELIST": f"127.0.0.[1-{nodes}]" if nodes > 1 else "127.0.0.1", "SLURM_RESTART_COUNT": str(restarts),
+           "SLURM_SUBMIT_DIR": os.environ.get("SLURM_SUBMIT_DIR", str(cwd)),
+           # the batch step is task 0 on the first node, as SLURM sets it for the script itself
+           "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURMD_NODENAME": "127.0.0.1",
+           **variables}  # fmt: skip
+    # its own session: at the time limit the whole job ends (the script and every process it started), as SLURM's
+    # does, never leaving a task that waits for the others to hold the run folder
+    with subprocess.Popen(["bash", str(script), *arguments], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as job:  # fmt: skip
+        try:
+            stdout, stderr = job.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.communicate()
+            raise
+    return subprocess.CompletedProcess(job.args, job.returncode, stdout, stderr)
 
 
 SRUN_OPTIONS_WITH_A_VALUE = ("output", "error", "nodes", "ntasks")  # as "--output FILE" (submitit writes so)
@@ -105,8 +104,7 @@ def install_scheduler(bin_dir: Path) -> None:
     install(bin_dir)
     python = sys.executable
     for name, command in (("sbatch", "submit"), ("sacct", "accounting")):
-        (bin_dir / name).write_text(f'#!/bin/sh\nPYTHONPATH="{REPO}${{PYTHONPATH:+:$PYTHONPATH}}" exec "{python}" -m '
-                                    f'tests.simulated_slurm {command} "$@"\n')  # fmt: skip
+        (bin_dir / name).write_text(f'#!/bin/sh\nexec "{python}" -m {MODULE} {command} "$@"\n')
         (bin_dir / name).chmod(0o755)
     (bin_dir / "scancel").write_text('#!/bin/sh\necho "$@" >> "$SIMULATED_SLURM_DIR/scancel.log"\n')
     (bin_dir / "scancel").chmod(0o755)
@@ -128,9 +126,9 @@ def submit(arguments: list[str]) -> int:
     job = free_job_id()
     folder = Path(os.environ["SIMULATED_SLURM_DIR"]) / f"job{job}"
     folder.mkdir(parents=True, exist_ok=True)
-    subprocess.Popen([sys.executable, "-m", "tests.simulated_slurm", "run-job", str(script), job, str(folder)],
+    subprocess.Popen([sys.executable, "-m", MODULE, "run-job", str(script), job, str(folder)],
                      stdout=subprocess.DEVNULL, stderr=open(folder / "runner.log", "w"),  # noqa: SIM115
-                     start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+                     start_new_session=True, env={**os.environ})  # fmt: skip
     print(f"Submitted batch job {job}")
     return 0
 
@@ -179,8 +177,9 @@ def srun(arguments: list[str]) -> int:
     per_node = tasks // nodes
     folder = Path(os.environ["SIMULATED_SLURM_DIR"])
     step = len(list(folder.glob("step*.pids")))
-    if arguments[0] == "degen-train":  # one task of degen-train, with the drill's fault when one is asked for
-        arguments = [sys.executable, "-m", "tests.simulated_slurm", "task", *arguments[1:]]
+    (folder / f"step{step}.command").write_text(" ".join(arguments))  # what the step ran: degen-cluster check reads it
+    if Path(arguments[0]).name == "degen-train":  # one task of degen-train, with the drill's fault when one is asked
+        arguments = [sys.executable, "-m", MODULE, "task", *arguments[1:]]
     addresses = f"127.0.0.[1-{nodes}]" if nodes > 1 else "127.0.0.1"
     processes = []
     for rank in range(tasks):
@@ -268,15 +267,18 @@ def task(arguments: list[str]) -> None:
     fault = os.environ.get("SIMULATED_FAULT")
     if fault and os.environ.get("SLURM_PROCID") == "0":
         inject(fault)
-    from degen_train.cli.train import main
+    import runpy
 
-    sys.argv = ["degen-train", *arguments]
-    main()
+    sys.argv = ["degen-train", *arguments]  # the command as `python -m degen_train.cli.train` runs it: a program
+    runpy.run_module("degen_train.cli.train", run_name="__main__", alter_sys=True)
 
+
+ENTRIES = ("srun", "submit", "accounting", "run-job", "task")  # what the stand-ins run; a user's door: degen-cluster
 
 if __name__ == "__main__":
-    if sys.argv[1] == "sbatch":
-        sys.exit(sbatch_command(sys.argv[2:]))
+    if len(sys.argv) < 2 or sys.argv[1] not in ENTRIES:  # never a default training run (issue 66)
+        sys.exit(f"{MODULE} runs the simulated cluster's stand-ins ({', '.join(ENTRIES)}); to check a batch script "
+                 f"use: degen-cluster check SCRIPT --nodes N --ntasks-per-node M [KEY=VALUE ...]")  # fmt: skip
     if sys.argv[1] == "srun":
         sys.exit(srun(sys.argv[2:]))
     if sys.argv[1] == "submit":
@@ -286,4 +288,5 @@ if __name__ == "__main__":
     if sys.argv[1] == "run-job":
         run_job(Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]))
         sys.exit(0)
-    task(sys.argv[2:])
+    if sys.argv[1] == "task":
+        task(sys.argv[2:])

@@ -1,0 +1,70 @@
+"""Training batches made ahead on a background thread (data/prefetch.py, issue 67.3): the loader's own batches in its
+own order, its errors raised on the training thread, and no thread left behind a pass that was dropped."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import pytest
+import torch
+
+from degen_train.data.prefetch import Prefetched
+
+
+def test_the_loaders_batches_in_order_and_its_length() -> None:
+    loader = [{"input_ids": torch.full((2, 3), i)} for i in range(7)]
+    ahead = Prefetched(loader, depth=2)
+    assert len(ahead) == 7
+    assert [int(b["input_ids"][0, 0]) for b in ahead] == list(range(7))
+    counted = Prefetched(loader, 3, prepare=lambda b: {**b, "seen": True})
+    assert all(b["seen"] for b in counted)
+
+
+def test_an_error_of_the_loader_is_raised_where_the_batch_is_taken() -> None:
+    def broken():  # noqa: ANN202
+        yield 1
+        raise ValueError("a corrupt example")
+
+    class Loader:
+        def __iter__(self):  # noqa: ANN204
+            return broken()
+
+    batches = iter(Prefetched(Loader(), depth=2))
+    assert next(batches) == 1
+    with pytest.raises(ValueError, match="a corrupt example"):
+        next(batches)
+
+
+def test_a_dropped_pass_leaves_no_thread() -> None:
+    endless = iter(lambda: torch.zeros(2), None)  # an endless loader, as a run's step sampler is
+
+    class Loader:
+        def __iter__(self):  # noqa: ANN204
+            return endless
+
+    batches = iter(Prefetched(Loader(), depth=2))
+    next(batches)
+    assert any(t.name == "degen-train-prefetch" for t in threading.enumerate())
+    del batches
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while any(t.name == "degen-train-prefetch" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(t.name == "degen-train-prefetch" for t in threading.enumerate())
+
+
+def test_a_resumed_run_trains_the_batches_a_straight_one_does(tmp_path) -> None:  # noqa: ANN001
+    """The prefetched batch is never lost or repeated: the resumed run's sampler starts at its checkpoint's update,
+    so a run stopped at update 3 and resumed trains the same batches, to the same weights, as one never stopped."""
+    from tests.helpers import checkpoint_weights, run
+
+    settings = ["trainer.max_steps=6", "callbacks.checkpoint.every_n_train_steps=3", "export_hf=false",
+                "data.prefetch=3", "callbacks.checkpoint.save_top_k=-1"]  # fmt: skip
+    run(tmp_path / "straight", *settings)
+    run(tmp_path / "stopped", *settings[1:], "trainer.max_steps=3")
+    run(tmp_path / "stopped", *settings, "ckpt_path=last")
+    a = checkpoint_weights(tmp_path / "straight" / "checkpoints" / "last.ckpt")
+    b = checkpoint_weights(tmp_path / "stopped" / "checkpoints" / "last.ckpt")
+    assert all(torch.equal(a[k], b[k]) for k in a)

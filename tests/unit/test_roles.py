@@ -1,0 +1,230 @@
+"""Every setting declares its role where it is defined (config/roles.py), and every door derives its rules from it.
+
+Issue 63: the reader of handed-over settings knew what to refuse from lists kept apart from the settings (NOT_READ,
+OUTPUT_LEAVES, PROTECTIVE_CALLBACKS, TRAINER_SWITCHES), so a key added for a new capability (eval.lm_eval_include,
+eval.generate) was read as plain data: a stranger's parent ran code, chose which of the user's files a branch read,
+and switched protections off by value. Each case below failed on b06c907.
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from pathlib import Path
+
+import pytest
+import yaml
+
+from degen_train.config.handed_over import Door, HandedOverError, read_config_file, read_overrides_file
+from degen_train.config.house_keys import house_keys, schema_fields
+from degen_train.config.roles import CONF_ROLES, DOOR, GROUP_ROLES, Declared, Role, declared_keys, role_counts, role_of
+
+
+def leaves() -> list[str]:
+    return declared_keys()
+
+
+def test_every_schema_field_and_conf_key_declares_a_role() -> None:
+    missing = [key for key in leaves() if role_of(key) is None]
+    assert not missing, f"declare a role (schema.py's field, or config/roles.py CONF_ROLES) for: {missing}"
+    assert set(DOOR) == set(Role)  # every role says what a handed-over file may do with it
+
+
+def test_the_manuals_table_counts_every_role() -> None:
+    """docs/runs.md's table of roles states each role's count: it is the count the code declares."""
+    import re
+
+    page = (Path(__file__).parents[2] / "docs" / "runs.md").read_text(encoding="utf-8")
+    stated = {Role(m.group(1)): int(m.group(2)) for m in re.finditer(r"^\| (\w+) \| [^|]+ \| (\d+) \|", page, re.M)}
+    assert stated == role_counts()
+
+
+def test_a_schema_field_is_declared_once() -> None:
+    """A schema field's role is its annotation's; CONF_ROLES naming it too would be a second place to keep."""
+    assert not [key for key in CONF_ROLES if key in schema_fields()]
+    for key, info in schema_fields().items():
+        assert sum(isinstance(m, Declared) for m in info.metadata) == 1, key
+
+
+def test_a_terms_file_options_are_inputs() -> None:
+    """A loss term names the options that load a file (``reads``); the declaration beside the schema agrees."""
+    from degen_train.losses.catalog import discover_terms
+
+    named = {(term.section, term.name, option) for term in discover_terms().values() for option in term.reads}
+    assert ("regularizer", "tacl", "teacher") in named
+    for section, name, option in named:
+        assert role_of(f"{section}.{name}.{option}").role == Role.INPUT
+        assert role_of(f"{section}.any_name.{option}").role == Role.INPUT  # a term's section under another name
+
+
+def test_every_count_a_run_measures_has_a_bound() -> None:
+    """So a handed-over eval.generate_prompts=10**9 is refused: each integer measure states its upper bound."""
+    unbounded = []
+    for key in leaves():
+        declared = role_of(key)
+        if declared.role != Role.MEASURES:
+            continue
+        info = schema_fields().get(key)
+        if info is not None:
+            ints = int in typing.get_args(info.annotation) or info.annotation is int
+            bounded = any(hasattr(m, "le") or hasattr(m, "lt") or hasattr(m, "max_length") for m in info.metadata)
+            if ints and not bounded:
+                unbounded.append(key)
+        elif "int" in house_keys()[key].kinds and declared.at_most is None:
+            unbounded.append(key)
+    assert not unbounded, unbounded
+
+
+def test_every_group_declares_a_role() -> None:
+    from degen_train.config.house_keys import house_groups
+
+    assert not [group for group in house_groups() if group not in GROUP_ROLES and group.split("/")[0] not in
+                GROUP_ROLES]  # fmt: skip
+
+
+# One setting of each role, a value a stranger's file might give it, and what each door must do with it:
+# "carried", "left out", "refused" (with the words the refusal must hold).
+ROLE_CASES = [
+    ("trains", "optimizer.lr", 0.003, "carried", ""),
+    ("measures", "eval.generate_prompts", 50, "carried", ""),
+    ("measures", "eval.generate_prompts", 10**9, "refused", "less than or equal to 10000"),  # the schema's bound
+    ("measures", "eval.finetune.epochs", 10**6, "refused", "past the bound of what a run measures"),  # declared
+    ("presentation", "trainer.log_every_n_steps", 5, "carried", ""),
+    ("output", "callbacks.checkpoint.dirpath", "/elsewhere/ckpts", "left out", ""),
+    ("launch", "trainer.devices", 2, "left out", ""),
+    ("input", "eval.generate", "/home/me/secret.txt", "refused", "never chooses what a run reads: give it on your own "
+                                                                 "command line (eval.generate=...)"),
+    ("input", "eval.sts", ["/home/me/sts.csv"], "refused", "(role: input)"),
+    ("code", "eval.lm_eval_include", "/tmp/tasks", "refused", "never chooses code a run hands to a library"),
+    ("protection", "callbacks.checkpoint.every_n_train_steps", 50, "carried", ""),
+    ("protection", "callbacks.checkpoint.every_n_train_steps", 10**6, "refused", "would loosen the run's checkpoints"),
+    ("protection", "callbacks.checkpoint.every_n_train_steps", None, "refused", "a number at most 100"),
+    ("protection", "callbacks.checkpoint.save_last", False, "refused", "may give only true"),
+    ("protection", "callbacks.checkpoint.save_top_k", 0, "refused", "a number at least 2 or -1"),
+    ("protection", "callbacks.checkpoint.save_top_k", -1, "carried", ""),
+    ("protection", "callbacks.cadence.checkpoint_minutes", 1000000, "refused", "a number at most 60 or null"),
+    ("protection", "callbacks.divergence.on_nonfinite", "skip", "refused", "would loosen the divergence guard"),
+    ("protection", "callbacks.divergence.max_skips", 1000000, "refused", "would loosen the divergence guard"),
+    ("protection", "callbacks.preemption.requeue", False, "refused", "would loosen the requeue"),
+    ("protection", "callbacks.checkpoint.monitor", "val_loss", "refused", "may give only 'step'"),
+    ("protection", "trainer.limit_val_batches", 0, "refused", "would loosen the run's validation"),
+    ("protection", "trainer.val_check_interval", 1000000, "refused", "would loosen the run's validation"),
+]
+
+
+def _override_file(tmp_path: Path, key: str, value: object) -> Path:
+    from degen_train.config.handed_over import hydra_literal
+
+    path = tmp_path / "overrides.json"
+    path.write_text(json.dumps(["seed=3", f"{key}={hydra_literal(value)}"]))
+    return path
+
+
+def _config_file(tmp_path: Path, key: str, value: object) -> Path:
+    tree: dict = {"seed": 3}
+    node = tree
+    *parents, last = key.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    return path
+
+
+def _kept(reading, key: str) -> object:  # noqa: ANN001
+    for setting in reading.settings:
+        if setting.key == key:
+            return setting.value
+    node = reading.tree
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return "absent"
+        node = node[part]
+    return node
+
+
+DOORS = {  # how each door reads a stranger's folder
+    "parent": (_override_file, read_overrides_file, Door(given={"branch_from"}, inherit=("data.",))),
+    "record": (_config_file, read_config_file, Door()),
+    "sweep": (_config_file, read_config_file, Door(runs=False)),  # degen-report's analyses: they only read
+}
+
+
+@pytest.mark.parametrize("door_name", list(DOORS))
+@pytest.mark.parametrize(("role", "key", "value", "outcome", "words"), ROLE_CASES)
+def test_every_role_through_every_door(tmp_path: Path, door_name: str, role: str, key: str, value: object,
+                                       outcome: str, words: str) -> None:  # fmt: skip
+    assert role_of(key).role.value == role
+    write, read, door = DOORS[door_name]
+    path = write(tmp_path, key, value)
+    if door_name == "sweep":  # nothing runs: a protection or a measure is only shown; an input is named aside
+        outcome = {"input": "named aside", "protection": "carried"}.get(role, outcome)
+        outcome = "carried" if key == "eval.finetune.epochs" else outcome  # a declared bound holds what runs
+    if outcome == "refused":
+        with pytest.raises(HandedOverError) as refused:
+            read(path, door=door)
+        said = str(refused.value)
+        assert said.startswith(f"{path}: ") and key in said and words in said, said
+        return
+    reading = read(path, door=door)
+    if outcome == "carried":
+        assert _kept(reading, key) == value
+    elif outcome == "left out":
+        assert _kept(reading, key) == "absent" and reading.left_out[key] == value
+        assert key in reading.dropped_line()
+    else:
+        assert _kept(reading, key) == "absent" and reading.inputs == {key: value}
+
+
+@pytest.mark.parametrize("door_name", ["parent", "record"])
+def test_an_input_on_the_users_command_line_wins_and_a_trusted_run_passes_its_own(tmp_path: Path,
+                                                                                  door_name: str) -> None:  # fmt: skip
+    write, read, _ = DOORS[door_name]
+    path = write(tmp_path, "eval.generate", "/theirs.txt")
+    mine = read(path, door=Door(given={"eval.generate"}))
+    assert _kept(mine, "eval.generate") == "absent" and mine.left_out == {"eval.generate": "/theirs.txt"}
+    assert _kept(read(path, door=Door(given={"eval"})), "eval.generate") == "absent"  # a section given: the user's
+    own = read(path, door=Door(trusted=True))
+    assert _kept(own, "eval.generate") == "/theirs.txt" and own.inherited == {"eval.generate": "/theirs.txt"}
+
+
+def test_a_branch_inherits_its_parents_data_and_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "overrides.json"
+    path.write_text(json.dumps(["data=text", "data.path=/corpus/train.txt", "data.tokenizer.path=/their/tok"]))
+    door = DOORS["parent"][2]
+    reading = read_overrides_file(path, door=Door(given={"branch_from", "data.tokenizer.path"}, inherit=door.inherit))
+    assert reading.inherited == {"data.path": "/corpus/train.txt"}
+    assert [s.override() for s in reading.settings] == ["data=text", "data.path='/corpus/train.txt'"]
+    assert reading.left_out == {"data.tokenizer.path": "/their/tok"}  # the branch reads the parent's RUN/tokenizer
+
+
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ("eval.lm_eval_include=/tmp/evil_tasks", "eval.lm_eval_include=/tmp/evil_tasks is code or templates"),
+        ("+callbacks.best_by_sts.sts=/home/me/private.csv", "callbacks.best_by_sts.sts=/home/me/private.csv is a file"),
+        ("model.init_from=/home/me/model", "model.init_from=/home/me/model is a file"),
+        ("regularizer.tacl.teacher=/home/me/teacher", "regularizer.tacl.teacher=/home/me/teacher is a file"),
+        ("+trainer.callbacks=[{_target_:os.system}]", "(role: code)"),
+        ("trainer.check_val_every_n_epoch=1000", "would loosen the run's validation"),
+        ("callbacks=none_such", "not one of the group's configs"),
+        ("+trainer.detect_anomaly_new=true", "not a setting of degen-train"),
+    ],
+)
+def test_the_issues_drills_are_one_line(tmp_path: Path, entry: str, words: str) -> None:
+    """Issue 63's drills 1-3 through a parent's overrides: each refused in one line naming the file and entry."""
+    path = tmp_path / "overrides.json"
+    path.write_text(json.dumps(["seed=3", entry]))
+    with pytest.raises(HandedOverError, match=None) as refused:
+        read_overrides_file(path, door=DOORS["parent"][2])
+    assert str(refused.value).startswith(f"{path}: ") and words in str(refused.value), str(refused.value)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_debug_or_callbacks_group_from_a_file_is_refused_and_hydras_own_left_out(tmp_path: Path) -> None:
+    path = tmp_path / "overrides.json"
+    path.write_text(json.dumps(["callbacks=default", "hydra/job_logging=disabled", "trainer=cpu", "strategy=ddp"]))
+    reading = read_overrides_file(path)
+    assert [s.override() for s in reading.settings] == ["callbacks=default"]
+    assert set(reading.left_out) == {"hydra/job_logging", "trainer", "strategy"}
