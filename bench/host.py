@@ -26,7 +26,7 @@ QUIET = ["export_hf=false", "trainer.enable_progress_bar=false", "callbacks.isot
 CONFIGURATIONS = {"defaults": [], "before issue 67": ["data.prefetch=0", "optimizer.fused=false"]}
 # The model's own work: these contain the forward, the backward and the update (hooks inside are timed apart).
 COMPUTE = ("run_training_batch", "optimizer_step", "training_step", "backward")
-ROW = re.compile(r"^\|\s+(\S.*?)\s+\|\s+([0-9.e+-]+)\s+\|\s+(\d+)\s+\|\s+([0-9.e+-]+)\s+\|")
+ROW = re.compile(r"^\|\s+(\S.*?)\s+\|\s+([0-9][0-9.e+-]*)\s+\|\s+(\d+)\s+\|\s+([0-9][0-9.e+-]*)\s+\|")
 
 
 def profiled(overrides: list[str]) -> dict[str, tuple[float, int]]:

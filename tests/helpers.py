@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -51,7 +52,7 @@ def _as_tensor(value: object) -> torch.Tensor:
 COMMANDS = {"degen-train": "degen_train.cli.train", "degen-eval": "degen_train.cli.evaluate",
             "degen-analyze": "degen_train.cli.analyze", "degen-report": "degen_train.cli.report",
             "degen-reproduce": "degen_train.cli.reproduce", "degen-convert": "degen_train.cli.convert",
-            "degen-finetune": "degen_train.cli.finetune"}  # fmt: skip
+            "degen-finetune": "degen_train.cli.finetune", "degen-cluster": "degen_train.cli.cluster"}  # fmt: skip
 
 
 def command(name: str, *args: str) -> subprocess.CompletedProcess:
@@ -265,3 +266,16 @@ def tiny_rte(root: Path, rows: int = 16) -> Path:
     write_file(root / "RTE" / "dev.tsv", header + body)
     return root
 
+
+def finished_run(folder: Path, name: str, override: str, loss: float = 4.0) -> Path:
+    """A finished run's records, as run/pretrain.py writes them (no training: the report reads files only)."""
+    run = folder / name
+    (run / "logs").mkdir(parents=True)
+    (run / "config.yaml").write_text("seed: 0\n")
+    (run / "overrides.json").write_text(json.dumps([override]))
+    summary = {"config": {"objective": {"mlm": {"weight": 1.0}}}, "final_step": 4, "val_loss": loss,
+               "val_terms": {"mlm": loss}, "val_perplexity": 50.0,
+               "isotropy": {"isotropy/embedding/mean_cosine": 0.3}}  # fmt: skip
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "logs" / "metrics.csv").write_text("step,train/loss,val/mlm/loss\n0,5.0,\n3,4.5,4.0\n")
+    return run

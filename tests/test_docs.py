@@ -21,6 +21,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+MODULES = {"degen-finetune": "finetune", "degen-eval": "evaluate", "degen-analyze": "analyze",
+           "degen-report": "report", "degen-convert": "convert", "degen-cluster": "cluster"}  # fmt: skip
 OTHER_PROGRAMS = {"source", "export", "pip", "torchrun", "git", "cd", "srun", "sbatch", "scontrol", "kill", "ls",
                   "cat", "CI=true", "bash", "python", "mkdocs", ".venv/bin/mkdocs", "du", "nvidia-smi"}  # fmt: skip
 SHELL_BLOCK = re.compile(r"^```(bash|sh|shell)\s*$")
@@ -163,9 +165,8 @@ def test_each_command_shown_is_accepted_as_written(page: Path, number: int, word
                     check_degen_train(before[1:], earlier)
         check_degen_train(arguments, earlier)
         hydra_reads(arguments, earlier, tmp_path)
-    elif program in ("degen-finetune", "degen-eval", "degen-analyze", "degen-report", "degen-convert"):
-        module = {"degen-finetune": "finetune", "degen-eval": "evaluate", "degen-analyze": "analyze",
-                  "degen-report": "report", "degen-convert": "convert"}[program]  # fmt: skip
+    elif program in MODULES:
+        module = MODULES[program]
         main = __import__(f"degen_train.cli.{module}", fromlist=["main"]).main
         parses(main, arguments)
     elif program == "degen-reproduce":

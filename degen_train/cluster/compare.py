@@ -118,13 +118,12 @@ def _setting_differences(first: Path, second: Path) -> list[str]:
     """'KEY: a → b' for every setting two runs' recorded configs (summary.json) differ in, where the run folder is
     every run writes into (run_dir, checkpoint folders) left out."""
     from degen_train.config.roles import Role, role_of
+    from degen_train.run.resume import flatten
 
     configs = []
     for run in (first, second):
         summary = _summary(run)
-        flat: dict[str, Any] = {}
-        _flatten(summary.config.model_dump() if summary is not None and summary.config else {}, "", flat)
-        configs.append(flat)
+        configs.append(flatten(summary.config.model_dump() if summary is not None and summary.config else {}))
     lines = []
     for key in sorted(set(configs[0]) | set(configs[1])):
         before, after = configs[0].get(key), configs[1].get(key)
@@ -132,11 +131,3 @@ def _setting_differences(first: Path, second: Path) -> list[str]:
         if before != after and not (role is not None and role.role == Role.OUTPUT):
             lines.append(f"{key}: {before!r} → {after!r}")
     return lines
-
-
-def _flatten(tree: Any, prefix: str, flat: dict[str, Any]) -> None:
-    if isinstance(tree, dict):
-        for key, value in tree.items():
-            _flatten(value, f"{prefix}.{key}" if prefix else str(key), flat)
-    else:
-        flat[prefix] = tree

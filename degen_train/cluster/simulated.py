@@ -3,7 +3,7 @@ SLURM gives each task, so that Lightning's SLURMEnvironment (not a torchrun laun
 
     degen-cluster check SCRIPT ...                                  (the user's command: cluster/check.py)
     python -m degen_train.cluster.simulated srun [--nodes=N] [--ntasks=M] COMMAND ...   (what bin/srun runs)
-    python -m degen_train.cluster.simulated task ARGS ...                               (one task of degen-train)
+    python -m degen_train.cli.simulated_task ARGS ...                                   (one task of degen-train)
 
 For Hydra's submitit launcher (one job per sweep member), ``install_scheduler`` puts ``sbatch``, ``sacct`` and
 ``scancel`` stand-ins on PATH: ``sbatch FILE`` reads the file's ``#SBATCH`` lines (nodes, tasks per node, the job
@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 MODULE = "degen_train.cluster.simulated"
+TASK = "degen_train.cli.simulated_task"  # one task of `srun degen-train`: the drill's fault, then degen-train
 
 
 def install(bin_dir: Path) -> None:
@@ -179,7 +180,7 @@ def srun(arguments: list[str]) -> int:
     step = len(list(folder.glob("step*.pids")))
     (folder / f"step{step}.command").write_text(" ".join(arguments))  # what the step ran: degen-cluster check reads it
     if Path(arguments[0]).name == "degen-train":  # one task of degen-train, with the drill's fault when one is asked
-        arguments = [sys.executable, "-m", MODULE, "task", *arguments[1:]]
+        arguments = [sys.executable, "-m", TASK, *arguments[1:]]
     addresses = f"127.0.0.[1-{nodes}]" if nodes > 1 else "127.0.0.1"
     processes = []
     for rank in range(tasks):
@@ -263,17 +264,7 @@ def inject(fault: str) -> None:
         raise ValueError(f"SIMULATED_FAULT={fault}: usr1_mid_step=N or usr1_mid_checkpoint=N")
 
 
-def task(arguments: list[str]) -> None:
-    fault = os.environ.get("SIMULATED_FAULT")
-    if fault and os.environ.get("SLURM_PROCID") == "0":
-        inject(fault)
-    import runpy
-
-    sys.argv = ["degen-train", *arguments]  # the command as `python -m degen_train.cli.train` runs it: a program
-    runpy.run_module("degen_train.cli.train", run_name="__main__", alter_sys=True)
-
-
-ENTRIES = ("srun", "submit", "accounting", "run-job", "task")  # what the stand-ins run; a user's door: degen-cluster
+ENTRIES = ("srun", "submit", "accounting", "run-job")  # what the stand-ins run; a user's door: degen-cluster
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in ENTRIES:  # never a default training run (issue 66)
@@ -288,5 +279,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "run-job":
         run_job(Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]))
         sys.exit(0)
-    if sys.argv[1] == "task":
-        task(sys.argv[2:])
+

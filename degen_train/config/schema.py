@@ -440,10 +440,16 @@ def validate_config(cfg: DictConfig) -> TrainConfig:
 def checked_config(cfg: DictConfig) -> DictConfig:
     """The config that runs: ``cfg`` checked by ``validate_config`` and rebuilt from what the check returned, so
     every listed key is present with its checked value or the schema's default (unlisted keys as given)."""
+    return checked_plan_config(cfg)[0]
+
+
+def checked_plan_config(cfg: DictConfig) -> tuple[DictConfig, TrainConfig]:
+    """(``checked_config``'s DictConfig, the typed config it was rebuilt from): the one check of a run's settings,
+    its typed sections handed down to each package (run/checks.py)."""
     checked = validate_config(cfg)
     runs = OmegaConf.create(_filled(checked.model_dump(), checked.model_dump(exclude_unset=True)))
     OmegaConf.set_struct(runs, True)  # as Hydra's: reading a key nobody set raises instead of returning None
-    return runs
+    return runs, checked
 
 
 def _filled(full: Any, given: Any) -> Any:

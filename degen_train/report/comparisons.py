@@ -24,6 +24,7 @@ from degen_train.core.handed_files import HandedOverFileError
 from degen_train.metrics.verdicts import SWEEP_WORDS, Comparison, compare, decide
 from degen_train.report.measures import direction_of, item_scores, measures_in, sampling_error_of
 from degen_train.report.runs_table import SEED_KEYS, SWEPT
+from degen_train.run.resume import flatten
 
 OFF_VALUES = ("0", "0.0", "none", "null", "false")
 
@@ -133,19 +134,10 @@ def _trained_settings(run: Path, swept: list[str]) -> dict[str, Any]:
         config = read_record(run / "summary.json", Summary, what="run summary", within=run).config
     except HandedOverFileError:
         return {}
-    flat: dict[str, Any] = {}
-    _flatten(config.model_dump() if config else {}, "", flat)
+    flat = flatten(config.model_dump() if config else {})
     skip = set(swept) | set(SEED_KEYS)
     return {k: v for k, v in flat.items() if not any(k == s or k.startswith(s + ".") for s in skip) and
             (role_of(k) is not None and role_of(k).role == Role.TRAINS)}  # fmt: skip
-
-
-def _flatten(tree: Any, prefix: str, flat: dict[str, Any]) -> None:
-    if isinstance(tree, dict):
-        for key, value in tree.items():
-            _flatten(value, f"{prefix}.{key}" if prefix else str(key), flat)
-    else:
-        flat[prefix] = tree
 
 
 def _differences(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> str:

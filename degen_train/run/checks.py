@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from degen_train.callbacks.weight_averaging import check_weight_averaging_fits
 from degen_train.config.roles import inputs_named
-from degen_train.config.schema import TrainConfig, checked_config, validate_config
+from degen_train.config.schema import TrainConfig, checked_plan_config
 from degen_train.core.handed_files import printable
 from degen_train.core.paths import check_output_folder, refuse_links_in
 from degen_train.data.mixture import mixture_sources
@@ -71,8 +71,9 @@ class RunPlan:
 
 def check(cfg: DictConfig, *, model_choice: str = "model") -> RunPlan:
     """Stage 1: the checked config and every fact the other stages need; raises naming the first problem found."""
-    cfg = checked_config(cfg)  # from here on, every listed key is present with its checked value (schema.py)
-    config = validate_config(cfg)
+    # checked once: from here on every listed key is present with its checked value (schema.py), and the typed
+    # sections go down the stages (plan.config), never validated again
+    cfg, config = checked_plan_config(cfg)
     run_dir = Path(cfg.run_dir)
     deterministic_environment(cfg)  # before any CUDA work
     use_threads(cfg.threads, local_process_count(cfg.trainer) * jobs_side_by_side())  # a joblib sweep: N at once

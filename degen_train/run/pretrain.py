@@ -222,8 +222,9 @@ def fit(plan: RunPlan, built: Built) -> tuple[dict, dict]:
                 logger.drop_validation_rows_from(trainer.global_step)
             logger.log_metrics({**val_metrics, "epoch": trainer.current_epoch}, step=trainer.global_step)
             logger.save()
-        log.info("final validation: the periodic one at update %d scored these weights (unchanged since)",
-                 trainer.global_step)  # fmt: skip
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in sorted(val_metrics.items()) if k.count("/") == 1)
+        log.info("final validation at step %d: %s (the periodic validation's: these weights, unchanged since)",
+                 trainer.global_step, shown)  # fmt: skip
     elif cfg.final_validation:
         for logger in trainer.loggers:  # a run killed after its final validation logged it once already
             if isinstance(logger, ResumingLogger):

@@ -51,3 +51,14 @@ def killed_run(fault: str, run_dir: Path, *overrides: str) -> subprocess.Complet
     result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env={**os.environ}, timeout=600)
     assert result.returncode == -9, f"expected a SIGKILL, got {result.returncode}:\n{result.stderr[-3000:]}"
     return result
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    """A sweep folder of two finished runs' records ("good" and "bad"), for the report's drills."""
+    from tests.helpers import finished_run
+
+    folder = tmp_path / "sweep"
+    finished_run(folder, "good", "model.dim=32", 4.0)
+    finished_run(folder, "bad", "model.dim=64", 3.0)
+    return folder

@@ -23,28 +23,6 @@ from degen_train.core.handed_files import HandedOverFileError, no_remote_code, p
 PRIVATE = b"private bytes of someone else's file\n"
 
 
-def finished_run(folder: Path, name: str, override: str, loss: float = 4.0) -> Path:
-    """A finished run's records, as run/pretrain.py writes them (no training: the report reads files only)."""
-    run = folder / name
-    (run / "logs").mkdir(parents=True)
-    (run / "config.yaml").write_text("seed: 0\n")
-    (run / "overrides.json").write_text(json.dumps([override]))
-    summary = {"config": {"objective": {"mlm": {"weight": 1.0}}}, "final_step": 4, "val_loss": loss,
-               "val_terms": {"mlm": loss}, "val_perplexity": 50.0,
-               "isotropy": {"isotropy/embedding/mean_cosine": 0.3}}  # fmt: skip
-    (run / "summary.json").write_text(json.dumps(summary))
-    (run / "logs" / "metrics.csv").write_text("step,train/loss,val/mlm/loss\n0,5.0,\n3,4.5,4.0\n")
-    return run
-
-
-@pytest.fixture
-def sweep(tmp_path: Path) -> Path:
-    folder = tmp_path / "sweep"
-    finished_run(folder, "good", "model.dim=32", 4.0)
-    finished_run(folder, "bad", "model.dim=64", 3.0)
-    return folder
-
-
 def _summary(run: Path) -> dict:
     return json.loads((run / "summary.json").read_text())
 

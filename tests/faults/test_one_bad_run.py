@@ -13,17 +13,8 @@ from pathlib import Path
 import pytest
 
 from degen_train.cli.report import report
-from tests.faults.test_handed_over_files import finished_run
 
 RLO, ESC_TITLE = "\u202e", "\x1b]0;owned\x07"
-
-
-@pytest.fixture
-def sweep(tmp_path: Path) -> Path:
-    folder = tmp_path / "sweep"
-    finished_run(folder, "good", "model.dim=32", 4.0)
-    finished_run(folder, "other", "model.dim=64", 3.0)
-    return folder
 
 
 def test_a_member_that_failed_after_its_first_validation_is_listed_and_the_others_reported(sweep: Path) -> None:
@@ -37,7 +28,7 @@ def test_a_member_that_failed_after_its_first_validation_is_listed_and_the_other
                                                     "overrides": ["model.dim=128"]}))  # fmt: skip
     result = report([sweep], run_analysis=False)
     rows = {row["run"]: row for row in result["rows"]}
-    assert rows["failed"]["status"] == "failed" and rows["good"]["status"] == rows["other"]["status"] == "finished"
+    assert rows["failed"]["status"] == "failed" and rows["good"]["status"] == rows["bad"]["status"] == "finished"
     markdown = (sweep / "report" / "report.md").read_text()
     assert "failed: RuntimeError: out of memory" in markdown  # listed with its reason
 
@@ -53,18 +44,18 @@ def test_a_wandb_only_run_and_an_overflowing_log_are_reported_or_named(sweep: Pa
     (files / "wandb-summary.json").write_text(json.dumps({"val_loss": 3.5, "_step": 4}))
     (wandb / "wandb" / "latest-run").symlink_to(files.parents[0].name)  # wandb's own link: passed over
     (wandb / "logs" / "metrics.csv").write_text("step,train/loss\n0,5.0\n1,4.9\n")
-    (sweep / "other" / "logs" / "metrics.csv").write_text("step,train/loss\n0,5.0\n1,1e400\n")
+    (sweep / "bad" / "logs" / "metrics.csv").write_text("step,train/loss\n0,5.0\n1,1e400\n")
     result = report([sweep], run_analysis=False)
     rows = {row["run"]: row for row in result["rows"]}
     assert rows["wandb_only"]["status"] == "finished (wandb)" and rows["wandb_only"]["val_loss"] == 3.5
     said = [line for line in result["unreadable"] if "metrics.csv" in line]
-    assert len(said) == 1 and "infinite or overflowing number" in said[0] and "other" in said[0]
+    assert len(said) == 1 and "infinite or overflowing number" in said[0] and "bad" in said[0]
 
 
 @pytest.mark.parametrize("entry", ["summary.json", "failed.json"])
 def test_a_non_finite_number_in_a_record_is_refused_per_file(sweep: Path, entry: str) -> None:
     """NaN, Infinity and 1e400 are JSON to Python's reader; they never reach a figure or an average."""
-    path = sweep / "other" / entry
+    path = sweep / "bad" / entry
     if entry == "summary.json":
         path.write_text(path.read_text().replace('"val_perplexity": 50.0', '"val_perplexity": 1e400'))
     else:
@@ -83,10 +74,10 @@ def test_a_folder_linked_one_level_up_is_refused_by_name(sweep: Path, tmp_path: 
     elsewhere.mkdir()
     (elsewhere / "metrics.json").write_text(json.dumps({"layers": [{"mean_cosine": 0.123456}]}))
     (elsewhere / "cone.png").write_bytes(b"\x89PNG\r\n\x1a\nsomeone else's picture")
-    (sweep / "other" / "analysis").symlink_to(elsewhere)
+    (sweep / "bad" / "analysis").symlink_to(elsewhere)
     result = report([sweep], run_analysis=False)
     rows = {row["run"]: row for row in result["rows"]}
-    assert rows["other"]["status"] == "unreadable" and "analysis -> " in rows["other"]["error"]
+    assert rows["bad"]["status"] == "unreadable" and "analysis -> " in rows["bad"]["error"]
     written = b"".join(p.read_bytes() for p in (sweep / "report").rglob("*") if p.is_file())
     assert b"0.123456" not in written and b"someone else" not in written
 
@@ -111,7 +102,7 @@ def test_characters_that_lie_are_escaped_in_every_file_the_report_writes(sweep: 
     terminal); U+202E passed into report.md, report.html and runs.csv (`seed=1<RLO>gpj.exe` showed as
     `seed=1exe.jpg`)."""
     lying = sweep / f"seed=1{RLO}gpj.exe"
-    (sweep / "other").rename(lying)
+    (sweep / "bad").rename(lying)
     (sweep / "good" / "overrides.json").write_text(json.dumps([f"model.name=a{ESC_TITLE}b", "seed=2"]))
     (lying / "overrides.json").write_text(json.dumps([f"model.name=x{RLO}y", "seed=1"]))
     report([sweep], run_analysis=False)
@@ -130,7 +121,7 @@ def test_characters_that_lie_are_escaped_in_every_file_the_report_writes(sweep: 
 def test_the_terminal_lines_escape_them_too(sweep: Path, capsys: pytest.CaptureFixture) -> None:
     from degen_train.cli.report import main
 
-    (sweep / "other" / "summary.json").write_text(f"[1, 2, \"{RLO}\"]")
+    (sweep / "bad" / "summary.json").write_text(f"[1, 2, \"{RLO}\"]")
     with pytest.raises(SystemExit):
         main([str(sweep), "--no-analyze"])
     said = capsys.readouterr()
