@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install train test test-process lint docs bench bench-gpu gpu-sitting reproduce reproduce-gao-scale clean
+.PHONY: install train test test-process lint docs bench bench-gpu reproduce reproduce-gao-scale clean
 
 install: $(STAMP)
 
@@ -48,22 +48,18 @@ test-process: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
-# On a GPU machine: degen-train beside a hand-written loop, each lever, each term, exactness, FSDP2 (bench/gpu.py);
-# writes bench/results/gpu.{json,md} and the README's GPU table. Without a GPU: one line, exit 2. ARGS=PART ...
+# One lent card's sitting (bench/gpu/): its plan and estimate printed first, at most 9 minutes; degen-train at its
+# best beside a careful compiled loop, each lever off, each regularizer's cost, a default cadence end to end.
+# ARGS=ROW ... (best levers terms end_to_end, and host exactness fsdp). Writes docs/gpu/sitting.json and docs/gpu.md's
+# sitting table. Without a GPU: one line, exit 2.
 bench-gpu: $(STAMP)
 	$(BIN)/python bench/run.py gpu $(ARGS)
-
-# One lent card's sitting (bench/sitting.py): its plan and estimate printed first, at most 9 minutes; degen-train at
-# its best beside a careful compiled loop, each lever off, each regularizer's cost. ARGS=ROW ... (best levers terms
-# end_to_end). Writes docs/gpu/sitting.json and docs/gpu.md's sitting table. Without a GPU: one line, exit 2.
-gpu-sitting: $(STAMP)
-	$(BIN)/python bench/run.py sitting $(ARGS)
 
 # The seed methods' claims at CPU scale on WikiText-2 -> docs/reproduce/ (resumable; ARGS=KEY=VALUE ...).
 reproduce: $(STAMP)
 	$(BIN)/degen-reproduce $(ARGS)
 
-# Part (a) at the scale of Gao et al.'s perplexity claim, on one GPU (about 5 min by make gpu-sitting's estimate; conf/reproduce/gao_scale.yaml).
+# Part (a) at the scale of Gao et al.'s perplexity claim, on one GPU (about 5 min by make bench-gpu's estimate; conf/reproduce/gao_scale.yaml).
 reproduce-gao-scale: $(STAMP)
 	$(BIN)/degen-reproduce preset=gao_scale $(ARGS)
 

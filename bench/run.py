@@ -1,7 +1,9 @@
-"""make bench: every benchmark, side by side in one run; results in bench/results/*.json."""
+"""make bench: every benchmark, side by side in one run; results in bench/results/*.json. `python bench/run.py gpu
+[ROW ...]` is make bench-gpu, one lent card's sitting (bench/gpu/)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -10,89 +12,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
-import datasets  # noqa: E402
-
-from bench import (  # noqa: E402
-    analysis,
-    attention,
-    chunked_ce,
-    data,
-    finetune,
-    host,
-    losses,
-    memory,
-    methods,
-    metrics,
-    optimizers,
-    parallel,
-    recipes,
-    reliability,
-    spine,
-)
-from degen_train.devices.precision import cpu_description  # noqa: E402
-
-datasets.disable_progress_bars()
+# The CPU parts, each bench/NAME.py with a main(), in the order they run
+PARTS = ("spine", "host", "losses", "metrics", "reliability", "analysis", "data", "chunked_ce", "parallel", "methods",
+         "finetune", "recipes", "optimizers", "attention", "memory")  # fmt: skip
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["gpu"]:  # make bench-gpu: its own parts and exit status (bench/gpu.py)
-        from bench import gpu
-
-        sys.exit(gpu.main(sys.argv[2:]))
-    if sys.argv[1:2] == ["sitting"]:  # make gpu-sitting: one lent card's sitting (bench/sitting.py)
-        from bench import sitting
+    if sys.argv[1:2] == ["gpu"]:  # its own rows and exit status
+        from bench.gpu import sitting
 
         sys.exit(sitting.main(sys.argv[2:]))
-    wanted = set(sys.argv[1:]) or {
-        "spine",
-        "host",
-        "losses",
-        "metrics",
-        "reliability",
-        "analysis",
-        "chunked_ce",
-        "parallel",
-        "methods",
-        "finetune",
-        "recipes",
-        "optimizers",
-        "data",
-        "attention",
-        "memory",
-    }
+    wanted = set(sys.argv[1:]) or set(PARTS)
+    if unknown := sorted(wanted - set(PARTS)):
+        print(f"bench: unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}, or gpu", file=sys.stderr)
+        sys.exit(2)
+    import datasets
+
+    from degen_train.devices.precision import cpu_description
+
+    datasets.disable_progress_bars()
     machine = cpu_description()
     bf16 = f"yes ({', '.join(machine['bf16_flags'])})" if machine["native_bf16"] else "no: bf16 rows are emulated"
     print(f"measured on: {machine['cpu']}, {machine['threads']} threads; native bf16: {bf16}")
-    if "spine" in wanted:
-        spine.main()
-    if "host" in wanted:
-        host.main()
-    if "losses" in wanted:
-        losses.main()
-    if "metrics" in wanted:
-        metrics.main()
-    if "reliability" in wanted:
-        reliability.main()
-    if "analysis" in wanted:
-        analysis.main()
-    if "data" in wanted:
-        data.main()
-    if "chunked_ce" in wanted:
-        chunked_ce.main()
-    if "parallel" in wanted:
-        parallel.main()
-    if "methods" in wanted:
-        methods.main()
-    if "finetune" in wanted:
-        finetune.main()
-    if "recipes" in wanted:
-        recipes.main()
-    if "optimizers" in wanted:
-        optimizers.main()
-    if "attention" in wanted:
-        attention.main()
-    if "memory" in wanted:
-        memory.main()
+    for name in PARTS:
+        if name in wanted:
+            importlib.import_module(f"bench.{name}").main()
 
 
 if __name__ == "__main__":

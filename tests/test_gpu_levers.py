@@ -1,12 +1,10 @@
 """The GPU levers, checked on the CPU: the collator's labelled positions, loader workers, checkpoints written on a
-writer thread, deferred reads, the optimizer's kernel choice, deterministic mode's environment and bench-gpu's
-refusal without a GPU. Their speed is measured by `make bench-gpu`, never here."""
+writer thread, deferred reads, the optimizer's kernel choice, deterministic mode's environment and the GPU
+sitting's table. Their speed is measured by `make bench-gpu`, never here."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,7 +16,6 @@ from degen_train.devices.device_reads import DeferredRead
 from degen_train.losses.contract import WeightedSum
 from degen_train.optim import kernel_choice
 from degen_train.storage.checkpoints import BackgroundCheckpointIO, CheckpointWriteFailed, verified_step
-from tests.conftest import REPO
 from tests.helpers import checkpoint_weights, logged, masked_batch, run, tiny_backbone
 
 # Runs compared bit for bit take the same thread count, whatever an earlier test left exported (a reduction's
@@ -150,55 +147,38 @@ def test_deterministic_mode_sets_the_cublas_workspace_before_the_first_matmul(
     assert seen == [None, ":4096:8"]
 
 
-def test_bench_gpu_without_a_gpu_says_so_and_fails() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "DEGEN_BENCH_GPU_ON_CPU"}
-    result = subprocess.run([sys.executable, "bench/run.py", "gpu"], cwd=REPO, capture_output=True, text=True, env=env,
-                            timeout=300)  # fmt: skip
-    assert result.returncode == 2
-    assert result.stdout.strip().splitlines() == [
-        "bench-gpu: no CUDA device on this machine; run it where one is (nothing was measured)"
-    ]
+def test_the_sittings_notes_price_the_cadence_and_name_exactness() -> None:
+    """The row kinds folded from the old bench-gpu (issue 67.2) keep their questions in the sitting's table: the
+    end-to-end row's hour-long pricing, exactness in both modes, FSDP2 against one device, host levers against their
+    own defaults."""
+    from bench.gpu.sitting import compare, table
 
-
-def test_bench_gpu_table_and_page_markers(tmp_path: Path) -> None:
-    from bench.gpu import TABLE_END, TABLE_START, table, write_page_table
-
-    row = {"tokens_per_s": 2e5, "mfu": 0.1, "total_flops_over_model_flops": 1.0, "time_vs_plain": 1.02,
-           "end_to_end_tokens_per_s": 1.9e5, "end_to_end_over_steady": 0.95, "vocabulary": 30522,
-           "model_flops_per_token": 5.46e8, "warmup_seconds": 2.0, "seconds_to_first_batch": 9.0}  # fmt: skip
-    compiled = {**row, "tokens_per_s": 2.4e5, "warmup_seconds": 32.0}
-    loops = ("hf_default", "careful", "ours")
-    memory = {"max_memory_allocated_gib": 9.5, "planned_peak_gib": 9.25}  # issue 52.4: the plan beside the card
-    results = {"card": "NVIDIA H100 80GB HBM3", "torch": "2.11", "command": "python bench/run.py gpu", "date": "x",
-               "throughput": {"bert": {**{f"{k}_eager": row for k in loops}, **{f"{k}_compiled": compiled
-                                                                                for k in loops},
-                                       "ours_eager": {**row, **memory}}},
-               "compile_where": {"bert": {"eager": row, "blocks": compiled, "whole": row}},
-               "end_to_end": {**row, "costs_per_event_s": {"checkpoint": 3.0}, "hour_long": {"over_steady": 0.9},
-                              "hour_long_on_the_clock": {"over_steady": 0.998, "minutes": {"checkpoint": 30.0}}},
-               "terms": {"error": "OSError: [Errno 28] no space left\nmore"}}  # fmt: skip
+    row = {"tokens_per_s": 2e5, "mfu": 0.1, "step_seconds": None, "seconds_per_batch": 0.1}
+    results = {"command": "make bench-gpu ARGS='end_to_end host exactness fsdp'", "date": "x",
+               "machine": {"card": "NVIDIA H100 80GB HBM3", "torch": "2.11", "cuda": "13.0", "peak_flops": 989.5e12},
+               "rows": {"best": {"gpt2_ours": row},
+                        "end_to_end": {"gpt2_default_cadence": {
+                            **row, "end_to_end_tokens_per_s": 1.9e5, "cadence_updates": 100,
+                            "costs_per_event_s": {"checkpoint": 3.0}, "hour_long": {"over_steady": 0.9},
+                            "hour_long_on_the_clock": {"over_steady": 0.998, "minutes": {"checkpoint": 30.0}}}},
+                        "host": {"defaults": row, "workers_0": {**row, "tokens_per_s": 1e5},
+                                 "gpt2_chunked_output_layer": row, "gpt2_whole_logits": {**row, "tokens_per_s": 3e5}},
+                        "exactness": {"default": {**row, "repeat_max_abs_diff": 0.0, "resume_max_abs_diff": 2e-9},
+                                      "deterministic": {**row, "tokens_per_s": 1.6e5, "repeat_max_abs_diff": 0.0,
+                                                        "resume_max_abs_diff": 0.0}},
+                        "fsdp": {"single_device": row, "fsdp2": {"error": "OSError: [Errno 28] no space left"}}}}
+    compare(results)
     text = table(results)
-    assert "NVIDIA H100 80GB HBM3" in text
-    assert "| bert | careful loop | 30,522 | 546M | 200k (10.0%) | 240k (10.0%) | 30 | 9 |" in text  # what both ran
-    assert "| bert | degen-train ÷ careful loop compiled | | | | 1.00× | | |" in text
-    assert "| bert eager | 9.50 | 9.25 |" in text and "| bert compiled |" not in text  # measured rows only
-    assert "terms: failed (OSError: [Errno 28] no space left)" in text and "| term |" not in text  # a failed part
-    assert "Hand loop, bert, steady tokens/s: eager 200k (warm-up 2 s), blocks 240k (warm-up 32 s)" in text
+    assert "| end_to_end | gpt2_default_cadence | 200k | 10.0% | – | 0 | 0.95× the best row's steady rate |" in text
+    assert "| host | workers_0 | 100k | 10.0% | – | 0 | 0.50× its defaults' tokens/s |" in text
+    assert "| host | gpt2_whole_logits | 300k | 10.0% | – | 0 | 1.50× its defaults' tokens/s |" in text
+    assert "| exactness | deterministic | 160k | 10.0% | – | 0 | 0.80× the default mode's tokens/s |" in text
+    assert "| fsdp | fsdp2 | OSError: [Errno 28] no space left | | | | |" in text  # a failed run, the others stand
+    assert ("Periodic work per event: checkpoint 3.00 s. At the defaults' cadence (each every 100 updates) an "
+            "hour-long run trains at 0.900× the steady rate.") in text
     assert "On the clock (checkpoint every 30 min: callbacks.cadence), it trains at 0.998× the steady rate." in text
-    page = tmp_path / "gpu.md"
-    page.write_text(f"intro\n{TABLE_START}\nold\n{TABLE_END}\nrest\n")
-    assert write_page_table(text, page)
-    assert page.read_text() == f"intro\n{TABLE_START}\n{text}{TABLE_END}\nrest\n"
-
-
-def test_bench_gpu_runs_its_code_on_the_cpu(tmp_path: Path) -> None:
-    """The GPU bench's own code, at toy sizes on the CPU (DEGEN_BENCH_GPU_ON_CPU=1): one part, its table."""
-    env = {**os.environ, "DEGEN_BENCH_GPU_ON_CPU": "1", "DEGEN_BENCH_RESULTS": str(tmp_path)}
-    result = subprocess.run([sys.executable, "bench/run.py", "gpu", "end_to_end"], cwd=REPO, capture_output=True,
-                            text=True, env=env, timeout=600)  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    table = (tmp_path / "gpu_dry_run.md").read_text()
-    assert "on CPU (dry run)" in table and "End to end (checkpoints, monitors, final validation):" in table
+    assert ("exactness, default mode: two repeats differ by 0.0e+00, a 20 + 20 resume from a straight run by "
+            "2.0e-09.") in text
 
 
 def test_the_warm_up_stays_outside_the_steady_window() -> None:
@@ -222,19 +202,23 @@ def test_the_hand_loops_train_the_runs_model_and_count_flops_as_the_runs_do(
     30,522-entry vocabulary (764M against 855M FLOPs per token); the BERT hand loop scored every position, degen-train
     the labelled 15%. Both loops now train the model degen-train builds (one vocabulary, one dropout), and their FLOPs
     come from the one function the runs use, at the positions each loop runs its head on."""
-    import bench.gpu as gpu
+    import bench.gpu.best as best
+    import bench.gpu.runs as runs
 
-    monkeypatch.setattr(gpu, "ON_CPU", True)
-    monkeypatch.setattr(gpu, "corpus_overrides", lambda: ["data=builtin"])  # any corpus: WikiText-2's costs 20 s here
-    monkeypatch.setenv("DEGEN_BENCH_RESULTS", str(tmp_path))
-    ours = gpu.ours(tmp_path / "ours", "recipe=gpt2_mle", *gpu.steady("gpt2_tiny", 4, 64, 2))
-    theirs = gpu.reference("gpt2", "hf_default", compiled=False)
+    for module in (best, runs):
+        monkeypatch.setattr(module, "ON_CPU", True)
+        monkeypatch.setattr(module, "corpus_overrides", lambda: ["data=builtin"])  # WikiText-2's costs 20 s here
+    decoder = runs.Workload("gpt2", "gpt2_mle", "gpt2_small", 4, 64)
+    overrides = ["recipe=gpt2_mle", *runs.steady("gpt2_tiny", 4, 64, 2)]
+    ours = runs.ours(tmp_path / "ours", *overrides)
+    theirs = best.careful_loop(decoder, overrides, 2)
     assert theirs["vocabulary"] == ours["vocabulary"] and theirs["model_flops_per_token"] == pytest.approx(
         ours["model_flops_per_token"])  # fmt: skip
-    model, _, _ = gpu.reference_model("gpt2")
-    assert model.config.resid_pdrop == model.config.attn_pdrop == 0.1  # the preset's dropout, as the run's
-    hf_default = gpu.reference("bert", "hf_default", compiled=False)
-    careful = gpu.reference("bert", "careful", compiled=False)
+    assert best.hand_model(decoder, overrides).config.resid_pdrop == 0.1  # the recipe's dropout, as the run's
+    encoder = runs.Workload("bert", "bert_mlm", "bert_base", 8, 32)
+    bert = ["recipe=bert_mlm", *runs.steady("tiny", 8, 32, 2)]
+    hf_default = best.careful_loop(encoder, bert, 2, mode="hf_default")
+    careful = best.careful_loop(encoder, bert, 2)
     assert hf_default["vocabulary"] == careful["vocabulary"]
     assert hf_default["model_flops_per_token"] > careful["model_flops_per_token"]  # the head at every position
 

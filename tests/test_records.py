@@ -83,7 +83,8 @@ def test_the_final_validation_is_the_periodic_one_when_nothing_changed_since(
 
     caplog.set_level("INFO", logger="degen_train")
     summary = run(tmp_path / "run", "trainer.max_steps=6", "trainer.val_check_interval=3", "export_hf=false")
-    assert any("final validation: the periodic one at update 6" in r.getMessage() for r in caplog.records)
+    assert any(r.getMessage().startswith("final validation at step 6: ") and "unchanged since" in r.getMessage()
+               for r in caplog.records)
     rows = {step: loss for step, loss in logged(tmp_path / "run", "val/loss").items()}
     assert rows[5] == rows[6] == pytest.approx(summary["val_loss"])  # the periodic row, stamped again as the final
 

@@ -7,7 +7,7 @@ targets −100 (ignored: no loss, no gradient) and a run meets a few shapes; aft
 row count as dynamic, so a run compiles at most twice. The loss and gradients are the eager head's
 (tests/unit/test_compiled_head.py). The (N, V) logits exist at once, as in the eager whole-logits form: for a decoder
 at large B·T, the chunked form (losses/chunked_ce.py) bounds memory instead. Whether this wins is a GPU measurement:
-bench-gpu's ``levers`` part.
+bench-gpu's ``levers`` row (``*_head_eager`` against ``best``).
 """
 
 from __future__ import annotations

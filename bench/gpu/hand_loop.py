@@ -22,25 +22,20 @@ import torch.nn.functional as F
 from degen_train.metrics.flops import body_and_head_parameters, model_flops
 from degen_train.metrics.steady import WARMUP_STEPS, steady_window
 from degen_train.metrics.step_clock import StepClock
-from degen_train.models.compile import compile_blocks
 from degen_train.models.vocabulary import vocabulary_size
 
 MODES = {"bert": ("hf_default", "careful"), "gpt2": ("hf_default",)}
 
 
 def hand_loop(model: Any, *, kind: str, mode: str, batch: int, length: int, steps: int, device: torch.device,
-              compiled: bool = False, blocks_only: bool = False, peak: float = 0.0) -> dict[str, Any]:  # fmt: skip
+              compiled: bool = False, peak: float = 0.0) -> dict[str, Any]:  # fmt: skip
     """One loop's steady tokens/s, its model FLOPs per token, MFU against ``peak``, and its warm-up seconds.
-    ``compiled``: the whole step's model through torch.compile; ``blocks_only``: its blocks in place instead (what
-    model.compile does, models.compile.compile_blocks)."""
+    ``compiled``: the whole step's model through torch.compile."""
     torch.manual_seed(0)
     model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=device.type == "cuda")
-    if compiled and blocks_only:
-        compile_blocks(model)
-    whole = compiled and not blocks_only
-    forward = torch.compile(model) if whole else model
-    encoder = (torch.compile(model.bert) if whole else model.bert) if mode == "careful" else None
+    forward = torch.compile(model) if compiled else model
+    encoder = (torch.compile(model.bert) if compiled else model.bert) if mode == "careful" else None
     vocabulary = vocabulary_size(model)  # the tokenizer's entries: a padded model's extra rows are never a token
     head = model.cls if kind == "bert" else model.lm_head
     body_weights, head_weights = body_and_head_parameters(model, head)
