@@ -285,9 +285,12 @@ def summary(pages: list[tuple[Path, str]], root: Path) -> str:
     for page, letters in pages:
         rows = with_paired(read_runs_csv(page / "runs.csv"), read_paired_csv(page / PAIRED_FILE))
         day = written_on(page)
+        ran = set(rows["part"].dropna().astype(str)) if "part" in rows.columns else set()
         judged = []
         for claim in all_claims():
-            if claim.section not in letters:
+            # A section's claims of a part this page never ran are another page's (part (f)'s generation side has
+            # its own page); an arm missing from a part it ran is said, never dropped.
+            if claim.section not in letters or claim.other[0] not in ran:
                 continue
             verdict = claim.judge(rows)
             if verdict is None:  # an arm without a value on this page: said, never dropped

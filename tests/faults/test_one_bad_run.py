@@ -201,6 +201,9 @@ def test_a_reproduce_summary_names_what_it_could_not_judge(tmp_path: Path) -> No
         writer.writerows(rows)
     text = summary([(page, "a")], tmp_path)
     assert "| (a) | mle → cosreg | embedding mean cos | | | lower | not measured |" in text
+    # A section's claims of a part the page never ran are another page's: (f)'s SimCTG arms stand on neither
+    # this page nor, as "not measured", in its rows (part (f)'s generation side has a page of its own)
+    assert "| (f) |" not in summary([(page, "af")], tmp_path)
     (page / "runs.csv").write_text("part,variant,seed,embedding mean cos\ngao,mle,1,'=cmd|' /C calc'!A0\n")
     with pytest.raises(ValueError, match=r"runs.csv: embedding mean cos='=cmd.* \(row 2\) is not a finite number"):
         summary([(page, "a")], tmp_path)
