@@ -10,12 +10,15 @@ update: none is lost or repeated.
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 _DONE = object()
+# Every filling thread with its stop event, so that the interpreter's exit can stop them (stop_every_thread)
+_RUNNING: list[tuple[threading.Thread, threading.Event]] = []
 
 
 class Prefetched:
@@ -51,6 +54,8 @@ class _Ahead:
         self._thread = threading.Thread(target=_fill, args=(source, self._queue, self._stop),
                                         name="degen-train-prefetch", daemon=True)  # fmt: skip
         self._thread.start()
+        _RUNNING[:] = [(t, e) for t, e in _RUNNING if t.is_alive()]
+        _RUNNING.append((self._thread, self._stop))
 
     def __iter__(self) -> _Ahead:
         return self
@@ -69,6 +74,18 @@ class _Ahead:
 
     def __del__(self) -> None:
         self._stop.set()
+
+
+@atexit.register
+def stop_every_thread() -> None:
+    """Stop and join each filling thread before the interpreter finalizes. A daemon thread still inside torch's
+    collation then is killed in a C++ frame, and the process aborts ("terminate called without an active
+    exception", exit -6): a preempted run lost its exit code 75 that way (tests/faults/test_preemption.py)."""
+    for _, stop in _RUNNING:
+        stop.set()
+    for thread, _ in _RUNNING:
+        thread.join(timeout=5)
+    _RUNNING.clear()
 
 
 def _fill(source: Iterator[Any], ahead: queue.Queue, stop: threading.Event) -> None:

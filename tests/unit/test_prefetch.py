@@ -55,6 +55,29 @@ def test_a_dropped_pass_leaves_no_thread() -> None:
     assert not any(t.name == "degen-train-prefetch" for t in threading.enumerate())
 
 
+def test_at_exit_each_thread_still_making_batches_is_stopped_and_joined() -> None:
+    """A preempted run exited -6 ("terminate called without an active exception") instead of 75 once: the interpreter
+    finalized while the prefetch thread was inside a collation, and killed it in a C++ frame. The exit hook stops and
+    joins every filling thread first, also one whose pass is still held and busy."""
+    from degen_train.data import prefetch
+
+    def slow():  # noqa: ANN202 - a collation that takes a while, as a big batch's does
+        while True:
+            time.sleep(0.05)
+            yield torch.zeros(2)
+
+    class Loader:
+        def __iter__(self):  # noqa: ANN204
+            return slow()
+
+    batches = iter(Prefetched(Loader(), depth=1))
+    next(batches)
+    thread = batches._thread
+    assert thread.is_alive()
+    prefetch.stop_every_thread()
+    assert not thread.is_alive() and not prefetch._RUNNING
+
+
 def test_a_resumed_run_trains_the_batches_a_straight_one_does(tmp_path) -> None:  # noqa: ANN001
     """The prefetched batch is never lost or repeated: the resumed run's sampler starts at its checkpoint's update,
     so a run stopped at update 3 and resumed trains the same batches, to the same weights, as one never stopped."""
