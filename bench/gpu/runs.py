@@ -67,25 +67,26 @@ def steady(model: str, batch: int, length: int, steps: int) -> list[str]:
     """Overrides of a steady-rate run at the defaults: no periodic checkpoint, monitor or validation inside the timed
     steps. Their period is one past the last step: at the last step itself they would run inside its timed interval
     (the isotropy probe did, 0.6 s eager and 2.9 s compiled on an H200, halving the compiled rate)."""
+    return [f"model={model}", f"data.batch_size={batch}", f"data.block_size={length}", f"model.max_position={length}",
+            *_nothing_periodic(steps)]  # fmt: skip
+
+
+def _nothing_periodic(steps: int) -> list[str]:
+    """WARMUP_STEPS + ``steps`` updates with validation, checkpoint and probe one past the last (after the timing)."""
     total = WARMUP_STEPS + steps  # the warm-up (start-up, compilation) is left out of the steady window
     beyond = total + 1  # the end-of-training probe and checkpoint still run, after the timing
-    return [f"model={model}", f"data.batch_size={batch}", f"data.block_size={length}", f"model.max_position={length}",
-            f"trainer.max_steps={total}", f"trainer.val_check_interval={total}", "trainer.limit_val_batches=1",
+    return [f"trainer.max_steps={total}", f"trainer.val_check_interval={total}", "trainer.limit_val_batches=1",
             "final_validation=false", f"callbacks.checkpoint.every_n_train_steps={beyond}",
             f"callbacks.isotropy.every_n_steps={beyond}", "scheduler.warmup_steps=1"]  # fmt: skip
 
 
 def best_overrides(work: Workload, data: list[str], steps: int) -> list[str]:
     """The speed preset at the workload's shape, steady (as ``steady``), blocks and head eager on the CPU."""
-    total = WARMUP_STEPS + steps
-    beyond = total + 1
     cpu = ["model=gpt2_tiny" if work.kind == "gpt2" else "model=tiny", "model.compile=false",
            "model.compile_head=false"] if ON_CPU else []  # fmt: skip
     return [f"recipe={work.recipe}", f"speed={work.speed}", *data, *cpu, f"data.batch_size={work.batch}",
             f"data.block_size={work.length}", f"model.max_position={max(work.length, 512 if not ON_CPU else 32)}",
-            f"trainer.max_steps={total}", f"trainer.val_check_interval={total}", "trainer.limit_val_batches=1",
-            "final_validation=false", f"callbacks.checkpoint.every_n_train_steps={beyond}",
-            f"callbacks.isotropy.every_n_steps={beyond}", "scheduler.warmup_steps=1", *trainer_overrides()]  # fmt: skip
+            *_nothing_periodic(steps), *trainer_overrides()]  # fmt: skip
 
 
 def gpt2_vocabulary_data(folder: Path, words: int) -> list[str]:
