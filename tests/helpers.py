@@ -279,3 +279,48 @@ def finished_run(folder: Path, name: str, override: str, loss: float = 4.0) -> P
     (run / "summary.json").write_text(json.dumps(summary))
     (run / "logs" / "metrics.csv").write_text("step,train/loss,val/mlm/loss\n0,5.0,\n3,4.5,4.0\n")
     return run
+
+
+# Issue 70.4: the two-process cases of the terms nobody wrote a case for, derived from what each term declares.
+def terms_configured(overrides: list[str]) -> set[str]:
+    """The loss terms a case's overrides configure: its recipe's objective and regularizer groups (read from
+    conf/), the groups it chooses, and every term it sets an option of."""
+    from omegaconf import OmegaConf
+
+    from degen_train.core.paths import config_dir
+
+    conf, groups = config_dir(), {}
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key == "recipe":
+            for entry in OmegaConf.load(conf / "recipe" / f"{value}.yaml").get("defaults", []):
+                for group, choice in (entry.items() if hasattr(entry, "items") else []):
+                    groups[str(group).removeprefix("override /")] = str(choice)
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key in ("objective", "regularizer"):
+            groups[key] = value
+    found = {part.split(".")[1] for part in overrides if part.startswith(("objective.", "regularizer."))}
+    for group, choice in groups.items():
+        if group in ("objective", "regularizer") and choice not in ("none", "null"):
+            found |= set(OmegaConf.load(conf / group / f"{choice}.yaml") or {})
+    return found
+
+
+def derived_cases(cases: dict[str, tuple[list[str], tuple[str, ...]]]) -> dict[str, tuple[list[str], tuple[str, ...]]]:
+    """Issue 70.4: every term whose mean spans samples or shards (it declares ``averages_over`` or sets
+    ``mixes_samples``: losses/declarations.py, read from its file) and that no case above configures gets its own
+    case, derived from its declaration: its yaml on a recipe of its family. A new term that averages over the global
+    batch is put to the two-process test without anyone writing it here."""
+    from degen_train.losses.declarations import declared_terms
+
+    covered = {term for overrides, _ in cases.values() for term in terms_configured(overrides)}
+    derived = {}
+    for name, term in sorted(declared_terms().items()):
+        if not (term.averages_over or term.mixes_samples) or name in covered:
+            continue
+        recipe = ["recipe=gpt2_mle", "model=gpt2_tiny"] if term.family == "decoder" else ["recipe=bert_mlm"]
+        objective = "mle" if term.family == "decoder" else "mlm"
+        chosen = f"{term.section}={name}" if term.section == "regularizer" else f"objective={name}"
+        derived[f"{name}_derived"] = ([*recipe, chosen], (f"train/{name}/loss", f"train/{objective}/loss"))
+    return derived

@@ -15,6 +15,7 @@ from tests.helpers import (
     BEYOND_BERT_AND_GPT2,
     SAME_RUN_SETTINGS,
     assert_same_run,
+    derived_cases,
     on_two_processes,
     one_process_run,
 )
@@ -84,6 +85,9 @@ CASES = {
         ("train/mlm/loss",),
     ),
 }
+
+
+CASES |= derived_cases(CASES)
 
 
 def case_overrides(case: str, teacher: Path) -> list[str]:

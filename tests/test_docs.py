@@ -220,8 +220,25 @@ def test_every_page_is_in_the_manuals_nav() -> None:
 def test_the_group_table_lists_every_file_of_the_group(group: str) -> None:
     """Issue 56.6: docs/running.md's regularizer row left out SimCTG and unlikelihood; each group's row names every
     file of its conf/ folder, so a new loss cannot be missing from it."""
-    row = next(line for line in (REPO / "docs" / "running.md").read_text().splitlines()
+    from degen_train.cli.manual_tables import render
+
+    row = next(line for line in render((REPO / "docs" / "running.md").read_text()).splitlines()
                if line.startswith(f"| `{group}`"))  # fmt: skip
     named = set(re.findall(r"`([\w]+)`", row.split("|")[2]))
     files = {path.stem for path in (REPO / "conf" / group).glob("*.yaml")}
     assert files <= named, sorted(files - named)
+
+
+def test_the_losses_page_lists_every_term_from_its_file() -> None:
+    """Issue 70.4: docs/losses.md is held to the registry. Its table of terms is generated from the term files when
+    the manual is built (mkdocs.yml's hooks), so every declared term, with its formula and switches, is on it."""
+    from degen_train.cli.manual_tables import render
+    from degen_train.losses.declarations import declared_terms
+
+    source = (REPO / "docs" / "losses.md").read_text()
+    assert "<!-- generated: terms -->" in source
+    page = render(source)
+    for name, term in declared_terms().items():
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{name}` |"))
+        assert term.section in row and term.summary.split()[0] in row
+    assert "degen_train/cli/manual_tables.py" in (REPO / "mkdocs.yml").read_text()

@@ -183,7 +183,7 @@ def test_analyze_a_run_of_ours_and_the_training_monitor(tiny_run: Path) -> None:
     result = analyze(tiny_run, max_sentences=30)
     assert (tiny_run / "analysis" / "metrics.json").exists() and len(result["layers"]) == 3
     summary = json.loads((tiny_run / "summary.json").read_text())
-    assert {"isotropy/embedding/mean_cosine", "isotropy/layer_2/self_similarity"} <= set(summary["isotropy"])
+    assert {"isotropy/embedding/mean_cosine", "isotropy/layer_2/tacl_self_similarity"} <= set(summary["isotropy"])
     header = (tiny_run / "logs" / "metrics.csv").read_text().splitlines()[0]
     assert "isotropy/layer_0/mean_cosine" in header and "outliers/layer_2/kurtosis" in header
     monitored = summary["isotropy"]  # the monitor's last measurement; layer 0 is the embeddings, left out of the max

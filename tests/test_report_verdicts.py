@@ -56,14 +56,17 @@ def test_each_setting_against_the_value_that_switches_the_term_off(sweep: Path) 
     markdown = (sweep / "report" / "report.md").read_text()
     first = markdown[: markdown.index("## Verdicts")]
     assert "Baseline: regularizer.cosreg.weight=0, the value that switches the swept term off" in first
-    assert "Holm's correction over the settings compared on each measure" in first
+    # issue 71.2: one family over the whole table, its size said; the counts in verdicts.csv's words
+    assert "Holm's correction over the 4 comparisons with a p-value (every setting × measure: one family)" in first
+    assert "4 show a difference (1 lower, 3 higher)" in first
     # what moved against its better direction is named before the table, not left in it
     assert "isotropy/layer_1/mean_cosine under regularizer.cosreg.weight=1: higher, +0.06" in first
     assert "the cone: higher is worse" in first and "val_objective_loss under" in first
     assert "## All runs, every column" not in markdown  # the wide tables live in runs.csv and report.html
     html = (sweep / "report" / "report.html").read_text()
     assert "<details><summary>All runs, every column</summary>" in html
-    assert "isotropy/embedding/mean_cosine: effect against regularizer.cosreg.weight=0" in html
+    # issue 71.5: one forest plot of standardised effects across the measures, not one PNG per measure
+    assert html.count("standardised effects against regularizer.cosreg.weight=0, every measure") == 1
 
 
 def test_a_given_baseline_and_a_refused_one(sweep: Path, capsys: pytest.CaptureFixture) -> None:
@@ -110,3 +113,66 @@ def test_settings_that_differ_in_more_than_the_swept_keys_are_never_compared(tmp
     assert said == ["regularizer.cosreg.weight=1: its runs differ from the baseline's in model.hidden_size (64 → 128), "
                     "which nobody swept: not the same experiment"]  # fmt: skip
     assert "Not compared: regularizer.cosreg.weight=1: its runs differ" in (folder / "report" / "report.md").read_text()
+
+
+def generation_member(sweep: Path, weight: float, seed: int, *, kept: float, rep: float, ids: list[str],
+                      values: list[float]) -> Path:  # fmt: skip
+    """A member whose eval.generate kept ``kept`` tokens a contrastive continuation, with per-prompt records."""
+    run = member(sweep, weight, seed, loss=4.0 + weight / 5 + seed / 100, cosine=0.4, layer=0.5)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["eval"] = {"generation": {"decodings": {"contrastive": {"rep_2": rep, "mean_kept_tokens": kept,
+                                                                    "ended_early": 1.0 if kept < 10 else 0.2},
+                                                    "greedy": {"coherence_simcse": sum(values) / len(values),
+                                                               "mean_kept_tokens": 120.0, "ended_early": 0.0}}}}
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "eval").mkdir()
+    record = {"kind": "mean", "value": values, "ids": ids}
+    (run / "eval" / "eval.json").write_text(json.dumps({"items": {"generation/greedy/coherence_simcse": record}}))
+    return run
+
+
+def test_no_verdict_on_text_that_is_not_there_and_pairs_by_item_id(tmp_path: Path) -> None:
+    """Issue 71.4: contrastive continuations that end within 3 tokens get "not measured", never a rep-2 verdict; the
+    kept tokens and ended-early share are columns of runs.csv and verdicts.csv. Issue 71.3: a run whose prompts are
+    other prompts (same count) is named, and the measure takes each arm's own sampling error."""
+    import numpy as np
+
+    folder = tmp_path / "sweep"
+    ids = [f"{i}@0:{i:012x}" for i in range(30)]
+    draw = np.random.default_rng(0)
+    for seed in (1, 2, 3):
+        generation_member(folder, 0, seed, kept=3.0, rep=0.0, ids=ids, values=draw.normal(0.1, 0.05, 30).tolist())
+        other = ids if seed != 3 else [f"{i + 100}@0:{i:012x}" for i in range(30)]
+        generation_member(folder, 1, seed, kept=2.5, rep=0.0 + seed / 1000, ids=other,
+                          values=draw.normal(0.2, 0.05, 30).tolist())  # fmt: skip
+    report([folder], run_analysis=False)
+    rows = verdicts(folder)
+    short = rows["generation/contrastive/rep_2"]
+    assert short["verdict"] == "not measured" and short["interval low"] == ""
+    assert "continuations end within 32 tokens: contrastive kept 3.0 and 2.5 tokens on average" in short["noise"]
+    assert short["mean kept tokens"] == "3 → 2.5" and short["ended early"] == "1 → 1"
+    coherence = rows["generation/greedy/coherence_simcse"]
+    assert coherence["verdict"] in ("higher", "no difference shown") and coherence["mean kept tokens"] == "120 → 120"
+    assert "not paired: " in coherence["noise"] and "regularizer.cosreg.weight=1,seed=3/eval/eval.json items[" \
+        "'generation/greedy/coherence_simcse']: 30 items, 30 of them not among" in coherence["noise"]  # fmt: skip
+    with open(folder / "report" / "runs.csv", newline="") as handle:
+        header = next(csv.reader(handle))
+    assert "generation/contrastive/mean_kept_tokens" in header and "generation/contrastive/ended_early" in header
+    assert "1 not measured" in (folder / "report" / "report.md").read_text()
+
+
+def test_primary_measures_are_their_own_family(sweep: Path, capsys: pytest.CaptureFixture) -> None:
+    """Issue 71.2: --primary corrects the study's measures among themselves and labels the rest exploratory; the
+    terminal names each family and its size, and counts in verdicts.csv's words."""
+    main([str(sweep), "--no-analyze", "--primary", "val_objective_loss"])
+    out = capsys.readouterr().out
+    assert "1 primary comparison with a p-value, judged alone (a family of one: nothing to correct)" in out
+    assert "Holm's correction over the 3 exploratory comparisons with a p-value" in out
+    assert "Holm-corrected" not in out
+    rows = verdicts(sweep)
+    assert rows["val_objective_loss"]["family"] == "primary (1)"
+    assert rows["val_perplexity"]["family"] == "exploratory (3)"
+    with pytest.raises(SystemExit):
+        main([str(sweep), "--no-analyze", "--primary", "val_perplexiy"])
+    assert "--primary val_perplexiy: not a measure the runs have; they have val_objective_loss" in \
+        capsys.readouterr().err  # fmt: skip

@@ -170,7 +170,7 @@ def test_the_report_analyses_exported_runs_once(logged_run: tuple[Path, str], tm
     stamp = metrics.stat().st_mtime_ns
     report([run_dir], out=tmp_path / "second")
     assert metrics.stat().st_mtime_ns == stamp  # cached: not analysed again
-    assert torch.isfinite(torch.tensor(rows[0]["analysis/last_layer_self_similarity"]))
+    assert torch.isfinite(torch.tensor(rows[0]["analysis/last_layer_tacl_self_similarity"]))
 
 
 def test_non_tty_detection_is_what_decides(tmp_path: Path) -> None:

@@ -13,8 +13,13 @@ from lightning.pytorch.callbacks import Callback
 from degen_train.callbacks.throughput import Throughput
 from degen_train.core.rng import RandomStreams
 from degen_train.devices.sharding import gathered
-from degen_train.metrics.isotropy import VectorMoments, isoscore, mean_pairwise_cosine, outlier_dimensions
-from degen_train.metrics.isotropy import self_similarity as sequence_self_similarity
+from degen_train.metrics.isotropy import (
+    VectorMoments,
+    isoscore,
+    mean_pairwise_cosine,
+    outlier_dimensions,
+    tacl_self_similarity,
+)
 from degen_train.metrics.outlier_sites import block_outputs
 from degen_train.metrics.outliers import layer_outliers
 
@@ -125,8 +130,8 @@ class IsotropyMonitor(Callback):
             for index, (hidden, block) in enumerate(zip(layers, read, strict=True)):
                 sequences = [h[m].float() for h, m in zip(hidden, mask, strict=True)]  # on the device: no copies
                 metrics[f"isotropy/layer_{index}/mean_cosine"] = mean_pairwise_cosine(torch.cat(sequences))
-                metrics[f"isotropy/layer_{index}/self_similarity"] = sequence_self_similarity(sequences)[
-                    "self_similarity"
+                metrics[f"isotropy/layer_{index}/tacl_self_similarity"] = tacl_self_similarity(sequences)[
+                    "tacl_self_similarity"
                 ]
                 measured = layer_outliers([h[m].float()[None] for h, m in zip(block, mask, strict=True)])
                 for name in outliers:

@@ -13,6 +13,17 @@ from lightning.pytorch.callbacks import Callback
 log = logging.getLogger("degen_train")
 
 
+def sweep_left(trainer: pl.Trainer) -> str | None:
+    """The sweep's time left as this member sees it (callbacks/sweep_eta.py), once it has timed its first steps."""
+    from degen_train.callbacks import sweep_eta
+    from degen_train.callbacks.throughput import Throughput
+
+    clock = next((c for c in trainer.callbacks if isinstance(c, Throughput)), None)
+    if clock is None or clock.totals["batches"] < sweep_eta.AFTER_STEPS:
+        return None
+    return sweep_eta.time_left(int(trainer.max_steps), trainer.global_step, clock.seconds_per_step(trainer))
+
+
 class PlainProgress(Callback):
     """One line every ``every_n_steps`` optimizer steps: step/total, loss, tokens/s, MFU, elapsed, ETA.
 
@@ -51,6 +62,9 @@ class PlainProgress(Callback):
         parts.append(f"elapsed {timedelta(seconds=round(elapsed))}")
         if eta is not None:
             parts.append(f"ETA {timedelta(seconds=round(eta))}")
+        left = sweep_left(trainer)
+        if left is not None:  # a sweep's member (a joblib member has no terminal: this line is its only progress)
+            parts.append(f"sweep_left {left}")
         log.info(" | ".join(parts))
 
     def on_validation_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:

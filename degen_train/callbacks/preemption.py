@@ -29,10 +29,10 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from degen_train.callbacks.checkpoint import RunCheckpoint
+from degen_train.core.exit_codes import PREEMPTED_EXIT  # noqa: F401 - said here too, where it is raised
 
 log = logging.getLogger("degen_train")
 
-PREEMPTED_EXIT = 75  # sysexits' EX_TEMPFAIL: a temporary failure, the caller is invited to retry (resume)
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 REQUEUE_SIGNALS = ("SIGUSR1", "SIGUSR2")
 

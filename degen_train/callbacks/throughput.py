@@ -281,9 +281,9 @@ class StepProgressBar(TQDMProgressBar):
     def get_metrics(self, trainer: pl.Trainer, module: pl.LightningModule) -> dict[str, Any]:
         metrics = super().get_metrics(trainer, module)
         metrics.pop("v_num", None)
-        clock = next((c for c in trainer.callbacks if isinstance(c, Throughput)), None)
-        if clock is not None and clock.totals["batches"] >= sweep_eta.AFTER_STEPS:  # a sweep's member: its time left
-            left = sweep_eta.time_left(int(trainer.max_steps), trainer.global_step, clock.seconds_per_step(trainer))
-            if left is not None:
-                metrics["sweep_left"] = left
+        from degen_train.callbacks.plain_progress import sweep_left
+
+        left = sweep_left(trainer)  # a sweep's member: its time left
+        if left is not None:
+            metrics["sweep_left"] = left
         return metrics

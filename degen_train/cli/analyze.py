@@ -50,7 +50,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     print(
         f"last layer: mean cosine {last['mean_cosine']:.4f} (whitened {last['mean_cosine_whitened']:.4f}, "
-        f"clipped {last['mean_cosine_clipped']:.4f}), self-similarity {last['self_similarity']:.4f}"
+        f"clipped {last['mean_cosine_clipped']:.4f}), TaCL's self-similarity "
+        f"{last['tacl_self_similarity']:.4f}, Ethayarajh's {last['word_self_similarity']:.4f}"
     )
     pairs = result.get("sentence_pairs")
     if pairs:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import re
 import textwrap
 from pathlib import Path
@@ -10,8 +9,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from degen_train.core.paths import config_dir
-from degen_train.losses.catalog import discover_terms
-from degen_train.losses.options import allowed, option_hints
+from degen_train.losses.declarations import NO_DEFAULT, TermDeclaration, declared_terms
+from degen_train.losses.options import allowed
 
 # A full stop and a space end a sentence, except after an abbreviation ("et al. 2022", "e.g. x", "vs. y").
 SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)(?<!\bcf)[.!?](?=\s)")
@@ -51,26 +50,21 @@ def yaml_defaults() -> dict[str, dict[str, object]]:
     return found
 
 
-def term_switches(cls: type, configured: dict[str, object] | None = None) -> str:
-    """key=default for each keyword of the term's constructor, and of its bases' when it passes **options on,
-    with what its annotation allows (the check term_options.py applies): ``rows='all' (all|seen)``. ``configured``:
-    the defaults conf/ gives the term, shown instead of the constructor's."""
+def term_switches(term: TermDeclaration, configured: dict[str, object] | None = None) -> str:
+    """key=default for each option the term declares (its constructor's keywords, and its base's where it passes
+    **options on: losses/declarations.py), with what its annotation allows (the check losses/options.py applies):
+    ``rows='all' (all|seen)``. ``configured``: the defaults conf/ gives the term, shown instead of the class's."""
     configured = configured or {}
-    switches: dict[str, str] = {}
-    for klass in cls.__mro__:
-        if "__init__" not in vars(klass) or klass.__module__.startswith("torch"):
+    switches = []
+    for option in term.options:
+        default = option.default_value()
+        if option.name not in configured and default is NO_DEFAULT:
             continue
-        init = vars(klass)["__init__"]
-        hints = option_hints(getattr(init, "__wrapped__", init))
-        parameters = inspect.signature(init).parameters.values()
-        for p in parameters:
-            if p.default is not inspect.Parameter.empty and p.name not in switches:
-                rule = allowed(hints[p.name]) if p.name in hints else None
-                default = configured.get(p.name, p.default)
-                switches[p.name] = f"{p.name}={default!r}" + (f" ({rule})" if rule else "")
-        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-            break
-    return " ".join(switches.values())
+        hint = term.hint(option.name)
+        rule = allowed(hint) if hint is not None else None
+        shown = configured[option.name] if option.name in configured else default
+        switches.append(f"{option.name}={shown!r}" + (f" ({rule})" if rule else ""))
+    return " ".join(switches)
 
 
 def listing() -> str:
@@ -89,13 +83,12 @@ def listing() -> str:
         lines.append(f"  {path.stem:<18} {shape}")
     lines.append("loss terms (objective.NAME.KEY=VALUE or regularizer.NAME.KEY=VALUE; every term takes weight=):")
     configured = yaml_defaults()
-    for name, cls in sorted(discover_terms().items()):
-        summary = " ".join((inspect.getdoc(cls) or "").split("\n\n")[0].split())  # the docstring's first paragraph
-        family = f" [{cls.family} only]" if cls.family else ""
-        described = textwrap.wrap(summary + family, width=100) or [""]
+    for name, term in sorted(declared_terms().items()):  # read from the term files, none imported (no torch)
+        family = f" [{term.family} only]" if term.family else ""
+        described = textwrap.wrap(term.summary + family, width=100) or [""]
         lines.append(f"  {name:<18} {described[0]}")
         lines.extend(f"  {'':<18} {more}" for more in described[1:])
-        switches = term_switches(cls, configured.get(name))
+        switches = term_switches(term, configured.get(name))
         if switches:
             wrapped = textwrap.wrap(f"switches: {switches}", width=98, subsequent_indent=" " * 10)
             lines.extend(f"  {'':<18}   {part}" for part in wrapped)

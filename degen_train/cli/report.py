@@ -21,11 +21,13 @@ from degen_train.report import verdict_page
 from degen_train.report.branches import branch_table
 from degen_train.report.comparisons import comparisons, rows_for_table, settings_of
 from degen_train.report.figures import cone_images, forest_plots, loss_curves, metric_against_swept, tradeoff
+from degen_train.report.measures import FEWEST_KEPT_TOKENS
 from degen_train.report.rankings import best_settings
 from degen_train.report.runs_table import collect, find_runs, headline_columns, seed_groups
 from degen_train.report.text import csv_safe, html_page, md_table, md_text, not_reported, save_figures
 
 log = logging.getLogger("degen_train.report")
+MOST_KEPT_TOKENS = 100_000  # --fewest-kept-tokens' bound: longer than any continuation a model here writes
 PLOTTED = ("val_objective_loss", "val_perplexity", "isotropy/embedding/mean_cosine", "isotropy/embedding/isoscore")
 @dataclass(frozen=True)
 class AnalysisCaps:
@@ -65,12 +67,16 @@ def analyze_missing(runs: Sequence[Path], *, trust_config: bool = False, caps: A
 def report(
     paths: Sequence[str | Path], *, out: str | Path | None = None, run_analysis: bool = True,
     trust_config: bool = False, caps: AnalysisCaps | None = None, baseline: str | None = None, correct: bool = True,
+    primary: Sequence[str] = (), fewest_kept_tokens: int = FEWEST_KEPT_TOKENS,
 ) -> dict[str, Any]:  # fmt: skip
     """The sweep's report in OUT (default FIRST_PATH/report): its verdicts against ``baseline`` (KEY=VALUE; default:
     the value that switches a swept term off), tables, figures; returns what it wrote."""
     caps = caps or AnalysisCaps()
     if baseline is not None and "=" not in baseline:  # before any run is read or analysed
         raise ValueError(f"--baseline {baseline}: give KEY=VALUE, a swept key at one of its values")
+    if not 1 <= fewest_kept_tokens <= MOST_KEPT_TOKENS:
+        raise ValueError(f"--fewest-kept-tokens={fewest_kept_tokens}: give a count of tokens from 1 to "
+                         f"{MOST_KEPT_TOKENS:,}")  # fmt: skip
     from degen_train.evaluation.model_analysis import SKIPPABLE
 
     unknown = sorted(set(caps.skip) - set(SKIPPABLE))
@@ -82,7 +88,8 @@ def report(
     out_dir = writable_folder(Path(out) if out else Path(paths[0]) / "report", "--out")
     try:
         return _written_report(paths, runs, out_dir, run_analysis=run_analysis, trust_config=trust_config, caps=caps,
-                               baseline=baseline, correct=correct)  # fmt: skip
+                               baseline=baseline, correct=correct, primary=tuple(primary),
+                               fewest_kept_tokens=fewest_kept_tokens)  # fmt: skip
     except OSError as error:  # a full disk, a file-size limit, a quota: one line naming the folder
         if isinstance(error, DiskFull) or not is_disk_full(error):
             raise
@@ -91,7 +98,7 @@ def report(
 
 def _written_report(
     paths: Sequence[str | Path], runs: list[Path], out_dir: Path, *, run_analysis: bool, trust_config: bool,
-    caps: AnalysisCaps, baseline: str | None, correct: bool,
+    caps: AnalysisCaps, baseline: str | None, correct: bool, primary: tuple[str, ...], fewest_kept_tokens: int,
 ) -> dict[str, Any]:  # fmt: skip
     timing: dict[str, float] = {"runs": 0, "reused": 0, "seconds": 0.0}
     analysis_problems = (
@@ -103,7 +110,8 @@ def _written_report(
                   if row["status"] == "unreadable"]  # fmt: skip
     problems = [*analysis_problems, *unreadable]
     grouped = seed_groups(table)
-    judged = verdicts_of(table, baseline=baseline, correct=correct, given=baseline is not None)
+    judged = verdicts_of(table, baseline=baseline, correct=correct, given=baseline is not None, primary=primary,
+                         fewest_kept_tokens=fewest_kept_tokens)  # fmt: skip
     atomic_write_text(out_dir / "runs.csv", csv_safe(table).to_csv(index=False))
     if not grouped.empty:
         atomic_write_text(out_dir / "seeds.csv", csv_safe(grouped).to_csv(index=False))
@@ -114,7 +122,7 @@ def _written_report(
     headline = headline[headline_columns(headline.columns)]
     images = _figures(table, grouped, problems)
     cones = cone_images(table, problems)
-    forests = forest_plots(judged.decided) if judged is not None else {}
+    forests = forest_plots(judged.decided, human_references(table)) if judged is not None else {}
     figures = save_figures(out_dir / "figures", {**{k: v for k, v in images.items() if v}, **forests, **cones})
     text = [f"# Sweep report\n\nCommon overrides: {md_text(settings)}\n"]
     text += verdict_page.markdown(judged) if judged is not None else ["No setting to compare: one setting only.\n"]
@@ -146,7 +154,8 @@ def _written_report(
             "branches": {heading: frame.to_dict("records") for heading, frame in branches}}  # fmt: skip
 
 
-def verdicts_of(table: pd.DataFrame, *, baseline: str | None, correct: bool, given: bool):  # noqa: ANN201
+def verdicts_of(table: pd.DataFrame, *, baseline: str | None, correct: bool, given: bool,  # noqa: ANN201
+                primary: tuple[str, ...] = (), fewest_kept_tokens: int = FEWEST_KEPT_TOKENS):  # fmt: skip
     """The sweep's comparisons (report/comparisons.py), None when it swept nothing but seeds; a ``--baseline`` that
     names no swept value is refused."""
     keys, finished = settings_of(table)
@@ -154,7 +163,8 @@ def verdicts_of(table: pd.DataFrame, *, baseline: str | None, correct: bool, giv
         if given:
             raise ValueError(f"--baseline {baseline}: the sweep swept no key besides the seed")
         return None
-    return comparisons(table, baseline=baseline, correct=correct)
+    return comparisons(table, baseline=baseline, correct=correct, primary=primary,
+                       fewest_kept_tokens=fewest_kept_tokens)  # fmt: skip
 
 
 def _figures(table: pd.DataFrame, grouped: pd.DataFrame, problems: list[str]) -> dict[str, str | None]:
@@ -172,6 +182,15 @@ def _figures(table: pd.DataFrame, grouped: pd.DataFrame, problems: list[str]) ->
             grouped, table, x="isotropy/embedding/isoscore", y="glue/average"
         )
     return images
+
+
+def human_references(table: pd.DataFrame) -> dict[str, float]:
+    """generation/DECODING/MEASURE -> the human continuations' mean value of MEASURE (runs.csv's generation/human/*),
+    the reference a forest plot draws beside each decoding's row."""
+    human = {str(c).removeprefix("generation/human/"): float(table[c].mean()) for c in table.columns
+             if str(c).startswith("generation/human/") and pd.api.types.is_numeric_dtype(table[c])}  # fmt: skip
+    return {str(c): human[str(c).rsplit("/", 1)[1]] for c in table.columns if str(c).startswith("generation/")
+            and str(c).count("/") == 2 and str(c).rsplit("/", 1)[1] in human}  # fmt: skip
 
 
 def _spread_labels(frame: pd.DataFrame) -> pd.DataFrame:
@@ -202,14 +221,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--baseline", metavar="KEY=VALUE", help="the setting every other is compared with (default: "
                         "the value that switches a swept term off, a weight of 0 or none; else the first value)")
     parser.add_argument("--no-correction", action="store_true", help="judge each comparison alone, without Holm's "
-                        "correction over the settings compared on one measure")  # fmt: skip
+                        "correction over the report's comparisons")  # fmt: skip
+    parser.add_argument("--primary", metavar="MEASURE,...", default="", help="the measures the study is about: "
+                        "Holm's correction among their comparisons, the others labelled exploratory and corrected "
+                        "among themselves (default: one family, every comparison)")  # fmt: skip
+    parser.add_argument("--fewest-kept-tokens", type=int, default=FEWEST_KEPT_TOKENS, help="a generation measure "
+                        "is not measured where its continuations keep fewer tokens than this on average (they ended "
+                        "at end-of-text)")  # fmt: skip
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     caps = AnalysisCaps(sentences=args.analysis_sentences, generation_prompts=args.generation_prompts,
                         skip=tuple(p for p in args.analysis_skip.split(",") if p))  # fmt: skip
     try:
         result = report(args.paths, out=args.out, run_analysis=not args.no_analyze, trust_config=args.trust_config,
-                        caps=caps, baseline=args.baseline, correct=not args.no_correction)  # fmt: skip
+                        caps=caps, baseline=args.baseline, correct=not args.no_correction,
+                        primary=tuple(m for m in args.primary.split(",") if m),
+                        fewest_kept_tokens=args.fewest_kept_tokens)  # fmt: skip
     except (ValueError, FileNotFoundError, DiskFull) as error:
         parser.exit(2, f"degen-report: error: {printable(error)}\n")
     failed = sum(r["status"] == "failed" for r in result["rows"])

@@ -1,5 +1,10 @@
 """degen-train: pretraining from a Hydra config (``degen-train recipe=bert_mlm_nsp model=mini``); the run itself is
-degen_train/run/pretrain.py's ``train``."""
+degen_train/run/pretrain.py's ``train``.
+
+What the command line alone can tell is answered before torch, Lightning or transformers load (they take most of a
+start-up): the overrides' form, the composition, the typed schema and the loss terms' options
+(run/config_alone.py), ``--list`` and ``--help``. The frameworks are imported only for a config that passed.
+"""
 
 from __future__ import annotations
 
@@ -11,17 +16,23 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from degen_train.callbacks.divergence import DivergenceError  # noqa: E402
-from degen_train.callbacks.preemption import PREEMPTED_EXIT, PreparationStopped, RunPreempted  # noqa: E402
 from degen_train.config.inherited import inherited_overrides  # noqa: E402
 from degen_train.config.overrides import open_trainer_keys, refuse_unquoted_equals  # noqa: E402
+from degen_train.core.exit_codes import PREEMPTED_EXIT  # noqa: E402
 from degen_train.core.paths import config_dir  # noqa: E402
 from degen_train.core.quiet import silence_known_noise  # noqa: E402
-from degen_train.losses.catalog import refuse_unknown_term_options  # noqa: E402
-from degen_train.run.pretrain import train  # noqa: E402
-from degen_train.run.sweep import FAILED_RUNS, run_in_sweep, search_objective, sweep_summary_line  # noqa: E402
+from degen_train.losses.declarations import refuse_unknown_term_options  # noqa: E402
 from degen_train.run.sweep_stop import STOPPED, end_workers  # noqa: E402
 from degen_train.storage.runlock import RunDirBusy, check_output_folders_in  # noqa: E402
+
+
+def _refused(error: BaseException) -> None:
+    """One line for bad input, a full disk, a busy folder or a diverged run (its message says what was kept and what
+    to change), exit 1; HYDRA_FULL_ERROR=1 raises it whole."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise error
+    print(f"degen-train: error: {error}\n(HYDRA_FULL_ERROR=1 shows where it was raised)", file=sys.stderr)
+    raise SystemExit(1) from None
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="train")
@@ -29,22 +40,29 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    if HydraConfig.get().mode == RunMode.MULTIRUN:
-        return run_in_sweep(cfg, train)
+    from degen_train.run.config_alone import check_config_alone
+
     try:
-        summary = train(cfg)
+        alone = check_config_alone(cfg)  # the config alone, before the frameworks load
+    except ValueError as error:
+        _refused(error)
+    from degen_train.callbacks.divergence import DivergenceError
+    from degen_train.callbacks.preemption import PreparationStopped, RunPreempted
+    from degen_train.run.pretrain import train
+    from degen_train.run.sweep import run_in_sweep, search_objective
+
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        return run_in_sweep(cfg, lambda member: train(member, alone=alone))
+    try:
+        summary = train(cfg, alone=alone)
     except RunPreempted as preempted:
         print(f"degen-train: {preempted}. Resume with ckpt_path=auto (same command), exit code {PREEMPTED_EXIT}")
         raise SystemExit(PREEMPTED_EXIT) from None
     except PreparationStopped as stopped:
         print(f"degen-train: {stopped} (exit code {PREEMPTED_EXIT})", file=sys.stderr)
         raise SystemExit(PREEMPTED_EXIT) from None
-    except (ValueError, OSError, RunDirBusy, DivergenceError) as error:  # bad input, a full disk, a busy folder, a
-        # diverged run (its message says what was kept and what to change): one line
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        print(f"degen-train: error: {error}\n(HYDRA_FULL_ERROR=1 shows where it was raised)", file=sys.stderr)
-        raise SystemExit(1) from None
+    except (ValueError, OSError, RunDirBusy, DivergenceError) as error:
+        _refused(error)
     return None if "prepared" in summary else search_objective(summary, cfg.search)
 
 
@@ -109,6 +127,10 @@ def main() -> None:
         _hydra_main()
     finally:
         end_workers()  # a joblib sweep's worker processes end with it (run/sweep_stop.py)
+    if "degen_train.run.sweep" not in sys.modules:  # no run started (--help, --cfg, a refused config)
+        return
+    from degen_train.run.sweep import FAILED_RUNS, sweep_summary_line
+
     summary_line = sweep_summary_line()
     if STOPPED["signal"] is not None:
         print(f"{summary_line or 'the sweep'}\ndegen-train: the sweep was stopped; run the same command again to "

@@ -71,6 +71,7 @@ class Generation(Record):
     sampling_error: dict[str, dict[str, Number]] = {}
     mauve_featurizer: str | None = None
     coherence_encoder: str | None = None  # coherence_simcse's
+    coherence_encoder_pooling: str | None = None  # how its sentence vectors are pooled
     coherence_model: str | None = None  # coherence_opt's
     comparable_with: dict[str, str] = {}
 
@@ -92,7 +93,7 @@ class Evaluation(Record):
     lm_eval: LmEval | None = None
     # Per-item scores of a measure, by its runs-table column ("sts/NAME", "wic/accuracy"): {"kind": ..., COLUMN:
     # [one number per item]}, for a paired bootstrap between runs scored on the same items (metrics/evaluation_noise)
-    items: dict[str, dict[str, str | list[float]]] | None = None
+    items: dict[str, dict[str, str | list[float] | list[str]]] | None = None
 
 
 class GlueTask(Record):
@@ -165,7 +166,9 @@ class Failure(Record):
 
 class AnalysedLayer(Record):
     mean_cosine: Number = None
-    self_similarity: Number = None
+    tacl_self_similarity: Number = None  # TaCL's, within a sentence (metrics/isotropy.tacl_self_similarity)
+    self_similarity: Number = None  # the same, as analyses written before the rename name it
+    word_self_similarity: Number = None  # Ethayarajh's, across a word's contexts
 
 
 class Outliers(Record):
@@ -261,15 +264,20 @@ def read_png(path: Path, *, within: Path | None = None) -> bytes:
     return data
 
 
-def kept_items(run: Path, evaluation: str = "eval") -> dict[str, dict[str, str | list[float]]]:
+def kept_item_records(runs: list[Path], evaluation: str, record: str) -> list[tuple[str, dict | None]]:
+    """Each run's per-item record ``record`` of RUN/EVALUATION/eval.json as ``(where it is, the record or None)``;
+    RecordError naming the file where one does not fit its schema."""
+    return [(f"{run}/{evaluation}/eval.json items[{record!r}]", kept_items(run, evaluation).get(record))
+            for run in runs]  # fmt: skip
+
+
+def kept_items(run: Path, evaluation: str = "eval") -> dict[str, dict[str, str | list[float] | list[str]]]:
     """The per-item records RUN/EVALUATION/eval.json keeps (``Evaluation.items``: STS pairs, WiC items, generation
-    prompts) by measure, for a paired bootstrap; {} where the run kept none or the file does not fit its schema."""
+    prompts, each with its items' ids) by measure, for a paired bootstrap; {} where the run kept none. A file that
+    does not fit its schema is a RecordError naming it: a verdict says which noise it used instead."""
     import os
 
     path = Path(run) / evaluation / "eval.json"
     if not os.path.lexists(path):
         return {}
-    try:
-        return read_record(path, Evaluation, what="evaluation", within=Path(run)).items or {}
-    except HandedOverFileError:
-        return {}
+    return read_record(path, Evaluation, what="evaluation", within=Path(run)).items or {}

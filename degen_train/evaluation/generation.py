@@ -36,7 +36,7 @@ from degen_train.metrics.decoding import (
     decode,
     end_of_text_id,
 )
-from degen_train.metrics.evaluation_noise import ItemScores, bootstrap_se
+from degen_train.metrics.evaluation_noise import ItemScores, bootstrap_se, item_id
 from degen_train.metrics.generation import distinct_n, diversity, released_word_ngrams, rep_n, seq_rep_n
 
 log = logging.getLogger("degen_train.eval")
@@ -164,6 +164,8 @@ def generation_eval(
     device = next(model.parameters()).device
     eos = end_of_text_id(model)
     prefix_texts = [tokenizer.decode(p, skip_special_tokens=True) for p in prefixes]
+    # each prompt's identity: its document (or prompt line) and offset, and a hash of its prefix's text
+    ids = tuple(item_id(f"{drawn[i]}@0", text) for i, text in enumerate(prefix_texts))
     release = text_release(documents) if text is not None else None
     result: dict[str, Any] = {
         "protocol": {
@@ -205,13 +207,13 @@ def generation_eval(
         measures["mean_kept_tokens"] = float(np.mean(kept_lengths[decoding]))
         measures["ended_early"] = float(np.mean([n < new_tokens for n in kept_lengths[decoding]]))
         result["decodings"][decoding] = measures
-        _keep_items(result, decoding, items)
+        _keep_items(result, decoding, items, ids)
     human = [tokenizer.decode(r, skip_special_tokens=True) for r in references] if references else None
     if human:
         result["human"] = text_measures(human, references)
-        _keep_items(result, "human", _text_items(human))
-    _coherence_simcse(result, coherence_encoder, prefix_texts, written, human)
-    _coherence_opt(result, coherence_model, prefix_texts, written, human)
+        _keep_items(result, "human", _text_items(human), ids)
+    _coherence_simcse(result, coherence_encoder, prefix_texts, written, human, ids)
+    _coherence_opt(result, coherence_model, prefix_texts, written, human, ids)
     _mauve(result, featurizer, written, human)
     result["comparable_with"] = comparability(result)
     from degen_train.core.paths import writable_folder
@@ -249,11 +251,13 @@ def _text_items(texts: Sequence[str]) -> dict[str, ItemScores]:
     return items | {"diversity": ItemScores("diversity", columns)}
 
 
-def _keep_items(result: dict, row: str, items: dict[str, ItemScores]) -> None:
-    """The per-prompt terms under eval.json's ``items`` ("generation/ROW/MEASURE") and each one's sampling error."""
+def _keep_items(result: dict, row: str, items: dict[str, ItemScores], ids: Sequence[str] | None) -> None:
+    """The per-prompt terms under eval.json's ``items`` ("generation/ROW/MEASURE"), each prompt's id beside them, and
+    each one's sampling error."""
     errors = result["sampling_error"].setdefault(row, {})
     for measure, scores in items.items():
-        result["items"][f"generation/{row}/{measure}"] = scores.record()
+        named = ItemScores(scores.kind, scores.columns, tuple(ids) if ids and len(ids) == scores.items else None)
+        result["items"][f"generation/{row}/{measure}"] = named.record()
         errors[measure] = bootstrap_se(scores)
 
 
@@ -282,11 +286,12 @@ def _evaluator(result: dict, key: str, given: str | Path | None, released: str, 
 
 
 def _coherence_simcse(result: dict, given: str | Path | None, prefixes: list[str], written: dict[str, list[str]],
-                      human: list[str] | None) -> None:  # fmt: skip
+                      human: list[str] | None, ids: Sequence[str]) -> None:  # fmt: skip
     folder = _evaluator(result, "coherence_encoder", given, quality.RELEASED_SIMCSE, default_encoder(),
                         "coherence_simcse")  # fmt: skip
     if folder is None:
         return
+    result["coherence_encoder_pooling"] = quality.simcse_pooling(result["coherence_encoder"])
     first = quality.simcse_vectors(folder, prefixes)
     rows = {**written, **({"human": human} if human else {})}
     for row, texts in rows.items():
@@ -294,11 +299,12 @@ def _coherence_simcse(result: dict, given: str | Path | None, prefixes: list[str
         per_prompt = torch.nn.functional.cosine_similarity(first, second, dim=-1)
         target = result["human"] if row == "human" else result["decodings"][row]
         target["coherence_simcse"] = quality.coherence_simcse(first, second)
-        _keep_items(result, row, {"coherence_simcse": ItemScores("mean", {"value": per_prompt.double().numpy()})})
+        _keep_items(result, row, {"coherence_simcse": ItemScores("mean", {"value": per_prompt.double().numpy()})},
+                    ids)
 
 
 def _coherence_opt(result: dict, given: str | Path | None, prefixes: list[str], written: dict[str, list[str]],
-                   human: list[str] | None) -> None:  # fmt: skip
+                   human: list[str] | None, ids: Sequence[str]) -> None:  # fmt: skip
     folder = _evaluator(result, "coherence_model", given, quality.RELEASED_COHERENCE_MODEL, None, "coherence_opt")
     if folder is None:
         return
@@ -310,10 +316,11 @@ def _coherence_opt(result: dict, given: str | Path | None, prefixes: list[str], 
     for row, texts in rows.items():
         scores = quality.coherence_opt_scores(prefixes, texts, model=model, tokenizer=tokenizer)
         values = np.array([s for s in scores if s is not None])
+        scored = [item for item, s in zip(ids, scores, strict=True) if s is not None]
         target = result["human"] if row == "human" else result["decodings"][row]
         target["coherence_opt"] = float(values.mean()) if len(values) else None
         if len(values):
-            _keep_items(result, row, {"coherence_opt": ItemScores("mean", {"value": values})})
+            _keep_items(result, row, {"coherence_opt": ItemScores("mean", {"value": values})}, scored)
 
 
 def _mauve(result: dict, given: str | Path | None, written: dict[str, list[str]], human: list[str] | None) -> None:
@@ -373,7 +380,8 @@ def format_generation(result: dict[str, Any]) -> list[str]:
     protocol = result["protocol"]
     left_out = [f"{key.removesuffix('_left_out')}: {why}" for key, why in result.items() if key.endswith("_left_out")]
     lines = [f"generation: {protocol['prompts']} prompts, up to {protocol['new_tokens']} new tokens each "
-             f"(end of text: {protocol['end_of_text']}); coherence_simcse under {result.get('coherence_encoder')}, "
+             f"(end of text: {protocol['end_of_text']}); coherence_simcse under {result.get('coherence_encoder')} "
+             f"({result.get('coherence_encoder_pooling', 'not measured')}), "
              f"coherence_opt under {result.get('coherence_model')}, MAUVE featurized by "
              f"{result.get('mauve_featurizer')}", *(f"  left out: {line}" for line in left_out),
              f"{'decoding':<12}" + "".join(f"{c[:10]:>11}" for c in columns)]  # fmt: skip

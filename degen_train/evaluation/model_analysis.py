@@ -32,9 +32,10 @@ from degen_train.metrics.isotropy import (
     mean_pairwise_cosine,
     outlier_dimensions,
     partition_isotropy,
-    self_similarity,
     singular_spectrum,
+    tacl_self_similarity,
     top_k_variance_share,
+    word_self_similarity,
 )
 from degen_train.metrics.positional import absolute_position_embeddings, positional_artefacts
 from degen_train.metrics.probe_versions import current_versions
@@ -182,7 +183,7 @@ def analyze(
     with timed(timings, "embedding_metrics"):
         result = embedding_analysis(encoder, sentences, ids)
     with timed(timings, "layer_metrics"):
-        layers, curves = layer_analysis(per_layer)
+        layers, curves = layer_analysis(per_layer, ids)
     result["layers"] = layers
     if "positional" not in skip:
         with timed(timings, "positional"):  # Luo et al. 2021: are the last layer's outlier dimensions positional?
@@ -298,15 +299,18 @@ def embedding_analysis(encoder: Any, sentences: list[str], ids: list[torch.Tenso
     return result
 
 
-def layer_analysis(per_layer: list[list[torch.Tensor]]) -> tuple[list[dict[str, Any]], dict[str, list[float]]]:
-    """Per layer: isotropy, self-similarity, and the mean cosine raw, whitened and clipped."""
+def layer_analysis(per_layer: list[list[torch.Tensor]],
+                   ids: list[torch.Tensor]) -> tuple[list[dict[str, Any]], dict[str, list[float]]]:  # fmt: skip
+    """Per layer: isotropy, TaCL's and Ethayarajh's self-similarity, and the mean cosine raw, whitened and
+    clipped."""
     layers: list[dict[str, Any]] = []
     curves: dict[str, list[float]] = {"raw": [], "whitened": [], "clipped": []}
     for sequences in tqdm(per_layer, desc="layers", leave=False, disable=None):  # disable=None: off when not a tty
         vectors = torch.cat(sequences)
         groups = torch.cat([torch.full((len(s),), i) for i, s in enumerate(sequences)])
         entry = matrix_metrics(vectors)
-        entry.update(self_similarity(sequences))
+        entry.update(tacl_self_similarity(sequences))
+        entry["word_self_similarity"] = word_self_similarity(sequences, ids)
         entry["mean_cosine_across_sentences"] = mean_cosine_across_groups(vectors, groups)
         entry["mean_cosine_whitened"] = mean_pairwise_cosine(fit_whitening(vectors)(vectors))
         entry["mean_cosine_clipped"] = mean_pairwise_cosine(clip_outliers(vectors, entry["outlier_dims"]))

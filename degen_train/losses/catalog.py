@@ -1,9 +1,9 @@
 """Every loss term by the name a config gives it, and the build of the configured ones.
 
 Which code runs for ``regularizer=cosreg``: conf/regularizer/cosreg.yaml puts its options under the key ``cosreg``;
-the module imported for that name below, degen_train/losses/cosreg.py, registers its class with
-``@register_term("cosreg")``. The builtin terms are imported here by name (no module is found by searching a
-folder); a separate package adds terms through the entry-point group ``degen_train.terms``:
+degen_train/losses/cosreg.py declares ``@register_term("cosreg")`` on its class. The files are found by what they
+declare (losses/declarations.py reads each file of the folder; no list names them), and importing them registers
+their classes. A separate package adds terms through the entry-point group ``degen_train.terms``:
 
     [project.entry-points."degen_train.terms"]
     my_term = "my_package.my_term"            # a module that uses @register_term, or
@@ -12,34 +12,23 @@ folder); a separate package adds terms through the entry-point group ``degen_tra
 
 from __future__ import annotations
 
-import difflib
 import importlib.metadata
 import inspect
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-# The builtin terms, one module each (the objectives, then the regularizers): importing a module registers its term.
-from degen_train.losses import (  # noqa: F401  # noqa: F401
-    agg,
-    coco_clm,
-    coco_scl,
-    cosreg,
-    electra,
-    istar,
-    mle,
-    mlm,
-    nsp,
-    simcse,
-    simctg,
-    spectrum,
-    tacl,
-    unlikelihood,
-)
 from degen_train.losses.contract import TERM_REGISTRY, LossTerm, register_term
+from degen_train.losses.declarations import (  # noqa: F401 - the command line's light checks, said here too
+    check_term_sections,
+    declared_terms,
+    import_term_modules,
+    refuse_unknown_term_options,
+    unknown_option_message,
+)
 from degen_train.losses.options import TermOptionError
 
 ENTRY_POINT_GROUP = "degen_train.terms"
+import_term_modules()  # every term file of the folder registers its class
 
 
 def discover_terms() -> dict[str, type[LossTerm]]:
@@ -55,8 +44,17 @@ def discover_terms() -> dict[str, type[LossTerm]]:
 
 
 def term_options(term: type[LossTerm]) -> list[str] | None:
-    """The options a term's yaml may set: its constructor's keywords, plus ``weight`` and ``term``; None when the
-    constructor takes ``**kwargs`` (anything goes)."""
+    """The options a term's yaml may set, ``weight`` and ``term`` included: its declaration's (its constructor's
+    keywords and those of a base it passes **options on to, losses/declarations.py), else, for a plugin's term, its
+    constructor's keywords; None when a plugin's constructor takes ``**kwargs`` (anything goes)."""
+    declared = declared_terms().get(getattr(term, "name", ""))
+    if declared is not None and declared.module == term.__module__:
+        return declared.option_names()
+    return signature_options(term)
+
+
+def signature_options(term: type[LossTerm]) -> list[str] | None:
+    """``weight``, ``term`` and the constructor's own keywords; None when it takes ``**kwargs``."""
     parameters = inspect.signature(term.__init__).parameters.values()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return None
@@ -64,21 +62,18 @@ def term_options(term: type[LossTerm]) -> list[str] | None:
     return ["weight", "term", *own]
 
 
-def unknown_option_message(section: str, key: str, registered: str, option: str, options: list[str]) -> str:
-    """What to say of ``section.key.option`` when the term has no such option: the close ones, then all of them."""
-    close = difflib.get_close_matches(option, options, n=3, cutoff=0.5)
-    hint = f"did you mean {' or '.join(close)}? " if close else ""
-    listed = ", ".join(options)
-    return f"{section}.{key}.{option} is not an option of loss term {registered}; {hint}its options: {listed}"
-
-
-def build_terms(sections: Mapping[str, Mapping[str, Any] | None]) -> tuple[dict[str, LossTerm], dict[str, float]]:
+def build_terms(sections: Mapping[str, Mapping[str, Any] | None], *,
+                checked: bool = False) -> tuple[dict[str, LossTerm], dict[str, float]]:  # fmt: skip
     """Build terms from config sections, e.g. {"objective": {"mlm": {"weight": 1}}, "regularizer": {}}.
 
     A key names a registered term, or any name with ``term: REGISTERED_NAME`` inside (to use one
     term twice with different settings). Every other key is a keyword argument of the term.
     """
     registry = discover_terms()
+    if not checked:  # the command checked them already, before the frameworks loaded (run/config_alone.py)
+        plugins = set(registry) - set(declared_terms())
+        check_term_sections({section: dict(entries or {}) for section, entries in sections.items()},
+                            plugins=bool(plugins))  # fmt: skip
     terms: dict[str, LossTerm] = {}
     weights: dict[str, float] = {}
     for section, entries in sections.items():
@@ -90,12 +85,8 @@ def build_terms(sections: Mapping[str, Mapping[str, Any] | None]) -> tuple[dict[
                     f"unknown loss term {registered!r} in {section}; registered terms: {', '.join(sorted(registry))}"
                 )
             weight = float(options.pop("weight", 1.0))
-            if weight < 0:
-                raise ValueError(f"{section}.{key}.weight must be >= 0, got {weight}")
-            if key in terms:
-                raise ValueError(f"loss term {key!r} appears in more than one config section")
             allowed = term_options(registry[registered])
-            for option in options:
+            for option in options:  # a plugin's term: its constructor's keywords (declared terms were checked above)
                 if allowed is not None and option not in allowed:
                     raise ValueError(unknown_option_message(section, key, registered, option, allowed))
             try:
@@ -126,20 +117,3 @@ def with_compiled_heads(objective: Mapping[str, Mapping[str, Any] | None]) -> di
                 options["chunk_size"] = None
         out[key] = options
     return out
-
-
-TERM_KEY = re.compile(r"^(objective|regularizer)\.(\w+)\.(\w+)=")
-
-
-def refuse_unknown_term_options(overrides: Sequence[str]) -> None:
-    """An ``objective.TERM.OPTION=VALUE`` / ``regularizer.TERM.OPTION=VALUE`` whose term has no such option is
-    refused here, naming the close options and all of them, instead of Hydra's "use +key" (the wrong fix: it only
-    moves the error to the build). Keys that are not a registered term's name (``term: NAME`` entries) are left to
-    the build's check, which says the same."""
-    matches = [m for m in map(TERM_KEY.match, overrides) if m is not None]
-    registry = discover_terms() if matches else {}
-    for match in matches:
-        section, key, option = match.groups()
-        options = term_options(registry[key]) if key in registry else None
-        if options is not None and option not in options:
-            raise SystemExit("degen-train: error: " + unknown_option_message(section, key, key, option, options))

@@ -73,10 +73,15 @@ def _adapter(hint: Any) -> TypeAdapter:
 
 
 def _check(term: type, option: str, value: Any, hint: Any) -> None:
+    check_value(default_path(term), option, value, hint)
+
+
+def check_value(path: str, option: str, value: Any, hint: Any) -> None:
+    """``value`` of ``path.option`` against its annotation ``hint`` (strict: 'false' is no bool, '3' no int)."""
     try:
-        _adapter(hint).validate_python(value, strict=True)  # strict: 'false' is no bool, '3' no int
+        _adapter(hint).validate_python(value, strict=True)
     except ValidationError as error:
-        raise TermOptionError(default_path(term), option, value, hint, error.errors()[0]) from None
+        raise TermOptionError(path, option, value, hint, error.errors()[0]) from None
 
 
 BOUND_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal"})

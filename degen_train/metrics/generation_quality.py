@@ -142,6 +142,14 @@ def coherence_simcse(prefix_vectors: torch.Tensor, continuation_vectors: torch.T
     return float(torch.nn.functional.cosine_similarity(prefix_vectors, continuation_vectors, dim=-1).mean())
 
 
+def simcse_pooling(folder: str | Path) -> str:
+    """How ``simcse_vectors`` pools ``folder``'s states, in words: the evaluator a coherence column names."""
+    name = str(folder).lower()
+    if "simcse" in name:
+        return "[CLS] state (SimCSE's tool, unsupervised)" if "unsup" in name else "pooler output (SimCSE's tool)"
+    return "mean over tokens (a stand-in: not SimCSE's encoder, not comparable with its tables)"
+
+
 @torch.no_grad()
 def simcse_vectors(folder: str, texts: Sequence[str], *, batch_size: int = 32) -> torch.Tensor:
     """(N, H) sentence vectors as SimCSE's released tool makes them (simcse/tool.py ``encode``: at most 128 tokens;

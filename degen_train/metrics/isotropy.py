@@ -7,7 +7,7 @@ gathered in chunks, so a million vectors cost O(M·d + d²) memory.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -90,9 +90,11 @@ def mean_cosine_across_groups(vectors: Tensor, groups: Tensor) -> float:
     return float((total @ total - (per_group * per_group).sum()) / pairs)
 
 
-def self_similarity(sequences: Iterable[Tensor]) -> dict[str, float]:
-    """Mean over sequences of s(x) = (1/(n(n−1))) Σ_{i≠j} cos(h_i, h_j) within a sequence (TaCL, Su et al.
-    2021, fig. 2), and intra-sentence similarity (1/n) Σ_i cos(h_i, h̄) with h̄ the sequence mean (Ethayarajh 2019)."""
+def tacl_self_similarity(sequences: Iterable[Tensor]) -> dict[str, float]:
+    """TaCL's self-similarity, the mean over sequences of s(x) = (1/(n(n−1))) Σ_{i≠j} cos(h_i, h_j) within a sequence
+    (Su et al. 2021, "TaCL", fig. 2; its measure of token representations within one sentence), and the
+    intra-sentence similarity (1/n) Σ_i cos(h_i, h̄) with h̄ the sequence mean (Ethayarajh 2019, §3.3). Not
+    Ethayarajh's self-similarity, which is across contexts of one word (``word_self_similarity``)."""
     selfs, intras = [], []
     for tokens in sequences:
         if tokens.shape[0] < 2:
@@ -104,9 +106,38 @@ def self_similarity(sequences: Iterable[Tensor]) -> dict[str, float]:
         centre = tokens.double().mean(0)
         intras.append(float(torch.nn.functional.cosine_similarity(tokens.double(), centre[None], dim=-1).mean()))
     return {
-        "self_similarity": float(np.mean(selfs)) if selfs else float("nan"),
+        "tacl_self_similarity": float(np.mean(selfs)) if selfs else float("nan"),
         "intra_sentence_similarity": float(np.mean(intras)) if intras else float("nan"),
     }
+
+
+FEWEST_CONTEXTS = 5  # Ethayarajh 2019 §3.3: words that occur in at least 5 contexts
+
+
+def word_self_similarity(sequences: Sequence[Tensor], ids: Sequence[Tensor], *,
+                         fewest: int = FEWEST_CONTEXTS) -> float:  # fmt: skip
+    """Ethayarajh's self-similarity (2019, "How Contextual are Contextualized Word Representations?", §3.3):
+    SelfSim(w) = (1/(n² − n)) Σ_j Σ_{k≠j} cos(f(s_j, i_j), f(s_k, i_k)) over the n contexts (sentences) of the token
+    w, one occurrence per sentence (its first), averaged over the tokens that occur in at least ``fewest``
+    sentences; NaN where none does. Computed per token as (‖Σ û‖² − n) / (n(n − 1)) from the unit vectors' sum."""
+    firsts, vectors = [], []
+    for tokens, hidden in zip(ids, sequences, strict=True):
+        seen: dict[int, int] = {}
+        for position, token in enumerate(tokens.tolist()):
+            seen.setdefault(token, position)
+        firsts.extend(seen)
+        vectors.append(hidden[list(seen.values())])
+    if not vectors:
+        return float("nan")
+    unit = torch.nn.functional.normalize(torch.cat(vectors).double(), dim=-1)
+    labels, inverse = torch.unique(torch.tensor(firsts), return_inverse=True)
+    sums = unit.new_zeros(len(labels), unit.shape[1]).index_add_(0, inverse.to(unit.device), unit)
+    counts = torch.bincount(inverse, minlength=len(labels)).double().to(unit.device)
+    kept = counts >= fewest
+    if not kept.any():
+        return float("nan")
+    n = counts[kept]
+    return float((((sums[kept] ** 2).sum(1) - n) / (n * (n - 1))).mean())
 
 
 def _eigenvalues(moments: VectorMoments) -> Tensor:

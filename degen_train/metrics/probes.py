@@ -15,6 +15,7 @@ from scipy.stats import spearmanr
 from torch import Tensor
 
 from degen_train.core.handed_files import given_file_text
+from degen_train.metrics.evaluation_noise import item_id
 from degen_train.metrics.isotropy import mean_pairwise_cosine
 from degen_train.metrics.transforms import clip_detected_outliers, clip_outliers, fit_whitening
 
@@ -161,7 +162,9 @@ def sts_scores(pairs: SentencePairs, encode: Callable[[list[str]], Tensor], *, p
         cosine = torch.nn.functional.cosine_similarity(vs[:count].double(), vs[count:].double(), dim=-1)
         result[mode] = float(spearmanr(cosine.numpy(), np.array(pairs.scores)).statistic * 100)
         if mode == "raw":  # per pair, for a paired bootstrap between runs scored on these pairs (evaluation_noise.py)
-            result["raw_items"] = {"kind": "spearman", "prediction": cosine.tolist(), "gold": list(pairs.scores)}
+            result["raw_items"] = {"kind": "spearman", "prediction": cosine.tolist(), "gold": list(pairs.scores),
+                                   "ids": [item_id(i, f"{a}\t{b}") for i, (a, b) in
+                                           enumerate(zip(pairs.first, pairs.second, strict=True))]}  # fmt: skip
     cosines = pair_cosines(vectors, pairs.scores)
     result["sentence_geometry"] = sentence_geometry(vectors, cosines)
     if picture is not None:  # Meng et al. 2021's figure: similar pairs should sit right of random ones
@@ -279,9 +282,17 @@ def wic_scores(
             entry.update(accuracy=float(((cosine > fitted) == labels).double().mean()), threshold=fitted)
         if mode == "raw":  # per item, right or wrong, for a paired bootstrap (evaluation_noise.py)
             threshold = entry.get("threshold", entry["threshold_fitted_on_scored_items"])
-            result["raw_items"] = {"kind": "accuracy", "correct": ((cosine > threshold) == labels).double().tolist()}
+            result["raw_items"] = {"kind": "accuracy", "correct": ((cosine > threshold) == labels).double().tolist(),
+                                   "ids": _wic_ids(items, vectors)}
         result[mode] = entry
     return result
+
+
+def _wic_ids(items: WicItems, vectors: tuple[Tensor, Tensor]) -> list[str]:
+    """The scored items' ids (metrics/evaluation_noise.item_id): the row and a hash of both examples and positions."""
+    keep = _keep_mask(vectors).tolist()
+    return [item_id(i, f"{' '.join(a)}\t{' '.join(b)}\t{p}") for i, ((a, b), p, kept) in
+            enumerate(zip(items.words, items.positions, keep, strict=True)) if kept]  # fmt: skip
 
 
 def _keep_mask(vectors: tuple[Tensor, Tensor]) -> Tensor:

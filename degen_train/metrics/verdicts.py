@@ -1,12 +1,13 @@
 """One rule for every verdict: a reproduce page's claims and a sweep report's comparisons, an effect beside its noise.
 
-The noise of a difference of two means is its standard error: each arm's seed spread over its pretraining seeds
-(Welch: each arm its own variance) and, for a score on an evaluation set, that set's error, which seeds do not average
-away (metrics/evaluation_noise.py): a paired bootstrap over the items both arms were scored on where the runs kept
-their per-item scores, else each arm's own sampling error as if the sets were independent. The interval is Welch's:
-the effect ± t·SE, t Student's 97.5% quantile at the Welch–Satterthwaite degrees of freedom (the evaluation-set term
-counts as a known variance, with no degrees of freedom of its own to lose). Two uses, one rule (RULE, SWEEP_RULE are
-the texts the pages print):
+The noise of a difference of two means is its standard error over the two sources a sweep samples: the seeds (Welch:
+each arm its own seed spread, which already holds each run's own luck on the items) and, for a score on an
+evaluation set, the items both arms share (metrics/evaluation_noise.py): the crossed design's items term, taken from
+a bootstrap over the items paired by id with the run × item term removed once, where the runs kept per-item scores;
+else each arm's own sampling error as if the sets were independent (an overstatement, never a narrowing). The
+interval is the effect ± t·SE, t Student's 97.5% quantile at the **seeds'** Welch–Satterthwaite degrees of freedom:
+an added noise source widens the SE and never lifts the df, so an interval with the evaluation term always contains
+the seeds-only one. Two uses, one rule (RULE, SWEEP_RULE are the texts the pages print):
 
 - a reproduce claim (``judge``, ``expect`` lower or higher): **shows** when the 95% interval lies wholly on the
   expected side of zero; **does not show** when it lies wholly on the other side; else **cannot tell at this scale**;
@@ -14,11 +15,13 @@ the texts the pages print):
   when the interval lies inside the tolerance (for "not higher": below its upper end), **does not show** when it
   lies wholly outside;
 - a sweep's setting against its baseline (``compare``, no side expected): **lower** or **higher** when Welch's t test
-  rejects no difference at 5% after Holm's correction over the settings compared on that measure (with one
-  comparison: exactly when the interval excludes zero), else **no difference shown**; with ``seeds_to_decide``, about
-  how many seeds per arm would decide an effect of the observed size at the observed spread (80% power);
+  rejects no difference at 5% after Holm's correction over the family (``decide``: every comparison of the report,
+  settings × measures; or the primary measures' and the exploratory ones' apart), else **no difference shown**; with
+  ``seeds_to_decide``, about how many seeds per arm would decide an effect of the observed size at the observed
+  spread (80% power) at the level Holm's step applied to that comparison;
 - fewer than 2 seeds in either arm, or a noise of zero (identical seeds and no evaluation-set error), is always
-  **cannot tell**: the spread is unknown, and an effect of any size would otherwise decide.
+  **cannot tell**: the spread is unknown, and an effect of any size would otherwise decide; such a row has no
+  interval.
 """
 
 from __future__ import annotations
@@ -30,17 +33,23 @@ from dataclasses import dataclass
 from degen_train.metrics.evaluation_noise import RESAMPLES
 
 WORDS = ("shows", "does not show", "cannot tell at this scale")
-SWEEP_WORDS = ("lower", "higher", "no difference shown", "cannot tell")
+SWEEP_WORDS = ("lower", "higher", "no difference shown", "cannot tell", "not measured")
 POWER = 0.8  # the seeds advice: the seeds per arm that would decide an effect of the observed size this often
 TOLERANCE = 0.02  # a claim of no cost: within 2% of the baseline
 CONFIDENCE = 0.95  # two-sided: the interval holds the true difference 95 times in 100
 MIN_SEEDS = 2  # per arm: fewer leaves the seed spread unknown
+# A generation measure is judged only where its decoding's continuations keep at least this many tokens on average
+# in both arms (degen-report --fewest-kept-tokens; the reproduce pages' claims): SimCTG's tables are over 256-token
+# continuations, and a text ended after 2 tokens has a rep-n of 0 and a diversity of 1 for want of text.
+FEWEST_KEPT_TOKENS = 32
 NOISE = (
-    f"Welch's t on the seed means (each arm's own seed spread; Student's t quantile at the Welch–Satterthwaite "
-    f"degrees of freedom), the standard error adding the evaluation set's error where the measure has one (GLUE dev "
-    f"accuracies and correlations, STS-B Spearman, WiC accuracy, generation measures over prompts): a paired "
-    f"bootstrap over the items both arms were scored on ({RESAMPLES:,} resamples, seeded) where the runs kept their "
-    f"per-item scores, else each arm's own sampling error, as if scored on different sets."
+    f"Welch's t on the seed means (each arm's own seed spread, which holds each run's own luck on the items; "
+    f"Student's t quantile at the seeds' Welch–Satterthwaite degrees of freedom, never more), the standard error "
+    f"adding the items' share where the measure has an evaluation set (GLUE dev accuracies and correlations, STS-B "
+    f"Spearman, WiC accuracy, generation measures over prompts): where the runs kept per-item scores, a bootstrap "
+    f"over the items paired by id ({RESAMPLES:,} resamples, seeded), every run of both arms rescored, with the "
+    f"run × item term the seeds already hold removed once (a seeds × items crossed design, Owen 2007); else each "
+    f"arm's own sampling error, as if scored on different sets."
 )
 RULE = (
     f"Each verdict states the effect (the difference of the two arms' means) with its {CONFIDENCE:.0%} interval: "
@@ -56,10 +65,12 @@ SWEEP_RULE = (
     f"Each setting is compared with the baseline run that equals it in every other swept key: the effect (the "
     f"difference of the two arms' means over seeds) with its {CONFIDENCE:.0%} interval by {NOISE} "
     f"The verdict is lower or higher when Welch's two-sided t test rejects no difference at "
-    f"{1 - CONFIDENCE:.0%} after Holm's correction over the settings compared on that measure (the interval shown is "
-    f"uncorrected), else no difference shown; an arm of fewer than {MIN_SEEDS} seeds cannot tell. Seeds to decide: "
-    f"about how many seeds per arm would decide an effect of the observed size at the observed spread with "
-    f"{POWER:.0%} power (statsmodels' TTestIndPower, the evaluation set's error held fixed)."
+    f"{1 - CONFIDENCE:.0%} after Holm's correction over the family the report names (by default every comparison "
+    f"it judges, settings × measures; with --primary, the primary measures' comparisons and the exploratory ones', "
+    f"each corrected among themselves; the interval shown is uncorrected), else no difference shown; an arm of fewer "
+    f"than {MIN_SEEDS} seeds cannot tell. Seeds to decide: about how many seeds per arm would decide an effect of the "
+    f"observed size at the observed spread with {POWER:.0%} power at the level Holm's step held that comparison to "
+    f"(statsmodels' TTestIndPower, the evaluation set's error held fixed)."
 )  # fmt: skip
 
 
@@ -73,8 +84,9 @@ class Verdict:
     noise: float | None  # the standard error of after − before; None: unknown (an arm of one seed)
     expect: str
     word: str
-    dof: float | None = None  # Welch–Satterthwaite's degrees of freedom (inf: the sampling error alone)
-    sampled: str = ""  # the noise holds the evaluation set's error: "paired" (bootstrap) | "independent" | ""
+    dof: float | None = None  # the seeds' Welch–Satterthwaite degrees of freedom
+    sampled: str = ""  # the noise holds the evaluation set's error: "paired" (by item id) | "independent" | ""
+    note: str = ""  # why the evaluation set's error is not paired, where it could have been
 
     @property
     def effect(self) -> float:
@@ -82,19 +94,19 @@ class Verdict:
 
     @property
     def half_width(self) -> float | None:
-        """t·SE: half the 95% interval's width; None when the noise is unknown."""
-        if self.noise is None or self.dof is None:
+        """t·SE: half the 95% interval's width; None when the noise is unknown or zero (no interval)."""
+        if not self.noise or self.dof is None:
             return None
         return t_quantile(self.dof) * self.noise
 
     def interval_text(self) -> str:
-        """``± H (95%, t at df D)``, or ``(noise unknown)``."""
+        """``± H (95%, t at df D)``, or why there is no interval."""
         if self.half_width is None:
-            return "(noise unknown)"
-        df = "∞" if math.isinf(self.dof) else f"{self.dof:.3g}"
-        sampled = {"paired": ", with its evaluation set, paired", "independent": ", with its evaluation set"}.get(
-            self.sampled, "")
-        return f"± {self.half_width:.3g} ({CONFIDENCE:.0%}, t at df {df}{sampled})"
+            return "(noise unknown)" if self.noise is None else "(no interval: every run gave the same value)"
+        sampled = {"paired": ", with its evaluation set, paired by item", "independent": ", with its evaluation set"}
+        note = f"; {self.note}" if self.note else ""
+        evaluation = sampled.get(self.sampled, "")
+        return f"± {self.half_width:.3g} ({CONFIDENCE:.0%}, t at df {self.dof:.3g}{evaluation}{note})"
 
     def line(self) -> str:
         """``metric: before (base) → after (other), effect E ± H (95%, t at df D), expected X: **word**``."""
@@ -113,18 +125,20 @@ def t_quantile(dof: float) -> float:
 def welch(base: Sequence[float], other: Sequence[float], *, sampling: float = 0.0,
           paired: float | None = None) -> tuple[float, float] | None:  # fmt: skip
     """(standard error, degrees of freedom) of mean(other) − mean(base): SE² = s_b²/n_b + s_o²/n_o + E (s each arm's
-    own seed spread, ddof 1), E the evaluation set's variance of the difference: ``paired``² (the paired bootstrap's
-    standard error, metrics/evaluation_noise.py) when given, else 2·``sampling``² (each arm's own sampling error, the
-    sets taken as independent); df by Welch–Satterthwaite, (Σv)² / Σ v_i²/(n_i − 1), E counting as known (no degrees
-    of freedom lost). None when an arm has fewer than MIN_SEEDS seeds."""
+    own seed spread, ddof 1), E the items' share of the difference's variance: ``paired``² (the crossed design's
+    items term, metrics/evaluation_noise.crossed_noise) when given, else 2·``sampling``² (each arm's own sampling
+    error, the sets taken as independent). df is the seeds' own, Welch–Satterthwaite's (Σv)² / Σ v_i²/(n_i − 1) over
+    the two seed terms (n_b + n_o − 2, its ceiling, where both spreads are zero): E adds width and no degrees of
+    freedom, so the interval never narrows when a noise source is added. None when an arm has fewer than MIN_SEEDS
+    seeds."""
     if min(len(base), len(other)) < MIN_SEEDS:
         return None
     seed_terms = [(_ss(arm) / (len(arm) - 1) / len(arm), len(arm) - 1) for arm in (base, other)]
     evaluation = paired**2 if paired is not None else 2 * sampling**2
-    variance = sum(v for v, _ in seed_terms) + evaluation
+    seeds = sum(v for v, _ in seed_terms)
     denominator = sum(v * v / df for v, df in seed_terms)
-    dof = variance**2 / denominator if denominator > 0 else math.inf
-    return math.sqrt(variance), dof
+    dof = seeds**2 / denominator if denominator > 0 else float(len(base) + len(other) - 2)
+    return math.sqrt(seeds + evaluation), dof
 
 
 def difference_noise(base: Sequence[float], other: Sequence[float], *, sampling: float = 0.0,
@@ -140,7 +154,8 @@ def _ss(values: Sequence[float]) -> float:
 
 
 def judge(metric: str, base: str, other: str, before: Sequence[float], after: Sequence[float], *, expect: str,
-          sampling: float = 0.0, paired: float | None = None, tolerance: float = TOLERANCE) -> Verdict:  # fmt: skip
+          sampling: float = 0.0, paired: float | None = None, tolerance: float = TOLERANCE,
+          note: str = "") -> Verdict:  # fmt: skip
     """The verdict on ``after`` (the other arm's values) against ``before`` (the base arm's), by the module's rule."""
     if expect not in ("lower", "higher", "same", "not higher"):
         raise ValueError(f"expect={expect!r} is not one of lower, higher, same, not higher")
@@ -162,7 +177,7 @@ def judge(metric: str, base: str, other: str, before: Sequence[float], after: Se
             outside = low > allowed or (expect == "same" and high < -allowed)
             word = WORDS[0] if inside else WORDS[1] if outside else WORDS[2]
     sampled = "paired" if paired is not None else "independent" if sampling > 0 else ""
-    return Verdict(metric, base, other, mean_before, mean_after, noise, expect, word, dof, sampled)
+    return Verdict(metric, base, other, mean_before, mean_after, noise, expect, word, dof, sampled, note)
 
 
 @dataclass(frozen=True)
@@ -180,10 +195,14 @@ class Comparison:
     p: float | None  # Welch's two-sided p-value; None: unknown noise
     evaluation: str = ""  # the evaluation set's share: "paired" | "independent" | ""
     spreads: tuple[float, float] = (0.0, 0.0)  # each arm's seed standard deviation (ddof 1)
-    evaluation_variance: float = 0.0  # the evaluation set's variance of the difference
-    p_adjusted: float | None = None  # after Holm's correction over the measure's comparisons
+    evaluation_variance: float = 0.0  # the items' share of the difference's variance
+    p_adjusted: float | None = None  # after Holm's correction over its family
     word: str = SWEEP_WORDS[3]
     seeds_advice: int | None = None  # seeds per arm that would decide it at 80% power; None where no count would
+    family: str = ""  # the family Holm corrected over: "all", "primary", "exploratory" or "uncorrected"
+    family_size: int = 1
+    alpha: float = 1 - CONFIDENCE  # the level Holm's step held this comparison to (the seeds advice's)
+    note: str = ""  # why the evaluation set's error is not paired, where it could have been
 
     @property
     def effect(self) -> float:
@@ -191,23 +210,25 @@ class Comparison:
 
     @property
     def half_width(self) -> float | None:
-        return None if self.noise is None or self.dof is None else t_quantile(self.dof) * self.noise
+        """t·SE; None when the noise is unknown or zero: such a row has no interval."""
+        return None if not self.noise or self.dof is None else t_quantile(self.dof) * self.noise
 
     def noise_text(self) -> str:
-        """What the noise holds: ``seeds (df 3.9) + evaluation set, paired``, or why it is unknown."""
+        """What the noise holds: ``seeds (df 3.9) + evaluation set, paired by item``, or why it is unknown."""
         if self.noise is None:
             return f"unknown: {min(self.seeds)} seed(s) in an arm"
         if self.noise == 0:
             return "none: every run gave the same value"
-        df = "∞" if math.isinf(self.dof) else f"{self.dof:.3g}"
-        evaluation = {"paired": " + evaluation set, paired", "independent": " + evaluation set"}
-        return f"seeds (df {df}){evaluation.get(self.evaluation, '')}"
+        evaluation = {"paired": " + evaluation set, paired by item", "independent": " + evaluation set"}
+        note = f" ({self.note})" if self.note else ""
+        return f"seeds (df {self.dof:.3g}){evaluation.get(self.evaluation, '')}{note}"
 
 
 def compare(measure: str, setting: str, baseline: str, before: Sequence[float], after: Sequence[float], *,
-            sampling: float = 0.0, paired: float | None = None) -> Comparison:  # fmt: skip
+            sampling: float = 0.0, paired: float | None = None, note: str = "") -> Comparison:  # fmt: skip
     """``after`` (the setting's seeds) against ``before`` (the baseline's): the effect, Welch's noise (with the
-    evaluation set's, paired where given) and the two-sided p-value; the word is set by ``decide`` (after Holm)."""
+    evaluation set's, paired where given) and the two-sided p-value at the seeds' df; the word is set by ``decide``
+    (after Holm)."""
     from scipy import stats
 
     mean_before, mean_after = sum(before) / len(before), sum(after) / len(after)
@@ -215,45 +236,67 @@ def compare(measure: str, setting: str, baseline: str, before: Sequence[float], 
     noise, dof = found if found is not None else (None, None)
     p = None
     if noise is not None and noise > 0:
-        t = (mean_after - mean_before) / noise
-        p = float(2 * (stats.norm.sf(abs(t)) if math.isinf(dof) else stats.t.sf(abs(t), dof)))
+        p = float(2 * stats.t.sf(abs((mean_after - mean_before) / noise), dof))
     evaluation = "paired" if paired is not None else "independent" if sampling > 0 else ""
     spreads = tuple(math.sqrt(_ss(arm) / (len(arm) - 1)) if len(arm) > 1 else 0.0 for arm in (before, after))
     variance = paired**2 if paired is not None else 2 * sampling**2
     return Comparison(measure, setting, baseline, mean_before, mean_after, (len(before), len(after)), noise, dof, p,
-                      evaluation, spreads, variance)  # fmt: skip
+                      evaluation, spreads, variance, note=note)  # fmt: skip
 
 
-def decide(comparisons: Sequence[Comparison], *, correct: bool = True) -> list[Comparison]:
-    """Each comparison's word, Holm's correction over those of one measure (statsmodels' multipletests, the family:
-    every setting compared on it) unless ``correct`` is false; with the seeds advice for those that cannot tell or
-    show no difference."""
+FAMILIES = ("all", "primary", "exploratory", "uncorrected")
+
+
+def family_of(comparison: Comparison, primary: Sequence[str] | None) -> str:
+    """The Holm family a comparison belongs to: ``all`` without primary measures, else ``primary`` or
+    ``exploratory``."""
+    if not primary:
+        return "all"
+    return "primary" if comparison.measure in primary else "exploratory"
+
+
+def decide(comparisons: Sequence[Comparison], *, correct: bool = True,
+           primary: Sequence[str] | None = None) -> list[Comparison]:  # fmt: skip
+    """Each comparison's word, by Holm's correction over its family (statsmodels' multipletests): every comparison
+    given (settings × measures), or with ``primary`` measures the primary comparisons and the exploratory ones, each
+    corrected among themselves; each alone when ``correct`` is false. With the seeds advice, at the level Holm's
+    step held the comparison to (α / (k − j + 1) for the j-th smallest p of k), for those that cannot tell or show
+    no difference."""
     from dataclasses import replace
 
     from statsmodels.stats.multitest import multipletests
 
     alpha = 1 - CONFIDENCE
     decided = list(comparisons)
-    for measure in dict.fromkeys(c.measure for c in comparisons):
-        family = [i for i, c in enumerate(comparisons) if c.measure == measure and c.p is not None]
-        adjusted = [comparisons[i].p for i in family]
-        if correct and len(family) > 1:
-            adjusted = list(multipletests(adjusted, alpha=alpha, method="holm")[1])
+    names = [family_of(c, primary) if correct else "uncorrected" for c in comparisons]
+    for name in dict.fromkeys(names):
+        family = [i for i, c in enumerate(comparisons) if names[i] == name and c.p is not None]
+        size = len(family) if name != "uncorrected" else 1
+        if name != "uncorrected" and family:
+            adjusted = list(multipletests([comparisons[i].p for i in family], alpha=alpha, method="holm")[1])
+        else:
+            adjusted = [comparisons[i].p for i in family]
+        ranks = {i: rank for rank, i in enumerate(sorted(family, key=lambda i: comparisons[i].p))}
         for i, p in zip(family, adjusted, strict=True):
             c = comparisons[i]
             word = (SWEEP_WORDS[0] if c.effect < 0 else SWEEP_WORDS[1]) if p < alpha else SWEEP_WORDS[2]
-            decided[i] = replace(c, p_adjusted=float(p), word=word)
+            level = alpha / (size - ranks[i]) if name != "uncorrected" else alpha
+            decided[i] = replace(c, p_adjusted=float(p), word=word, family=name, family_size=size, alpha=level)
+        for i, c in enumerate(comparisons):  # those without a p (unknown noise) still name their family
+            if names[i] == name and c.p is None:
+                decided[i] = replace(c, family=name, family_size=size)
     for i, c in enumerate(decided):
-        if c.word in SWEEP_WORDS[2:] and min(c.seeds) >= MIN_SEEDS:
+        if c.word in SWEEP_WORDS[2:4] and min(c.seeds) >= MIN_SEEDS:
             decided[i] = replace(c, seeds_advice=seeds_to_decide(c))
     return decided
 
 
 def seeds_to_decide(comparison: Comparison, *, most: int = 1000) -> int | None:
     """About how many seeds per arm would decide an effect of the observed size at the observed spread, at POWER
-    (two-sided, at 1 − CONFIDENCE): the smallest n whose power, by statsmodels' TTestIndPower (the noncentral t),
-    reaches it, with each arm's seed variance pooled over n seeds and the evaluation set's variance unchanged (more
-    seeds never shrink it). None when no count up to ``most`` would (the evaluation set's error alone is too wide)."""
+    (two-sided, at the comparison's ``alpha``: the level its Holm step used): the smallest n whose power, by
+    statsmodels' TTestIndPower (the noncentral t), reaches it, with each arm's seed variance pooled over n seeds and
+    the evaluation set's variance unchanged (more seeds never shrink it). None when no count up to ``most`` would
+    (the evaluation set's error alone is too wide)."""
     from statsmodels.stats.power import TTestIndPower
 
     before_sd, after_sd = comparison.spreads
@@ -266,6 +309,6 @@ def seeds_to_decide(comparison: Comparison, *, most: int = 1000) -> int | None:
     for n in range(MIN_SEEDS, most + 1):
         standard_error = math.sqrt(2 * seed_variance / n + evaluation)
         size = effect / standard_error / math.sqrt(n / 2)  # Cohen's d whose noncentrality d·√(n/2) is effect/SE
-        if power.power(effect_size=size, nobs1=n, alpha=1 - CONFIDENCE, ratio=1.0) >= POWER:
+        if power.power(effect_size=size, nobs1=n, alpha=comparison.alpha, ratio=1.0) >= POWER:
             return n
     return None

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,16 @@ import pandas as pd
 from degen_train.config.records import Summary, read_record
 from degen_train.config.roles import Role, role_of
 from degen_train.core.handed_files import HandedOverFileError
+from degen_train.core.trees import flatten
 from degen_train.metrics.verdicts import SWEEP_WORDS, Comparison, compare, decide
-from degen_train.report.measures import direction_of, item_scores, measures_in, sampling_error_of
+from degen_train.report.measures import (
+    FEWEST_KEPT_TOKENS,
+    direction_of,
+    items_noise,
+    measures_in,
+    sampling_error_of,
+)
 from degen_train.report.runs_table import SEED_KEYS, SWEPT
-from degen_train.run.resume import flatten
 
 OFF_VALUES = ("0", "0.0", "none", "null", "false")
 
@@ -39,6 +46,21 @@ class Comparisons:
     decided: list[Comparison] = field(default_factory=list)
     not_compared: list[str] = field(default_factory=list)
     corrected: bool = True
+    primary: tuple[str, ...] = ()  # the measures the study is about (--primary): Holm among themselves
+    # (baseline, setting, generation/DECODING/mean_kept_tokens | ended_early) -> the two arms' means
+    kept: dict[tuple[str, str, str], tuple[float, float]] = field(default_factory=dict)
+
+    def families(self) -> dict[str, int]:
+        """Each Holm family's name and size (comparisons with a p-value), in the report's words' order."""
+        sizes: dict[str, int] = {}
+        for c in self.decided:
+            if c.p is not None:
+                sizes[c.family] = sizes.get(c.family, 0) + 1
+        return {name: sizes[name] for name in ("primary", "all", "exploratory", "uncorrected") if name in sizes}
+
+    def counts(self) -> dict[str, int]:
+        """How many comparisons got each word, in verdicts.csv's words."""
+        return {word: n for word in SWEEP_WORDS if (n := sum(c.word == word for c in self.decided))}
 
     @property
     def shown(self) -> int:
@@ -74,11 +96,18 @@ def choose_baseline(table: pd.DataFrame, given: str | None = None) -> tuple[str,
     return key, values[key][0], "the first swept key's first value: none switches a term off (--baseline KEY=VALUE)"
 
 
-def comparisons(table: pd.DataFrame, *, baseline: str | None = None, correct: bool = True) -> Comparisons:
-    """Every setting against the baseline on every measure the runs have, decided by the one rule."""
+def comparisons(table: pd.DataFrame, *, baseline: str | None = None, correct: bool = True,
+                primary: Sequence[str] = (), fewest_kept_tokens: int = FEWEST_KEPT_TOKENS) -> Comparisons:  # fmt: skip
+    """Every setting against the baseline on every measure the runs have, decided by the one rule: Holm over the
+    whole table, or over the ``primary`` measures and the exploratory ones apart. A generation measure whose
+    continuations keep fewer than ``fewest_kept_tokens`` tokens on average in either arm is not measured."""
     key, value, why = choose_baseline(table, baseline)
     keys, finished = settings_of(table)
-    result = Comparisons((key, value), why, corrected=correct)
+    unknown = [m for m in primary if m not in measures_in(finished)]
+    if unknown:
+        raise ValueError(f"--primary {','.join(unknown)}: not a measure the runs have; they have "
+                         f"{', '.join(measures_in(finished)) or 'none'}")  # fmt: skip
+    result = Comparisons((key, value), why, corrected=correct, primary=tuple(primary))
     others = [k for k in keys if k != key]
     groups = {setting: rows for setting, rows in finished.groupby([SWEPT + k for k in keys], dropna=False, sort=True)}
     trained = {Path(p): _trained_settings(Path(p), keys) for p in finished["path"]}
@@ -98,8 +127,13 @@ def comparisons(table: pd.DataFrame, *, baseline: str | None = None, correct: bo
             result.not_compared.append(f"{label}: its runs differ from the baseline's in {differs}, which nobody "
                                        f"swept: not the same experiment")  # fmt: skip
             continue
-        found += _compare_setting(label, f"{key}={value}", base, rows)
-    result.decided = decide(found, correct=correct)
+        found += _compare_setting(label, f"{key}={value}", base, rows, fewest_kept_tokens)
+        for column in [c for c in finished.columns if re.match(r"^generation/[^/]+/(mean_kept_tokens|ended_early)$",
+                                                                 str(c))]:  # fmt: skip
+            means = (base[column].dropna().mean(), rows[column].dropna().mean())
+            if not any(pd.isna(m) for m in means):
+                result.kept[(f"{key}={value}", label, column)] = (float(means[0]), float(means[1]))
+    result.decided = decide(found, correct=correct, primary=primary)
     return result
 
 
@@ -107,24 +141,44 @@ def _named(keys: list[str], setting: Any) -> dict[str, str]:
     return dict(zip(keys, map(str, setting if isinstance(setting, tuple) else (setting,)), strict=True))
 
 
-def _compare_setting(label: str, baseline: str, base: pd.DataFrame, rows: pd.DataFrame) -> list[Comparison]:
+def _compare_setting(label: str, baseline: str, base: pd.DataFrame, rows: pd.DataFrame,
+                     fewest_kept_tokens: int) -> list[Comparison]:  # fmt: skip
     found = []
     for measure in measures_in(pd.concat([base, rows])):
         before, after = base[measure].dropna().tolist(), rows[measure].dropna().tolist()
         if not before or not after:
             continue
-        paired = None
+        short = too_short(measure, base, rows, fewest_kept_tokens)
+        if short:
+            found.append(replace(compare(measure, label, baseline, before, after), noise=None, dof=None, p=None,
+                                 word=SWEEP_WORDS[4], note=short))  # fmt: skip
+            continue
+        paired, note = None, ""
         if len(before) >= 2 and len(after) >= 2:
-            from degen_train.metrics.evaluation_noise import paired_bootstrap_se
-
-            base_items = [item_scores(Path(p), measure) for p in base["path"]]
-            row_items = [item_scores(Path(p), measure) for p in rows["path"]]
-            if all(base_items) and all(row_items):
-                paired = paired_bootstrap_se(base_items, row_items)
+            noise, note = items_noise([Path(p) for p in base["path"]], [Path(p) for p in rows["path"]],
+                                      (("eval", measure), ("eval", measure)))
+            paired = None if noise is None else noise.standard_error
         sampling = 0.0 if paired is not None else sampling_error_of(measure, (sum(before) + sum(after)) / (
             len(before) + len(after)), rows)  # fmt: skip
-        found.append(compare(measure, label, baseline, before, after, sampling=sampling, paired=paired))
+        found.append(compare(measure, label, baseline, before, after, sampling=sampling, paired=paired, note=note))
     return found
+
+
+def too_short(measure: str, base: pd.DataFrame, rows: pd.DataFrame, fewest: int) -> str:
+    """Why a generation measure is not measured: its decoding's continuations keep fewer than ``fewest`` tokens on
+    average in either arm (the text ended at end-of-text: a rep-n of 0 or a diversity of 1 would judge empty text);
+    '' where they keep enough, or the measure is no generation measure."""
+    found = re.match(r"^generation/([^/]+)/", measure)
+    if not found or found.group(1) == "human":
+        return ""
+    column = f"generation/{found.group(1)}/mean_kept_tokens"
+    kept = [arm[column].dropna().mean() if column in arm and arm[column].notna().any() else None
+            for arm in (base, rows)]  # fmt: skip
+    if any(k is not None and k < fewest for k in kept):
+        shown = " and ".join("?" if k is None else f"{k:.1f}" for k in kept)
+        return (f"continuations end within {fewest} tokens: {found.group(1)} kept {shown} tokens on average "
+                f"(baseline and setting; --fewest-kept-tokens)")  # fmt: skip
+    return ""
 
 
 def _trained_settings(run: Path, swept: list[str]) -> dict[str, Any]:
@@ -176,13 +230,29 @@ def rows_for_table(result: Comparisons) -> pd.DataFrame:
             "baseline mean": c.before, "setting mean": c.after, "effect": c.effect,
             "interval low": None if half is None else c.effect - half, "interval high": None if half is None else
             c.effect + half, "p": c.p, "p (Holm)" if result.corrected else "p (uncorrected)": c.p_adjusted,
-            "verdict": c.word, "noise": c.noise_text(), "seeds to decide": advice(c), "against": against(c) or "",
+            "family": f"{c.family} ({c.family_size})" if c.p is not None else "", "verdict": c.word,
+            "noise": c.noise_text() if c.word != SWEEP_WORDS[4] else c.note, "seeds to decide": advice(c),
+            "against": against(c) or "", **kept_columns(result, c),
         })  # fmt: skip
     return pd.DataFrame(records)
 
 
+def kept_columns(result: Comparisons, c: Comparison) -> dict[str, str]:
+    """A generation measure's kept tokens and ended-early share, baseline → setting (the runs table's columns)."""
+    found = re.match(r"^generation/([^/]+)/", c.measure)
+    if not found or result.kept is None:
+        return {"mean kept tokens": "", "ended early": ""}
+    shown = {}
+    for name, column in (("mean kept tokens", "mean_kept_tokens"), ("ended early", "ended_early")):
+        pair = result.kept.get((c.baseline, c.setting, f"generation/{found.group(1)}/{column}"))
+        shown[name] = "" if pair is None else f"{pair[0]:.3g} → {pair[1]:.3g}"
+    return shown
+
+
 def advice(c: Comparison) -> str:
-    if c.word not in SWEEP_WORDS[2:] or min(c.seeds) < 2:
+    if c.word == SWEEP_WORDS[4]:
+        return ""
+    if c.word not in SWEEP_WORDS[2:4] or min(c.seeds) < 2:
         return "" if c.word in SWEEP_WORDS[:2] else "at least 2 per arm to know the spread"
     if c.noise == 0:
         return ""
@@ -193,7 +263,11 @@ def advice(c: Comparison) -> str:
 
 
 def effect_text(c: Comparison) -> str:
-    """``+16.5 [+11.7, +21.3]`` (the 95% interval), or the effect alone with its noise unknown."""
+    """``+16.5 [+11.7, +21.3]`` (the 95% interval), or the effect alone and why it has no interval."""
+    if c.word == SWEEP_WORDS[4]:
+        return "not measured"
+    if c.noise == 0:
+        return f"{c.effect:+.3g} (no interval: every run gave the same value)"
     if c.half_width is None or math.isnan(c.half_width):
         return f"{c.effect:+.3g} (noise unknown)"
     return f"{c.effect:+.3g} [{c.effect - c.half_width:+.3g}, {c.effect + c.half_width:+.3g}]"

@@ -165,23 +165,39 @@ def cone_images(table: pd.DataFrame, problems: list[str] | None = None) -> dict[
     return out
 
 
-def forest_plots(decided: list) -> dict[str, str]:
-    """A forest plot per measure: each setting's effect against the baseline with its 95% interval, the baseline at
-    zero (a dashed line), green where it moved the measure's better way, red the worse, grey where no difference
-    shows; a setting whose noise is unknown is drawn as a point alone."""
-    out = {}
-    measures = list(dict.fromkeys(c.measure for c in decided))
-    for measure in measures:
-        rows = [c for c in decided if c.measure == measure]
-        figure, axis = plt.subplots(figsize=(5, 0.5 + 0.45 * len(rows)))
-        for y, c in enumerate(rows):
-            half = c.half_width
-            better = (direction_of(c.measure) or ("", ""))[0]  # green: the better way; red: the worse; grey: neither
-            colour = "tab:grey" if c.word not in ("lower", "higher") else "tab:green" if c.word == better else "tab:red"
-            axis.errorbar(c.effect, y, xerr=None if half is None else half, fmt="o", color=colour, capsize=3)
-        axis.axvline(0, color="black", linestyle="--", linewidth=1)
-        axis.set_yticks(range(len(rows)), [plain(c.setting) for c in rows], fontsize=7)
-        axis.set_ylim(-0.7, len(rows) - 0.3)
-        axis.set_xlabel(f"{plain(measure)}: setting − baseline ({plain(rows[0].baseline)})", fontsize=8)
-        out[f"{printable(measure, 200)}: effect against {printable(rows[0].baseline, 200)}"] = png(figure)
-    return out
+def forest_plots(decided: list, references: dict[str, float] | None = None) -> dict[str, str]:
+    """One forest plot across the measures: each comparison's standardised effect, effect / SE (its own noise, the
+    unit in which every measure's interval is ± Student's t at its df), with that 95% interval; zero is the baseline
+    (a dashed line). Green where it moved the measure's better way, red the worse, grey where no difference shows; a
+    comparison without an interval (noise unknown or zero, or not measured) is left out and counted in the title.
+    A generation row carries its human continuations beside it (``references``: measure -> the human value, drawn
+    as an H at (human − baseline) / SE)."""
+    from degen_train.report.comparisons import measure_order
+
+    references = references or {}
+    rows = sorted([c for c in decided if c.half_width], key=lambda c: (measure_order(c.measure), c.setting))
+    if not rows:
+        return {}
+    figure, axis = plt.subplots(figsize=(6, 0.8 + 0.28 * len(rows)))
+    for y, c in enumerate(reversed(rows)):
+        better = (direction_of(c.measure) or ("", ""))[0]  # green: the better way; red: the worse; grey: neither
+        colour = "tab:grey" if c.word not in ("lower", "higher") else "tab:green" if c.word == better else "tab:red"
+        axis.errorbar(c.effect / c.noise, y, xerr=c.half_width / c.noise, fmt="o", color=colour, capsize=2,
+                      markersize=4)  # fmt: skip
+        human = references.get(c.measure)
+        if human is not None and math.isfinite(human):
+            axis.plot((human - c.before) / c.noise, y, marker="$H$", color="tab:blue", markersize=7, linestyle="")
+    axis.axvline(0, color="black", linestyle="--", linewidth=1)
+    if max(abs(c.effect / c.noise) + c.half_width / c.noise for c in rows) > 30:  # a far effect: the rest stay legible
+        axis.set_xscale("symlog", linthresh=5)
+    labels = [plain(f"{c.measure} ({c.setting})" if len({r.setting for r in rows}) > 1 else c.measure)
+              for c in reversed(rows)]  # fmt: skip
+    axis.set_yticks(range(len(rows)), labels, fontsize=7)
+    axis.set_ylim(-0.7, len(rows) - 0.3)
+    human = "; H: the human continuations" if references else ""
+    axis.set_xlabel(f"standardised effect against {plain(rows[0].baseline)}: (setting − baseline) / its SE, 95% "
+                    f"interval{human}", fontsize=8)  # fmt: skip
+    left_out = len(decided) - len(rows)
+    if left_out:
+        axis.set_title(f"{left_out} comparison(s) without an interval left out (verdicts.csv)", fontsize=8)
+    return {f"standardised effects against {printable(rows[0].baseline, 200)}, every measure": png(figure)}

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from degen_train.metrics.verdicts import FEWEST_KEPT_TOKENS  # noqa: F401 - the report's default, named where it reads
+
 # Column pattern -> (the better direction, what the measure is). A column no pattern names is not judged (speed, MFU,
 # step counts: the machine's load as much as the method's).
 DIRECTIONS: list[tuple[str, str, str]] = [
@@ -38,17 +40,25 @@ def measures_in(table: pd.DataFrame) -> list[str]:
     like_for_like = "val_objective_loss" in table  # val_loss adds each run's weighted regularizers: not comparable
     noise = (" items", " sampling error")  # the size or error of a measure's evaluation set, not a measure
     return [c for c in table.columns if direction_of(str(c)) is not None and not str(c).endswith(noise)
+            and not str(c).startswith("generation/human/")  # the human continuations: a reference, not an arm
             and not (like_for_like and c == "val_loss")
             and pd.api.types.is_numeric_dtype(table[c]) and table[c].notna().any()]  # fmt: skip
 
 
-def item_scores(run: Path, measure: str, *, evaluation: str = "eval"):  # noqa: ANN201 - ItemScores | None
-    """The per-item scores a run kept for ``measure`` (config.records.kept_items), as metrics' ItemScores; None where
-    it kept none."""
-    from degen_train.config.records import kept_items
-    from degen_train.metrics.evaluation_noise import ItemScores
+def items_noise(base: list[Path], other: list[Path], records: tuple[tuple[str, str], tuple[str, str]]):  # noqa: ANN201
+    """(the crossed design's items term of the two arms' difference, metrics/evaluation_noise.noise_of_records, the
+    runs paired by item id; why it could not be paired, in one line naming the file). ``records``: each arm's
+    (evaluation folder, eval.json ``items`` record). (None, "") where no run kept per-item scores for it."""
+    from degen_train.config.records import kept_item_records
+    from degen_train.core.handed_files import HandedOverFileError, printable
+    from degen_train.metrics.evaluation_noise import noise_of_records
 
-    return ItemScores.kept(kept_items(run, evaluation).get(measure))
+    try:
+        arms = [kept_item_records(runs, *where) for runs, where in zip((base, other), records, strict=True)]
+    except HandedOverFileError as error:
+        return None, f"not paired: {printable(str(error), 300)}; each arm's own sampling error instead"
+    noise, note = noise_of_records(*arms)
+    return noise, printable(note, 1000) if note else ""
 
 
 def sampling_error_of(measure: str, mean: float, rows: pd.DataFrame) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from degen_train.core.paths import links_in, shown_links
 from degen_train.run.sweep import FAILED
 
 SEED_KEYS = ("seed",)
+HUMAN = "generation/human"  # the human continuations' measures: the reference a forest plot draws, never judged
+ANALYZE_GREEDY = "analysis/analyze_greedy"  # degen-analyze's greedy continuations, apart from generation/greedy
 SWEPT = "swept:"  # column prefix of a swept override
 # Headline metrics, in the order a reader looks for them, and which way is better. Ranked by the objective's own
 # validation loss, never by val_loss (objective + weighted regularizers: a weight-0 baseline would win by leaving its
@@ -123,16 +126,23 @@ def _filled_row(run: Path, row: dict[str, Any]) -> dict[str, Any]:
         beside = [(summary.get("val_metrics") or {}).get(f"val_average/{term}/loss") for term in objective]
         if objective and None not in beside:
             row["average/val_objective_loss"] = sum(beside)
-    row |= summary.get("isotropy", {})
+    # TaCL's within-sentence self-similarity, under its own name also for runs logged before the rename
+    row |= {re.sub(r"/self_similarity$", "/tacl_self_similarity", k): v for k, v in summary.get("isotropy", {}).items()}
     analysis = run / "analysis" / "metrics.json"
     if os.path.lexists(analysis):  # degen-analyze's numbers on the export (degen-report runs it when missing)
         analysed = read_record(analysis, Analysis, what="analysis", within=run).model_dump()
         last = analysed["layers"][-1]
         row["analysis/last_layer_mean_cosine"] = last.get("mean_cosine")
-        row["analysis/last_layer_self_similarity"] = last.get("self_similarity")
-        for key, value in (analysed.get("generation") or {}).items():  # a decoder's repetition of its own text
+        row["analysis/last_layer_tacl_self_similarity"] = (last.get("tacl_self_similarity") if
+                                                           last.get("tacl_self_similarity") is not None else
+                                                           last.get("self_similarity"))  # fmt: skip
+        if last.get("word_self_similarity") is not None:
+            row["analysis/last_layer_word_self_similarity"] = last["word_self_similarity"]
+        # a decoder's repetition of its own greedy text under degen-analyze's protocol (its prompts and length),
+        # named apart from eval.generate's generation/greedy/* (SimCTG's protocol): two protocols of one decoding
+        for key, value in (analysed.get("generation") or {}).items():
             if key != "prefixes" and value is not None:
-                row[f"analysis/{key}"] = value
+                row[f"{ANALYZE_GREEDY}/{key}"] = value
         outliers = analysed.get("outliers") or {}  # absent in an analysis written before the outlier measures
         for key in ("max_kurtosis", "max_inf_norm", "massive_activations", "attention_sink_rate"):
             if key in outliers:
@@ -151,11 +161,14 @@ def _filled_row(run: Path, row: dict[str, Any]) -> dict[str, Any]:
     for decoding, measures in (generation.get("decodings") or {}).items():
         errors = (generation.get("sampling_error") or {}).get(decoding) or {}
         for key in ("rep_2", "rep_3", "rep_4", "diversity", "perplexity_under_model", "coherence_simcse",
-                    "coherence_opt", "mauve"):  # fmt: skip
+                    "coherence_opt", "mauve", "mean_kept_tokens", "ended_early"):  # fmt: skip
             if measures.get(key) is not None:
                 row[f"generation/{decoding}/{key}"] = measures[key]
                 if errors.get(key) is not None:  # over prompts: the evaluation set's error without per-item scores
                     row[f"generation/{decoding}/{key} sampling error"] = errors[key]
+    for key, value in (generation.get("human") or {}).items():  # the human continuations: a reference, not judged
+        if isinstance(value, int | float):
+            row[f"{HUMAN}/{key}"] = value
     for task, values in ((evaluation.get("lm_eval") or {}).get("tasks") or {}).items():  # eval.lm_eval
         for key, value in values.items():
             metric, comma, _ = key.partition(",")

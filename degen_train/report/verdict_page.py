@@ -7,18 +7,42 @@ from __future__ import annotations
 import pandas as pd
 
 from degen_train.metrics.verdicts import POWER, SWEEP_RULE
-from degen_train.report.comparisons import Comparisons, advice, against, effect_text, measure_order
+from degen_train.report.comparisons import Comparisons, advice, against, effect_text, kept_columns, measure_order
 from degen_train.report.text import html_table, html_text, md_table, md_text
+
+
+def correction_text(result: Comparisons) -> str:
+    """The family Holm corrected over and its size, in words; "corrected" is never said of a family of one."""
+    if not result.corrected:
+        return "each judged alone, with no correction for many comparisons (--no-correction)"
+    families = result.families()
+
+    def said(name: str, size: int) -> str:
+        what = f"{name} comparison" if name else "comparison"
+        if size <= 1:
+            return f"{size} {what} with a p-value, judged alone (a family of one: nothing to correct)"
+        return f"Holm's correction over the {size} {what}s with a p-value"
+
+    if not families:
+        return "no comparison has a p-value"
+    if "all" in families:
+        return said("", families["all"]) + " (every setting × measure: one family)"
+    primary = f"primary measures: {', '.join(result.primary)}"
+    return "; ".join(said(name, size) for name, size in families.items()) + f" ({primary})"
+
+
+def counts_text(result: Comparisons) -> str:
+    """``16 lower or higher, 9 no difference shown, 2 cannot tell, 4 not measured``: verdicts.csv's words."""
+    counts = result.counts()
+    return ", ".join(f"{n} {word}" for word, n in counts.items())
 
 
 def headline_lines(result: Comparisons) -> list[str]:
     """The report's first lines: the baseline and why, the comparisons and the correction, how many show."""
     key, value = result.baseline
-    correction = ("Holm's correction over the settings compared on each measure" if result.corrected else
-                  "no correction for many comparisons (--no-correction)")  # fmt: skip
     lines = [f"Baseline: {key}={value}, {result.why}.",
-             f"{len(result.decided)} comparisons (settings × measures), {correction}; {result.shown} show a "
-             f"difference."]  # fmt: skip
+             f"{len(result.decided)} comparisons (settings × measures), {correction_text(result)}; {result.shown} "
+             f"show a difference ({counts_text(result)})."]  # fmt: skip
     lines += [f"Not compared: {line}" for line in result.not_compared]
     return lines
 
@@ -36,8 +60,9 @@ def verdict_table(result: Comparisons) -> pd.DataFrame:
                _constant(c)]  # fmt: skip
     return pd.DataFrame([{
         "setting": c.setting, "measure": c.measure, "baseline → setting": f"{c.before:.4g} → {c.after:.4g}",
-        "effect [95% interval]": effect_text(c), "verdict": c.word, "noise": c.noise_text(),
-        "seeds to decide": advice(c),
+        "effect [95% interval]": effect_text(c), "verdict": c.word,
+        "noise": c.noise_text() if c.word != "not measured" else c.note, "seeds to decide": advice(c),
+        **({"kept tokens": kept_columns(result, c)["mean kept tokens"]} if result.kept else {}),
     } for c in ordered])  # fmt: skip
 
 
@@ -65,7 +90,7 @@ def markdown(result: Comparisons) -> list[str]:
 
 
 def html(result: Comparisons, forests: dict[str, str]) -> list[str]:
-    """report.html's opening: the same lines and table, and a forest plot per measure."""
+    """report.html's opening: the same lines and table, and the forest plot across the measures."""
     parts = [f"<p>{html_text(line)}</p>" for line in headline_lines(result)]
     other = moved_the_other_way(result)
     if other:
@@ -75,7 +100,7 @@ def html(result: Comparisons, forests: dict[str, str]) -> list[str]:
     if not table.empty:
         parts += ["<h2>Verdicts</h2>", html_table(table), f"<p><i>{html_text(SWEEP_RULE)}</i></p>"]
     if forests:
-        parts.append("<h2>Each setting's effect against the baseline (95% intervals)</h2>")
+        parts.append("<h2>Every comparison's standardised effect against the baseline (95% intervals)</h2>")
         parts += [f"<figure><img src='data:image/png;base64,{data}'><figcaption>{html_text(name)}</figcaption>"
                   f"</figure>" for name, data in forests.items()]  # fmt: skip
     return parts
@@ -84,13 +109,14 @@ def html(result: Comparisons, forests: dict[str, str]) -> list[str]:
 def terminal_lines(result: Comparisons, out: str) -> list[str]:
     """The few lines the command prints: the baseline, how many comparisons show, the files."""
     key, value = result.baseline
-    lines = [f"baseline {key}={value}: {result.shown} of {len(result.decided)} comparisons show a difference"
-             + (" (Holm-corrected per measure)" if result.corrected else " (uncorrected)")]  # fmt: skip
+    lines = [f"baseline {key}={value}: {result.shown} of {len(result.decided)} comparisons show a difference",
+             f"  {correction_text(result)}", f"  {counts_text(result)}"]  # fmt: skip
     lines += [f"  the other way: {line}" for line in moved_the_other_way(result)[:5]]
     undecided = [c for c in result.decided if c.seeds_advice]
     if undecided:
         most = max(c.seeds_advice for c in undecided)
-        lines.append(f"  {len(undecided)} cannot tell yet; up to about {most} seeds per arm would decide them at "
-                     f"{POWER:.0%} power (verdicts.csv)")  # fmt: skip
+        lines.append(f"  {len(undecided)} of the no difference shown and cannot tell: up to about {most} seeds per "
+                     f"arm would decide them at {POWER:.0%} power, at the level their correction used "
+                     f"(verdicts.csv)")  # fmt: skip
     lines.append(f"  {out}/report.md, verdicts.csv, report.html, runs.csv")
     return lines

@@ -20,7 +20,6 @@ from pathlib import Path
 import pandas as pd
 
 from degen_train.metrics.evaluation_noise import (
-    RESAMPLES,
     accuracy_sampling_error,
     correlation_sampling_error,
     glue_sampling_error,
@@ -48,7 +47,7 @@ ITEM_RECORDS = {"STS-B raw": ("eval", "sts/sts-dev"), "STS-B raw [CLS]": ("eval_
                 "WiC acc (held-out t)": ("eval", "wic/accuracy")}  # fmt: skip
 PAIRED_FILE = "paired_errors.csv"  # beside a page's runs.csv: (column, base, other) -> the paired bootstrap's SE
 PAIRED_COLUMNS = ["column", "base_part", "base_variant", "other_part", "other_variant", "paired_se", "items",
-                  "resamples"]  # fmt: skip
+                  "resamples", "unpaired"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -75,19 +74,51 @@ class Claim:
         paired bootstrap's error where ``rows.attrs["paired"]`` holds one for this claim (``paired_errors``)."""
         columns = (self.base_column or self.column, self.column)
         arms = [_values(rows, arm, column) for arm, column in zip((self.base, self.other), columns, strict=True)]
-        if any(not values for values in arms):
+        if any(not values for values in arms) or self.too_short(rows):
             return None
         sampling = (glue_average_sampling(rows, self.other) if self.column == GLUE_AVERAGE else
                     written_sampling(rows, self, columns) or measure_sampling(self.column, arms))  # fmt: skip
-        paired = rows.attrs.get("paired", {}).get(self.key)
+        paired, note = self.items_noise(rows, arms)
         return judge(self.label, self.base[1], self.other[1], arms[0], arms[1], expect=self.expect,
-                     sampling=sampling, paired=paired)  # fmt: skip
+                     sampling=sampling, paired=paired, note=note)  # fmt: skip
+
+    def too_short(self, rows: pd.DataFrame) -> str:
+        """Why a generation claim is not measured: a decoding whose continuations keep fewer than
+        FEWEST_KEPT_TOKENS tokens on average in its arm (its `DECODING kept tokens` column); '' otherwise."""
+        from degen_train.metrics.verdicts import FEWEST_KEPT_TOKENS
+        from degen_train.reproduce.methods import GENERATION_DECODINGS
+
+        for arm, column in ((self.base, self.base_column or self.column), (self.other, self.column)):
+            decoding = column.partition(" ")[0]
+            kept = _values(rows, arm, f"{decoding} kept tokens") if decoding in GENERATION_DECODINGS else []
+            if kept and sum(kept) / len(kept) < FEWEST_KEPT_TOKENS:
+                return (f"continuations end within {FEWEST_KEPT_TOKENS} tokens ({arm[1]}'s {decoding} kept "
+                        f"{sum(kept) / len(kept):.1f} on average)")  # fmt: skip
+        return ""
+
+    def items_noise(self, rows: pd.DataFrame, arms: list[list[float]]) -> tuple[float | None, str]:
+        """(the items' share of the SE from the page's paired errors, or None; why it is not paired where it could
+        be). A paired_se larger than twice the largest value either arm holds cannot be a difference's bootstrap
+        error and is set aside, named."""
+        paired = rows.attrs.get("paired", {}).get(self.key)
+        unpaired = rows.attrs.get("unpaired", {}).get(self.key)
+        if unpaired:
+            return None, f"not paired: {unpaired}"
+        largest = max(abs(v) for arm in arms for v in arm)
+        if paired is not None and paired > 2 * largest:
+            return None, (f"not paired: paired_errors.csv's paired_se {paired:.3g} is more than twice the largest "
+                          f"value ({largest:.3g}) either arm holds")  # fmt: skip
+        if paired is None and item_record(self.base_column or self.column) and item_record(self.column) and \
+                (rows.attrs.get("paired") or rows.attrs.get("unpaired")):  # fmt: skip
+            return None, "not paired: the page's paired_errors.csv has no row for this claim"
+        return paired, ""
 
     def line(self, rows: pd.DataFrame, *, label: str | None = None) -> str:
         """The page's verdict line ("- column: ... **word**"), with the paper's statement when there is one."""
         verdict = self.judge(rows)
         if verdict is None:
-            return f"- {label or self.label}: not measured"
+            short = self.too_short(rows)
+            return f"- {label or self.label}: not measured" + (f": {short}" if short else "")
         text = verdict.line()
         if label:
             text = text.replace(self.label, label, 1)
@@ -122,36 +153,49 @@ def item_record(column: str) -> tuple[str, str] | None:
 
 
 def paired_errors(results: list, claims: list[Claim]) -> pd.DataFrame:
-    """PAIRED_COLUMNS for each claim on an ITEM_RECORDS column whose runs (``results``: (reproduce Run, result)) all
-    kept their per-item scores on the same items: the paired bootstrap's standard error (metrics/evaluation_noise)."""
-    from degen_train.config.records import kept_items
-    from degen_train.metrics.evaluation_noise import ItemScores, paired_bootstrap_se
+    """PAIRED_COLUMNS for each claim on an ITEM_RECORDS column whose runs (``results``: (reproduce Run, result)) kept
+    their per-item scores: the crossed design's items term (metrics/evaluation_noise.crossed_noise, the runs paired by
+    item id); where they cannot be paired, a row with no paired_se and the reason in ``unpaired``."""
+    from degen_train.config.records import kept_item_records
+    from degen_train.core.handed_files import HandedOverFileError
+    from degen_train.metrics.evaluation_noise import noise_of_records
 
     found = []
     for claim in claims:
-        records = [item_record(claim.base_column or claim.column), item_record(claim.column)]
+        records = (item_record(claim.base_column or claim.column), item_record(claim.column))
         if None in records:
             continue
-        arms = [[ItemScores.kept(kept_items(run.folder, record[0]).get(record[1])) for run, _ in results
-                 if (run.part, run.variant) == arm] for arm, record in zip((claim.base, claim.other), records,
-                                                                           strict=True)]  # fmt: skip
-        if not all(arms) or any(scores is None for arm in arms for scores in arm):
-            continue  # a run without per-item scores: each arm's own sampling error instead
-        error = paired_bootstrap_se(arms[0], arms[1])
-        if error is not None:
-            found.append([*claim.key, error, arms[0][0].items, RESAMPLES])
+        arms = [[run.folder for run, _ in results if (run.part, run.variant) == arm] for arm in (claim.base,
+                                                                                                  claim.other)]
+        if not all(arms):
+            continue
+        try:
+            noise, unpaired = noise_of_records(*(kept_item_records(runs, *where) for runs, where in
+                                                 zip(arms, records, strict=True)))  # fmt: skip
+        except HandedOverFileError as error:
+            noise, unpaired = None, f"not paired: {error}"
+        if noise is not None:
+            found.append([*claim.key, noise.standard_error, noise.items, noise.resamples, ""])
+        elif unpaired:
+            found.append([*claim.key, None, None, None, unpaired.removeprefix("not paired: ")])
     return pd.DataFrame(found, columns=PAIRED_COLUMNS)
 
 
 def with_paired(rows: pd.DataFrame, paired: pd.DataFrame) -> pd.DataFrame:
-    """``rows`` carrying the paired errors (``rows.attrs["paired"]``: a claim's key -> SE) for Claim.judge."""
-    rows.attrs["paired"] = {tuple(r[:5]): float(r[5]) for r in paired[PAIRED_COLUMNS].itertuples(index=False)}
+    """``rows`` carrying the paired errors (``rows.attrs["paired"]``: a claim's key -> SE; ``rows.attrs["unpaired"]``:
+    a claim's key -> why its items could not be paired) for Claim.judge."""
+    rows.attrs["paired"] = {tuple(r[:5]): float(r[5]) for r in paired[PAIRED_COLUMNS].itertuples(index=False)
+                            if r[5] is not None and not pd.isna(r[5])}  # fmt: skip
+    rows.attrs["unpaired"] = {tuple(r[:5]): str(r[8]) for r in paired[PAIRED_COLUMNS].itertuples(index=False)
+                              if isinstance(r[8], str) and r[8]}  # fmt: skip
     return rows
 
 
 def read_paired_csv(path: Path) -> pd.DataFrame:
-    """A page's paired_errors.csv, read as data (a plain file, bounded; every error finite and ≥ 0); an empty table
-    where the page has none (written before paired errors, or its runs kept no per-item scores)."""
+    """A page's paired_errors.csv, read as data (a plain file, bounded; every error finite and ≥ 0, every count a
+    whole number of at least 2); an empty table where the page has none (written before paired errors, or its runs
+    kept no per-item scores). A page written before item ids (no ``unpaired`` column) is read as it is: its errors
+    hold the run × item term too, an overstatement."""
     import io
     import math
     import os
@@ -160,14 +204,23 @@ def read_paired_csv(path: Path) -> pd.DataFrame:
 
     if not os.path.lexists(path):
         return pd.DataFrame(columns=PAIRED_COLUMNS)
-    table = pd.read_csv(io.BytesIO(plain_file_bytes(path, limit=TABLE_BYTES)), dtype=str)
+    table = pd.read_csv(io.BytesIO(plain_file_bytes(path, limit=TABLE_BYTES)), dtype=str, keep_default_na=False)
+    if "unpaired" not in table:
+        table["unpaired"] = ""
     missing = [c for c in PAIRED_COLUMNS if c not in table]
     if missing:
         raise ValueError(f"{path}: no {', '.join(missing)} column, which every paired_errors.csv has")
-    errors = pd.to_numeric(table["paired_se"], errors="coerce")
-    if errors.isna().any() or not errors.map(math.isfinite).all() or (errors < 0).any():
-        raise ValueError(f"{path}: paired_se must be finite numbers ≥ 0; rewrite the page (degen-reproduce)")
-    table["paired_se"] = errors
+    given = table["unpaired"] == ""
+    errors = pd.to_numeric(table["paired_se"].where(given), errors="coerce")
+    counts = pd.to_numeric(table["items"].where(given), errors="coerce")
+    bad = given & (errors.isna() | ~errors.map(lambda v: math.isfinite(v) if v == v else False) | (errors < 0) |
+                   counts.isna() | (counts < 2) | (counts != counts.round()))  # fmt: skip
+    if bad.any():
+        row = table[bad].iloc[0]
+        raise ValueError(f"{path}: the row of {row['column']!r} ({row['other_variant']}) holds paired_se "
+                         f"{row['paired_se']!r} over {row['items']!r} items: an error must be a finite number ≥ 0 "
+                         f"over at least 2 items; rewrite the page (degen-reproduce)")  # fmt: skip
+    table["paired_se"] = errors.where(given, None)
     return table
 
 
@@ -294,8 +347,9 @@ def summary(pages: list[tuple[Path, str]], root: Path) -> str:
                 continue
             verdict = claim.judge(rows)
             if verdict is None:  # an arm without a value on this page: said, never dropped
+                short = claim.too_short(rows)
                 judged.append(f"| ({claim.section}) | {claim.base[1]} → {claim.other[1]} | {claim.label} | | | "
-                              f"{claim.expect} | not measured |")  # fmt: skip
+                              f"{claim.expect} | not measured{': ' + short if short else ''} |")  # fmt: skip
                 continue
             older = older_probe(rows, claim, day)
             word = f"superseded: {older}" if older else f"**{verdict.word}**"
@@ -328,7 +382,10 @@ def read_runs_csv(path: Path) -> pd.DataFrame:
         if needed not in rows:
             raise ValueError(f"{path}: no {needed} column, which every reproduce page's runs.csv has")
     claimed = {column for claim in all_claims() for column in (claim.column, claim.base_column) if column}
+    from degen_train.reproduce.methods import GENERATION_DECODINGS
+
     measured = claimed | {f"{c} sampling error" for c in claimed} | {c for c in rows if str(c).startswith("GLUE ")}
+    measured |= {f"{decoding} kept tokens" for decoding in GENERATION_DECODINGS}  # a claim's "not measured" reads it
     for column in [c for c in rows if c in measured]:
         numbers = pd.to_numeric(rows[column], errors="coerce")
         bad = rows[column][(numbers.isna() & rows[column].notna()) | numbers.isin([math.inf, -math.inf])]

@@ -45,7 +45,7 @@ def row_of(run: Run, result: dict[str, Any]) -> dict[str, Any]:
         "rare-token mean cos": embedding["rare_frequent_cosine"]["rare"],
         "frequent-token mean cos": embedding["rare_frequent_cosine"]["frequent"],
         "uniformly negative direction": float(analysis["last_layer_uniformly_negative_direction"]["exists"]),
-        "last-layer self-similarity": layers[-1]["self_similarity"],
+        "last-layer self-similarity": tacl_self_similarity_of(layers[-1]),
         "last-layer mean cos": layers[-1]["mean_cosine"],
         "last-layer IsoScore": layers[-1]["isoscore"],
         "val loss fall over last fifth %": convergence(run.folder),
@@ -70,6 +70,9 @@ def row_of(run: Run, result: dict[str, Any]) -> dict[str, Any]:
         row.update({"seq-rep-4": generation["seq_rep_4"], "rep/128": generation["rep_128"],
                     "distinct-4": generation["distinct_4"]})  # fmt: skip
     generated = (summary.get("eval") or {}).get("generation") or {}  # eval.generate: the released protocol
+    for key in ("coherence_encoder", "coherence_encoder_pooling", "coherence_model", "mauve_featurizer"):
+        if generated.get(key):  # each evaluator named beside the numbers it made
+            row[f"evaluator {key}"] = generated[key]
     for decoding, measures in (generated.get("decodings") or {}).items():
         errors = (generated.get("sampling_error") or {}).get(decoding) or {}
         for column, key in GENERATION_MEASURES.items():
@@ -186,12 +189,18 @@ def spectrum_figure(results: list[tuple[Run, dict]], variants: list[str], path: 
     return save_figure(figure, path)
 
 
+def tacl_self_similarity_of(layer: dict) -> float:
+    """A layer's TaCL self-similarity, as analyses name it (``self_similarity`` before the rename)."""
+    return layer["tacl_self_similarity"] if "tacl_self_similarity" in layer else layer["self_similarity"]
+
+
 def layer_figure(rows: list[tuple[Run, dict]], variants: list[str], key: str, path: Path, ylabel: str) -> Path:
     """A per-layer metric, mean ± std over seeds, one line per variant."""
     figure, axis = plt.subplots(figsize=(5.5, 4))
     for variant, marker in zip(variants, ("o", "s", "^", "D"), strict=False):
         curves = np.array(
-            [[layer[key] for layer in r["analysis"]["layers"]] for run, r in rows if run.variant == variant]
+            [[tacl_self_similarity_of(layer) if key == "tacl_self_similarity" else layer[key]
+              for layer in r["analysis"]["layers"]] for run, r in rows if run.variant == variant]  # fmt: skip
         )
         if len(curves) == 0:
             continue

@@ -126,8 +126,8 @@ def gao_section(rows: pd.DataFrame, results: list[tuple[Run, dict]], folder: Pat
 
 def tacl_section(rows: pd.DataFrame, results: list[tuple[Run, dict]], folder: Path) -> str:
     students = [(r, x) for r, x in results if r.variant != "teacher"]
-    layer_figure(students, ["mlm_nsp", "tacl"], "self_similarity", folder / "tacl_self_similarity.png",
-                 "self-similarity (mean cos within a sentence)")  # fmt: skip
+    layer_figure(students, ["mlm_nsp", "tacl"], "tacl_self_similarity", folder / "tacl_self_similarity.png",
+                 "TaCL's self-similarity (mean cos within a sentence)")  # fmt: skip
     rows = rows[rows.variant != "teacher"]
     return "\n\n".join(
         [
@@ -324,6 +324,23 @@ def outlier_reference(minilm: dict[str, Any]) -> str:
     )
 
 
+def evaluators_line(rows: pd.DataFrame) -> list[str]:
+    """'Evaluators: coherence_simcse under X (its pooling); MAUVE featurized by Y', from the runs' eval.json."""
+    named = {key.removeprefix("evaluator "): sorted({str(v) for v in rows[key].dropna()}) for key in rows.columns
+             if str(key).startswith("evaluator ")}  # fmt: skip
+    if not named:
+        return []
+    parts = []
+    if named.get("coherence_encoder"):
+        pooling = named.get("coherence_encoder_pooling") or ["pooling not recorded"]
+        parts.append(f"coherence_simcse under {', '.join(named['coherence_encoder'])} ({', '.join(pooling)})")
+    if named.get("coherence_model"):
+        parts.append(f"coherence_opt under {', '.join(named['coherence_model'])}")
+    if named.get("mauve_featurizer"):
+        parts.append(f"MAUVE featurized by {', '.join(named['mauve_featurizer'])}")
+    return [f"Evaluators: {'; '.join(parts)}."] if parts else []
+
+
 def method_section(name: str, rows: pd.DataFrame) -> str:
     """The part's table (baseline and method, mean ± std over seeds) and its verdicts."""
     part = METHOD_PARTS[name]
@@ -342,6 +359,7 @@ def method_section(name: str, rows: pd.DataFrame) -> str:
             part.description,
             mean_std_table(chosen, part.columns),
             *([part.note] if part.note else []),
+            *evaluators_line(chosen),
             *against_base,
             *against_control,
             scale_note(chosen, name, part.why),

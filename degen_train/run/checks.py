@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from degen_train.callbacks.weight_averaging import check_weight_averaging_fits
 from degen_train.config.roles import inputs_named
-from degen_train.config.schema import TrainConfig, checked_plan_config
+from degen_train.config.schema import TrainConfig
 from degen_train.core.handed_files import printable
 from degen_train.core.paths import check_output_folder, refuse_links_in
 from degen_train.data.mixture import mixture_sources
@@ -36,6 +36,7 @@ from degen_train.models.compile import check_compile_available
 from degen_train.optim import steps_past_the_schedule
 from degen_train.run.branching import BRANCH_MAY_CHANGE, branch_changes, start_branch
 from degen_train.run.build import data_format_for, deterministic_environment, resolved_config
+from degen_train.run.config_alone import check_config_alone
 from degen_train.run.hub import check_push
 from degen_train.run.resume import (
     RESUME_CHOICES,
@@ -69,16 +70,18 @@ class RunPlan:
     finished: dict[str, Any] | None = None  # the summary of a run that finished before: nothing to do
 
 
-def check(cfg: DictConfig, *, model_choice: str = "model") -> RunPlan:
-    """Stage 1: the checked config and every fact the other stages need; raises naming the first problem found."""
+def check(cfg: DictConfig, *, model_choice: str = "model",
+          alone: tuple[DictConfig, TrainConfig] | None = None) -> RunPlan:  # fmt: skip
+    """Stage 1: the checked config and every fact the other stages need; raises naming the first problem found.
+    ``alone``: what the command checked before the frameworks loaded (run/config_alone.py), taken as it is."""
     # checked once: from here on every listed key is present with its checked value (schema.py), and the typed
     # sections go down the stages (plan.config), never validated again
-    cfg, config = checked_plan_config(cfg)
+    cfg, config = alone if alone is not None else check_config_alone(cfg)
     run_dir = Path(cfg.run_dir)
     deterministic_environment(cfg)  # before any CUDA work
     use_threads(cfg.threads, local_process_count(cfg.trainer) * jobs_side_by_side())  # a joblib sweep: N at once
     objective = with_compiled_heads(cfg.objective) if cfg.model.compile_head else cfg.objective
-    terms, weights = build_terms({"objective": objective, "regularizer": cfg.regularizer})
+    terms, weights = build_terms({"objective": objective, "regularizer": cfg.regularizer}, checked=True)
     family = model_family(config.model)
     data_format = data_format_for(terms, family, model_choice)
     plan = RunPlan(cfg, config, run_dir, terms, weights, family, data_format)

@@ -58,12 +58,13 @@ from degen_train.storage.runlock import is_launching_process, run_dir_lock  # no
 log = logging.getLogger("degen_train")
 
 
-def train(cfg: DictConfig) -> dict[str, Any]:
+def train(cfg: DictConfig, *, alone: tuple[DictConfig, Any] | None = None) -> dict[str, Any]:
     """Run one pretraining job; returns the summary written to RUN/summary.json. Five stages, each a function below:
     check (the config alone, nothing written), prepare (the data, cached), build (model, terms, trainer, the run's
-    record), fit (train, then validate once more) and finish (summary, export, probes)."""
+    record), fit (train, then validate once more) and finish (summary, export, probes). ``alone``: the command's own
+    check of the config (run/config_alone.py), done before the frameworks loaded."""
     silence_known_noise()  # also when train() is called from Python (tests, notebooks, benchmarks)
-    plan = check(cfg, model_choice=_choice("model"))  # 1. check
+    plan = check(cfg, model_choice=_choice("model"), alone=alone)  # 1. check
     if plan.config.plan.only:  # debug=plan: one step on fake tensors, printed; nothing prepared or written
         return check_plan(plan.cfg, plan.terms, plan.weights, data_format=plan.data_format)
     if plan.config.prepare_only:

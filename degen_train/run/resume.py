@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from degen_train.config.renamed import current_targets
 from degen_train.config.result_keys import has_no_effect_on_result
 from degen_train.core.handed_files import HandedOverFileError, json_record
+from degen_train.core.trees import flatten
 from degen_train.models.architectures import DEFAULT_ARCH
 from degen_train.storage.checkpoints import CheckpointError, checkpoint_header, newest_checkpoint
 
@@ -172,15 +173,6 @@ BEFORE_THE_KEY = {"model.pad_vocab_to_multiple_of": 1, "model.activation_checkpo
 
 
 TERM_WEIGHT = ("objective.", "regularizer.")  # objective.NAME.weight / regularizer.NAME.weight: a weight schedule
-
-
-def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(tree, dict):
-        flat: dict[str, Any] = {}
-        for key, value in tree.items():
-            flat.update(flatten(value, f"{prefix}{key}."))
-        return flat or {prefix.rstrip("."): {}}
-    return {prefix.rstrip("."): tree}
 
 
 def global_batch(config: dict[str, Any]) -> int | None:

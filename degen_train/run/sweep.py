@@ -15,9 +15,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from degen_train.callbacks.preemption import PREEMPTED_EXIT, PreparationStopped, RunPreempted
+from degen_train.core.exit_codes import PREEMPTED_EXIT
 from degen_train.core.io import atomic_write_json, cache_key
-from degen_train.run.resume import finished_summary
 
 log = logging.getLogger("degen_train.run.sweep")
 FAILED = "failed.json"
@@ -182,6 +181,9 @@ def swept_overrides() -> list[str]:
 
 def run_in_sweep(cfg: DictConfig, train: Callable[[DictConfig], dict[str, Any]]) -> float | None:
     """One job of a sweep. A failure is written to RUN/failed.json and does not stop the other jobs."""
+    # a member's run loads the frameworks anyway; the sweep's own callback (Hydra's, at start) needs none of them
+    from degen_train.callbacks.preemption import PreparationStopped, RunPreempted
+    from degen_train.run.resume import finished_summary
     from degen_train.run.sweep_stop import in_worker, worker_stopped
 
     run_dir = Path(cfg.run_dir)
@@ -197,6 +199,9 @@ def run_in_sweep(cfg: DictConfig, train: Callable[[DictConfig], dict[str, Any]])
         with open_dict(cfg):
             cfg.ckpt_path = "auto"
     (run_dir / FAILED).unlink(missing_ok=True)
+    from degen_train.callbacks import sweep_eta
+
+    sweep_eta.member_started()
     try:
         summary = train(cfg)
     except (RunPreempted, PreparationStopped) as preempted:  # not a failure: the sweep stops, resumable as it was
@@ -221,6 +226,7 @@ def run_in_sweep(cfg: DictConfig, train: Callable[[DictConfig], dict[str, Any]])
         )
         return None
     SWEEP_OUTCOMES["trained"].append(str(run_dir))
+    sweep_eta.member_finished()
     return search_objective(summary, cfg.search)
 
 
@@ -256,7 +262,13 @@ def sweep_summary_line() -> str | None:
                          ("stopped", "stopped with a checkpoint")) if k != "stopped" or SWEEP_OUTCOMES[k]
     )
     failed = " (see RUN/failed.json: " + ", ".join(SWEEP_OUTCOMES["failed"]) + ")" if FAILED_RUNS else ""
-    return f"sweep of {len(runs)} runs in {folder}: {counts}{failed}; compare them: degen-report {folder}"
+    took = ""
+    if LAUNCH["started"] is not None and SWEEP_OUTCOMES["trained"]:  # the estimates checked against the sweep's time
+        from degen_train.callbacks.sweep_eta import duration, estimates_said
+
+        said = estimates_said(Path(LAUNCH["dir"])) if LAUNCH["dir"] is not None else ""
+        took = f"; it took {duration(time.time() - float(LAUNCH['started']))}" + (f" ({said})" if said else "")
+    return f"sweep of {len(runs)} runs in {folder}: {counts}{failed}{took}; compare them: degen-report {folder}"
 
 
 def search_objective(summary: dict[str, Any], search: Any) -> float:

@@ -16,8 +16,9 @@ from degen_train.metrics.isotropy import (
     mean_pairwise_cosine,
     outlier_dimensions,
     partition_isotropy,
-    self_similarity,
+    tacl_self_similarity,
     top_k_variance_share,
+    word_self_similarity,
 )
 from degen_train.metrics.transforms import clip_outliers, fit_whitening, remove_top_directions
 
@@ -43,8 +44,8 @@ def test_cosine_across_sentences_only() -> None:
 
 
 def test_self_and_intra_sentence_similarity() -> None:
-    result = self_similarity([THREE])
-    assert result["self_similarity"] == pytest.approx(math.sqrt(2) / 3, rel=1e-12)
+    result = tacl_self_similarity([THREE])
+    assert result["tacl_self_similarity"] == pytest.approx(math.sqrt(2) / 3, rel=1e-12)
     # Mean (2/3, 2/3): cosines 1/√2, 1/√2, 1.
     assert result["intra_sentence_similarity"] == pytest.approx((math.sqrt(2) + 1) / 3, rel=1e-12)
 
@@ -198,3 +199,15 @@ def test_alignment_and_uniformity_on_a_hand_computed_case() -> None:
     geometry = sentence_geometry(vectors, pair_cosines(vectors, [5.0, 0.0, 4.2]))  # 4.2: above 4, a positive
     assert geometry["alignment"] == pytest.approx((0 + 4) / 2) and geometry["uniformity"] == pytest.approx(
         uniformity(vectors))  # fmt: skip
+
+
+def test_ethayarajhs_self_similarity_by_hand() -> None:
+    """Ethayarajh 2019 §3.3: the mean cosine between one word's vectors in different contexts. Token 7 occurs in
+    three sentences as (1, 0), (0, 1), (1, 0) (its second occurrence in the first sentence, (5, 5), is not another
+    context): cosines 0, 1, 0 → 1/3. Token 8 occurs in one sentence only and is left out; TaCL's measure of the same
+    vectors is within each sentence, another number."""
+    sentences = [torch.tensor([[1.0, 0.0], [0.3, 0.1], [5.0, 5.0]]), torch.tensor([[0.0, 1.0]]),
+                 torch.tensor([[1.0, 0.0]])]  # fmt: skip
+    ids = [torch.tensor([7, 8, 7]), torch.tensor([7]), torch.tensor([7])]
+    assert word_self_similarity(sentences, ids, fewest=2) == pytest.approx(1 / 3)
+    assert math.isnan(word_self_similarity(sentences, ids, fewest=4))

@@ -201,7 +201,8 @@ def test_a_claim_on_items_both_arms_were_scored_on_takes_the_paired_bootstrap(tm
             folder = tmp_path / "runs" / part / variant / f"seed{seed}"
             (folder / "eval").mkdir(parents=True)
             prediction = shift * gold + draw.normal(scale=2.0, size=300)  # the same pairs, both arms
-            record = {"kind": "spearman", "prediction": prediction.tolist(), "gold": gold.tolist()}
+            record = {"kind": "spearman", "prediction": prediction.tolist(), "gold": gold.tolist(),
+                      "ids": [f"{i}:pair" for i in range(300)]}  # fmt: skip
             (folder / "eval" / "eval.json").write_text(json.dumps({"items": {"sts/sts-dev": record}}))
             records[(part, variant)].append(ItemScores.of(record))
             run = Run(part, variant, seed, (), True, folder)
@@ -224,6 +225,11 @@ def test_a_claim_on_items_both_arms_were_scored_on_takes_the_paired_bootstrap(tm
     seeds = [rows.loc[rows.variant == v, "STS-B raw"] for v in (claim.base[1], claim.other[1])]
     spread = sum(s.var(ddof=1) / len(s) for s in seeds)
     assert judged.noise == pytest.approx((spread + expected**2) ** 0.5)
-    # a run without per-item scores: no paired error for the claim (each arm's own sampling error instead)
+    # issue 71.3: a run without per-item scores is named, and the claim takes each arm's own sampling error instead
     (results[0][0].folder / "eval" / "eval.json").write_text("{}")
-    assert not (paired_errors(results, list(all_claims()))["column"] == "STS-B raw").any()
+    unpaired = paired_errors(results, list(all_claims()))
+    row = unpaired[(unpaired["column"] == "STS-B raw") & (unpaired["other_variant"] == claim.other[1])]
+    assert row["paired_se"].isna().all() and "items['sts/sts-dev']: kept no per-item scores" in row["unpaired"].iloc[0]
+    assert str(results[0][0].folder) in row["unpaired"].iloc[0]
+    judged = claim.judge(with_paired(rows, unpaired))
+    assert judged.sampled == "independent" and "not paired: " in judged.line()

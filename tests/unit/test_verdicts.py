@@ -33,9 +33,10 @@ def test_welchs_standard_error_and_degrees_of_freedom_by_hand() -> None:
     # df = 0.04² / (0.01²/1 + 0.03²/2) = 0.0016 / 0.00055 = 2.909...
     se, dof = welch([1.0, 1.2], [0.3, 0.6, 0.9])
     assert se == pytest.approx(0.2) and dof == pytest.approx(0.0016 / 0.00055)
-    # a sampling error adds a known variance: more degrees of freedom, never fewer
+    # issue 71.2: a sampling error adds width and no degrees of freedom (the seeds' df stays 2; the old rule lifted it
+    # to 0.04² / 0.0002 = 8 by counting the evaluation term as a known variance, narrowing the interval)
     se, dof = welch([1.0, 1.2], [0.6, 0.8], sampling=0.1)
-    assert se == pytest.approx(math.sqrt(0.02 + 2 * 0.01)) and dof == pytest.approx(0.04**2 / 0.0002)
+    assert se == pytest.approx(math.sqrt(0.02 + 2 * 0.01)) and dof == pytest.approx(2.0)
     assert welch([1.0], [0.6, 0.8]) is None and welch([1.0], [0.6], sampling=3.0) is None
     assert difference_noise([1.0, 1.2], [0.6, 0.8]) == pytest.approx(math.sqrt(0.02))
     assert t_quantile(2) == pytest.approx(4.303, abs=1e-3) and t_quantile(math.inf) == pytest.approx(1.960, abs=1e-3)
@@ -69,10 +70,12 @@ def test_zero_spread_never_makes_the_noise_zero() -> None:
     sampled = judge("STS-B raw", "a", "b", [60.0, 60.0], [61.0, 61.0], expect="higher",
                     sampling=correlation_sampling_error(60.5, 1500, spearman=True))  # fmt: skip
     assert sampled.noise == pytest.approx(math.sqrt(2) * 100 * (1 - 0.605**2) * math.sqrt(1.06 / 1497))
-    assert math.isinf(sampled.dof) and sampled.word == "cannot tell at this scale"
-    far = judge("STS-B raw", "a", "b", [60.0, 60.0], [70.0, 70.0], expect="higher",
+    # zero seed spread: the seeds' df is its ceiling, n_b + n_o − 2 (issue 71.2: never ∞ from the evaluation term)
+    assert sampled.dof == pytest.approx(2.0) and sampled.word == "cannot tell at this scale"
+    far = judge("STS-B raw", "a", "b", [60.0] * 3, [70.0] * 3, expect="higher",
                 sampling=correlation_sampling_error(65.0, 1500, spearman=True))  # fmt: skip
-    assert far.word == "shows" and "t at df ∞, with its evaluation set" in far.line()
+    # SE = √2 · 2.07 = 2.93, t(4) = 2.776: the interval +10 ± 8.1 excludes zero
+    assert far.word == "shows" and "t at df 4, with its evaluation set" in far.line()
 
 
 def test_the_page_prints_the_rule_from_the_same_constants() -> None:
@@ -140,10 +143,15 @@ def test_a_sweep_comparison_is_welchs_t_by_hand() -> None:
     assert one.word == "cannot tell" and one.noise_text() == "unknown: 1 seed(s) in an arm" and one.p is None
 
 
-def test_holms_correction_by_hand_on_three_p_values() -> None:
-    """p = 0.01, 0.04, 0.03 on one measure: sorted 0.01, 0.03, 0.04 → 3·0.01 = 0.03, max(0.03, 2·0.03) = 0.06,
-    max(0.06, 1·0.04) = 0.06 (Holm 1979). Only the first stays below 0.05; another measure is its own family."""
+def test_holms_correction_by_hand_over_the_whole_table() -> None:
+    """Issue 71.2: the family is every comparison the report judges, across measures. p = 0.01, 0.04, 0.03 on one
+    measure and 0.04 on another: sorted 0.01, 0.03, 0.04, 0.04 → 4·0.01 = 0.04, max(0.04, 3·0.03) = 0.09,
+    max(0.09, 2·0.04) = 0.09, max(0.09, 0.04) = 0.09 (Holm 1979): only the first stays below 0.05 (the old
+    per-measure families let the lone 0.04 pass uncorrected). With ``primary``, the primary measure's comparisons
+    are one family and the rest another: the three exploratory ones by hand 0.03, 0.06, 0.06."""
     from dataclasses import replace
+
+    from statsmodels.stats.multitest import multipletests
 
     from degen_train.metrics.verdicts import compare, decide
 
@@ -151,10 +159,29 @@ def test_holms_correction_by_hand_on_three_p_values() -> None:
     family = [replace(base, setting=s, p=p) for s, p in (("a", 0.01), ("b", 0.04), ("c", 0.03))]
     alone = replace(base, measure="other", setting="a", p=0.04)
     decided = decide([*family, alone])
-    assert [c.p_adjusted for c in decided[:3]] == pytest.approx([0.03, 0.06, 0.06])
-    assert [c.word for c in decided] == ["lower", "no difference shown", "no difference shown", "lower"]
+    assert [c.p_adjusted for c in decided] == pytest.approx([0.04, 0.09, 0.09, 0.09])
+    assert [c.p_adjusted for c in decided] == pytest.approx(list(multipletests([0.01, 0.04, 0.03, 0.04],
+                                                                               method="holm")[1]))  # fmt: skip
+    assert [c.word for c in decided] == ["lower"] + ["no difference shown"] * 3
+    assert {(c.family, c.family_size) for c in decided} == {("all", 4)}
+    # Holm's step for the j-th smallest of k is α / (k − j + 1): the seeds advice is computed there
+    assert [c.alpha for c in decided] == pytest.approx([0.05 / 4, 0.05 / 2, 0.05 / 3, 0.05 / 1])
+    split = decide([*family, alone], primary=["other"])
+    assert [c.p_adjusted for c in split[:3]] == pytest.approx([0.03, 0.06, 0.06]) and split[3].p_adjusted == 0.04
+    assert [(c.family, c.family_size) for c in split] == [("exploratory", 3)] * 3 + [("primary", 1)]
+    assert [c.word for c in split] == ["lower", "no difference shown", "no difference shown", "lower"]
     uncorrected = decide([*family, alone], correct=False)
-    assert [c.word for c in uncorrected] == ["lower"] * 4
+    assert [c.word for c in uncorrected] == ["lower"] * 4 and {c.family for c in uncorrected} == {"uncorrected"}
+
+
+def test_the_seeds_advice_at_the_corrected_level_asks_for_more_seeds() -> None:
+    """Issue 71.2: the advice for a corrected verdict is computed at the level its Holm step used, not at 5%."""
+    from dataclasses import replace
+
+    from degen_train.metrics.verdicts import compare, seeds_to_decide
+
+    c = replace(compare("m", "a", "b", [0.0, 1.0], [0.0, 1.0]), before=0.0, after=1.0, spreads=(1.0, 1.0))
+    assert seeds_to_decide(replace(c, alpha=0.05 / 20)) > seeds_to_decide(c) == 17
 
 
 def test_the_seeds_advice_against_the_closed_form_case() -> None:

@@ -1,0 +1,32 @@
+"""The config alone, checked before any framework loads: what `degen-train` refuses in about a second.
+
+The typed schema (config/schema.py: every section's fields, roles and cross-field rules) and the loss terms'
+options as their files declare them (losses/declarations.py: names, values, weights) need neither torch, Lightning
+nor transformers. The command runs this first and hands its result to the run's check stage (run/checks.py), which
+then asks only what needs the machine, the files or the built terms: nothing is validated twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig
+
+from degen_train.config.schema import TrainConfig, checked_plan_config
+from degen_train.losses.declarations import check_term_sections
+
+
+def check_config_alone(cfg: DictConfig) -> tuple[DictConfig, TrainConfig]:
+    """(the checked DictConfig, the typed config): the schema once, then every loss term's options by its
+    declaration; raises ValueError naming the first bad key."""
+    checked, config = checked_plan_config(cfg)
+    sections: dict[str, Any] = {"objective": checked.objective, "regularizer": checked.regularizer}
+    check_term_sections(sections, plugins=_plugins_installed())
+    return checked, config
+
+
+def _plugins_installed() -> bool:
+    """Whether an installed package adds loss terms (entry points): their terms are checked when built."""
+    import importlib.metadata
+
+    return bool(importlib.metadata.entry_points(group="degen_train.terms"))
