@@ -13,8 +13,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 # The CPU parts, each bench/NAME.py with a main(), in the order they run
-PARTS = ("spine", "host", "losses", "metrics", "reliability", "analysis", "data", "chunked_ce", "parallel", "methods",
-         "finetune", "recipes", "optimizers", "attention", "memory")  # fmt: skip
+PARTS = ("command_line", "spine", "host", "losses", "metrics", "reliability", "analysis", "data", "chunked_ce",
+         "parallel", "methods", "finetune", "recipes", "optimizers", "attention", "memory")  # fmt: skip
 
 
 def main() -> None:

@@ -22,3 +22,48 @@ def test_every_console_script_starts_and_answers_help() -> None:
                                 timeout=300)  # fmt: skip
         assert result.returncode == 0, (name, result.stderr[-2000:])
         assert name in result.stdout, (name, result.stdout[:500])
+
+
+FRAMEWORKS = ("torch", "lightning", "transformers", "datasets")
+# One fresh interpreter runs degen-train's main() on ARGV and prints which frameworks it had imported when it ended.
+PROBE = """
+import sys
+sys.argv = ["degen-train", *sys.argv[1:]]
+from degen_train.cli.train import main
+try:
+    main()
+except SystemExit as stopped:
+    print(stopped.code, file=sys.stderr)
+print("LOADED", sorted(m for m in {frameworks!r} if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("argv", [
+    ["+model.hiden_size=64"],  # the schema: a misspelt key
+    ["regularizer=cosreg", "regularizer.cosreg.rows=rare"],  # a term's option, by its declaration
+    ["regularizer=dispersion", "regularizer.dispersion.temprature=2"],
+    ["trainer.max_stesp=3"],  # a Trainer argument, read from Lightning's source file
+    ["--list"],
+    ["--help"],
+])  # fmt: skip
+def test_the_config_alone_is_answered_before_any_framework_loads(argv: list[str]) -> None:
+    """Issues 70.6 and 73.1: the composition, the typed checks, the roles, --help, --list and every refusal of the
+    config alone import neither torch, Lightning, transformers nor datasets (16 s of a start-up here)."""
+    import os
+
+    probe = PROBE.format(frameworks=FRAMEWORKS)
+    result = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    assert "LOADED []" in result.stdout, (result.stdout[-1500:], result.stderr[-1500:])
+    said = result.stdout + result.stderr
+    if argv[0].startswith("+model"):
+        assert "model.hiden_size: not a setting of model (did you mean model.hidden_size?)" in said
+    elif "rows=rare" in argv[-1]:
+        assert "regularizer.cosreg.rows='rare' is not one of all, seen" in said
+    elif "temprature" in argv[-1]:
+        assert "regularizer.dispersion.temprature is not an option of loss term dispersion; did you mean temperature" \
+            in said  # fmt: skip
+    elif "max_stesp" in argv[0]:
+        assert "trainer.max_stesp is not a lightning.pytorch.Trainer argument; did you mean: max_steps" in said
+    elif argv == ["--list"]:
+        assert "dispersion" in said and "recipes (recipe=NAME):" in said

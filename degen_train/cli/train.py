@@ -52,7 +52,8 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     from degen_train.run.sweep import run_in_sweep, search_objective
 
     if HydraConfig.get().mode == RunMode.MULTIRUN:
-        return run_in_sweep(cfg, lambda member: train(member, alone=alone))
+        # a member's config is the sweep's with its own resume (run_in_sweep sets ckpt_path=auto): checked again
+        return run_in_sweep(cfg, train)
     try:
         summary = train(cfg, alone=alone)
     except RunPreempted as preempted:

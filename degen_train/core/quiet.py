@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import warnings
 
@@ -49,6 +50,7 @@ def silence_known_noise() -> None:
     for pattern in IGNORED_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)
     if not sys.stderr.isatty():  # datasets' Map/Filter bars are carriage-return redraws in a batch log
-        import datasets
-
-        datasets.disable_progress_bars()
+        if "datasets" in sys.modules:
+            sys.modules["datasets"].disable_progress_bars()
+        else:  # read by datasets when it loads: the command line is answered before it does
+            os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
