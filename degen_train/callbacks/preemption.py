@@ -90,9 +90,42 @@ def stopping_before_training(cache: str) -> Iterator[None]:
     def stop(signum: int, _frame: Any) -> None:
         raise PreparationStopped(signal.Signals(signum).name, cache)
 
-    previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
-    for signum in SIGNALS:
+    previous = {signum: signal.getsignal(signum) for signum in (*SIGNALS, *_requeue_signals())}
+    for signum in previous:
         signal.signal(signum, stop)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _requeue_signals() -> tuple[int, ...]:
+    return tuple(getattr(signal, name) for name in REQUEUE_SIGNALS if hasattr(signal, name))
+
+
+PENDING: dict[str, str | None] = {"signal": None}  # a signal received between the model's build and training's start
+
+
+@contextmanager
+def deferring_until_training() -> Iterator[None]:
+    """From the model's build to training's first update (the move to the devices, FSDP2's wrapping, compilation,
+    the checkpoint's load, the sanity check: issue 72.5, where a SIGTERM exited 143 with nothing kept): a signal is
+    kept, said, and handed to the Preemption callback when training starts, which stops after the first update with
+    a checkpoint (exit 75). Outside the main thread: nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def keep(signum: int, _frame: Any) -> None:
+        PENDING["signal"] = signal.Signals(signum).name
+        log.warning("%s received while training starts: the run stops after its first update, with a checkpoint",
+                    PENDING["signal"])  # fmt: skip
+
+    PENDING["signal"] = None
+    previous = {signum: signal.getsignal(signum) for signum in (*SIGNALS, *_requeue_signals())}
+    for signum in previous:
+        signal.signal(signum, keep)
     try:
         yield
     finally:
@@ -126,6 +159,11 @@ class Preemption(Callback):
         for signum in (*SIGNALS, *([self.requeue_signal] if self.requeue_signal else [])):
             self._previous[signum] = signal.getsignal(signum)
             signal.signal(signum, self._on_signal)
+        pending, PENDING["signal"] = PENDING["signal"], None  # kept while training started: acted on now
+        if pending is not None:
+            self.received = pending
+            requeue = signal.Signals(self.requeue_signal).name if self.requeue_signal is not None else None
+            self.requeue_asked |= pending == requeue
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         name = signal.Signals(signum).name

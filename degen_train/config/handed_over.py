@@ -85,8 +85,25 @@ class Door:
     advice: str = ""
 
     def gives(self, key: str) -> bool:
+        """The user's command line sets ``key`` or a section above it (a group choice included): an input or code
+        there is theirs."""
         parts = key.split(".")
         return any(".".join(parts[:n]) in self.given for n in range(1, len(parts) + 1))
+
+    def sets_value(self, key: str) -> bool:
+        """The user's command line sets ``key``'s value itself, or a section above it by value; a group choice
+        (``trainer=cpu``, ``callbacks=default``) brings that group's yaml and sets no value below it, so a
+        handed-over protection there is judged by its role as if the group were not chosen (issue 72.1)."""
+        parts = key.split(".")
+        prefixes = [".".join(parts[:n]) for n in range(1, len(parts) + 1)]
+        return any(prefix in self.given and not _is_group(prefix) for prefix in prefixes)
+
+
+def _is_group(key: str) -> bool:
+    """Whether ``key`` names a config group (a folder of conf/: trainer, callbacks, data, ...)."""
+    from degen_train.core.paths import config_dir
+
+    return (config_dir() / key.replace(".", "/")).is_dir()
 
 
 @dataclass
@@ -253,7 +270,7 @@ def _decided(reading: Reading, door: Door, key: str, value: Any) -> Any:
         return value
     _check_type(reading.source, key, value, door.advice)
     loose = role in (Role.PROTECTION, Role.MEASURES) and door.runs and not declared.allows(value)
-    if loose and not door.trusted and not door.gives(key):  # the user's own command line sets it: theirs wins
+    if loose and not door.trusted and not door.sets_value(key):  # the user's command line sets it: theirs wins
         _refuse_looser(reading.source, key, value, declared, door.advice)
     return value
 

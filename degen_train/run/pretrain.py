@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from degen_train.callbacks.best_sts import BestBySTS  # noqa: E402
 from degen_train.callbacks.cadence import ClockCadence  # noqa: E402
 from degen_train.callbacks.isotropy_monitor import IsotropyMonitor  # noqa: E402
-from degen_train.callbacks.preemption import stopping_before_training  # noqa: E402
+from degen_train.callbacks.preemption import deferring_until_training, stopping_before_training  # noqa: E402
 from degen_train.callbacks.throughput import Throughput  # noqa: E402
 from degen_train.callbacks.weight_averaging import AVERAGE_PREFIX, WeightAverage  # noqa: E402
 from degen_train.core.io import atomic_directory, atomic_write_json, atomic_write_text  # noqa: E402
@@ -78,8 +78,8 @@ def train(cfg: DictConfig, *, alone: tuple[DictConfig, Any] | None = None) -> di
         with stopping_before_training(str(plan.cfg.data.cache_dir)):  # a signal while preparing: exit 75, say so
             data = prepare(plan)  # 2. prepare
             built = build(plan, data)  # 3. build
-        if built.trainer.is_global_zero:
-            _write_run_record(plan, built)
+            if built.trainer.is_global_zero:
+                _write_run_record(plan, built)
         train_metrics, val_metrics = fit(plan, built)  # 4. fit
         return finish(plan, built, train_metrics, val_metrics)  # 5. finish
 
@@ -209,7 +209,8 @@ def fit(plan: RunPlan, built: Built) -> tuple[dict, dict]:
     trainer, module = built.trainer, built.module
     if plan.branch is not None and checkpoint == Path(plan.branch["checkpoint"]):  # a new branch: where it starts
         plan.branch["validation"] = _validated_start(built, checkpoint)
-    trainer.fit(module, datamodule=built.datamodule, ckpt_path=str(checkpoint) if checkpoint else None)
+    with deferring_until_training():  # a signal before the first update: kept for the Preemption callback
+        trainer.fit(module, datamodule=built.datamodule, ckpt_path=str(checkpoint) if checkpoint else None)
     train_metrics = {**module.last_train_metrics, **trainer.callback_metrics}
     train_metrics = {k: float(v) for k, v in train_metrics.items()}
     val_metrics = {}

@@ -453,3 +453,40 @@ def test_a_fine_tuning_cell_that_is_not_a_result_is_one_line(tmp_path: Path) -> 
         finished_cell(cell)
     cell.write_text(json.dumps({"task": "rte", "lr": 2e-5, "seed": 1, "score": 55.0, "dev": {}}))
     assert finished_cell(cell)["score"] == 55.0
+
+
+@pytest.mark.parametrize(
+    "given, entry, words",
+    [
+        (["callbacks=default"], "callbacks.checkpoint.every_n_train_steps=1000000",
+         "would loosen the run's checkpoints"),  # GV1: a branch with no checkpoint at all, rc 0
+        (["callbacks=default"], "callbacks.checkpoint.save_last=false", "would loosen the run's checkpoints"),
+        (["trainer=cpu"], "trainer.max_time=00:00:00:02", "would loosen the run's steps"),  # GV2: 17 of 20 updates
+        (["trainer=cpu"], "trainer.limit_val_batches=0", "would loosen"),  # GV3: an IndexError in the final validation
+    ],
+)  # fmt: skip
+def test_a_group_the_user_chooses_never_opens_a_protection_below_it(tmp_path: Path, given: list[str], entry: str,
+                                                                    words: str) -> None:  # fmt: skip
+    """Issue 72.1 (GV1–GV5): a group choice on the user's command line (`trainer=cpu`, the one degen-train itself
+    advises on a CPU machine) counted as the user setting every key below it, so the parent's looser protection there
+    was kept. A group brings its yaml; the file's value below it is judged by its role, in both doors."""
+    from degen_train.config.inherited import given_keys
+
+    door = Door(given=given_keys(given))
+    record = tmp_path / "overrides.json"
+    record.write_text(json.dumps(["seed=3", entry]))
+    with pytest.raises(HandedOverError, match=re.escape(words)):
+        read_overrides_file(record, door=door)
+    key, _, value = entry.partition("=")
+    section, _, leaf = key.rpartition(".")
+    config = tmp_path / "config.yaml"
+    tree: dict = {"seed": 0}
+    node = tree
+    for part in section.split("."):
+        node = node.setdefault(part, {})
+    node[leaf] = yaml.safe_load(value)
+    config.write_text(yaml.safe_dump(tree))
+    with pytest.raises(HandedOverError, match=re.escape(words)):
+        read_config_file(config, door=door)
+    # the key itself on the user's command line: theirs wins, the file's value is not refused
+    assert read_overrides_file(record, door=Door(given=given_keys([entry]))).settings

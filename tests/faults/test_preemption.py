@@ -172,3 +172,32 @@ def test_sigterm_while_the_data_is_prepared_exits_75_saying_what_is_cached(tmp_p
     assert not (folder / "checkpoints").exists()
     again = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
+
+
+@pytest.mark.parametrize(("signum", "delay"), [(signal.SIGTERM, 0.0), (signal.SIGTERM, 0.7), (signal.SIGTERM, 1.5),
+                                               (signal.SIGUSR1, 0.7)])  # fmt: skip
+def test_a_signal_between_the_build_and_the_first_update_exits_75(tmp_path: Path, drill: list[str], signum: int,
+                                                                   delay: float) -> None:  # fmt: skip
+    """Issue 72.5 (SG_SIGTERM, SG_SIGUSR1): 5 of 20 SIGTERMs 2.5–4.5 s after the start exited 143 with no checkpoint
+    and no word: between the model's build and the fit, no handler was installed. Sent across that window (from
+    the build's "model:" line on), every signal now ends in exit 75, with a verified checkpoint or the word that
+    nothing had trained yet."""
+    run_dir = tmp_path / "run"
+    log = tmp_path / "run.log"
+    command = [str(Path(sys.executable).parent / "degen-train"), *FAST, *drill, *LONG, f"hydra.run.dir={run_dir}"]
+    with open(log, "w") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, cwd=REPO)
+        deadline = time.monotonic() + 300
+        while "model: " not in log.read_text() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.02)
+        time.sleep(delay)
+        process.send_signal(signum)
+        code = process.wait(timeout=300)
+    said = log.read_text()
+    assert code == 75, said[-3000:]
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    stopped = re.search(r"stopped after step (\d+)", said)
+    if stopped:
+        assert verified_step(checkpoint) == int(stopped.group(1))
+    else:
+        assert "received before training started" in said, said[-3000:]
