@@ -80,42 +80,41 @@ class PreparationStopped(Exception):
 
 
 @contextmanager
-def stopping_before_training(cache: str) -> Iterator[None]:
-    """SIGTERM/SIGINT until training starts: stop where the program is (a build in progress keeps what it finished),
-    as PreparationStopped (exit 75), instead of dying silently with 143. Outside the main thread: nothing."""
+def _handling(handler: Any) -> Iterator[None]:
+    """``handler`` for SIGTERM, SIGINT and SLURM's requeue signals while the block runs, the previous ones after it;
+    outside the main thread (where no handler can be set): nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    requeue = tuple(getattr(signal, name) for name in REQUEUE_SIGNALS if hasattr(signal, name))
+    previous = {signum: signal.getsignal(signum) for signum in (*SIGNALS, *requeue)}
+    for signum in previous:
+        signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, kept in previous.items():
+            signal.signal(signum, kept)
+
+
+def stopping_before_training(cache: str) -> Any:  # a context manager
+    """A signal until training starts: stop where the program is (a build in progress keeps what it finished), as
+    PreparationStopped (exit 75), instead of dying silently with 143."""
 
     def stop(signum: int, _frame: Any) -> None:
         raise PreparationStopped(signal.Signals(signum).name, cache)
 
-    previous = {signum: signal.getsignal(signum) for signum in (*SIGNALS, *_requeue_signals())}
-    for signum in previous:
-        signal.signal(signum, stop)
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-def _requeue_signals() -> tuple[int, ...]:
-    return tuple(getattr(signal, name) for name in REQUEUE_SIGNALS if hasattr(signal, name))
+    return _handling(stop)
 
 
 PENDING: dict[str, str | None] = {"signal": None}  # a signal received between the model's build and training's start
 
 
-@contextmanager
-def deferring_until_training() -> Iterator[None]:
+def deferring_until_training() -> Any:  # a context manager
     """From the model's build to training's first update (the move to the devices, FSDP2's wrapping, compilation,
     the checkpoint's load, the sanity check: issue 72.5, where a SIGTERM exited 143 with nothing kept): a signal is
     kept, said, and handed to the Preemption callback when training starts, which stops after the first update with
-    a checkpoint (exit 75). Outside the main thread: nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    a checkpoint (exit 75)."""
 
     def keep(signum: int, _frame: Any) -> None:
         PENDING["signal"] = signal.Signals(signum).name
@@ -123,14 +122,7 @@ def deferring_until_training() -> Iterator[None]:
                     PENDING["signal"])  # fmt: skip
 
     PENDING["signal"] = None
-    previous = {signum: signal.getsignal(signum) for signum in (*SIGNALS, *_requeue_signals())}
-    for signum in previous:
-        signal.signal(signum, keep)
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    return _handling(keep)
 
 
 class Preemption(Callback):

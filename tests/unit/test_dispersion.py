@@ -83,6 +83,7 @@ def test_its_file_and_yaml_are_all_it_took(tmp_path, capsys) -> None:  # noqa: A
     with pytest.raises(ValueError, match="regularizer.dispersion.temprature is not an option of loss term "
                                          "dispersion; did you mean temperature"):  # fmt: skip
         check_term_sections({"regularizer": {"dispersion": {"temprature": 1.0}}, "objective": {"mle": {}}})
-    summary = run(tmp_path / "run", "recipe=gpt2_mle", "model=gpt2_tiny", "regularizer=dispersion")
+    summary = run(tmp_path / "run", "recipe=gpt2_mle", "model=gpt2_tiny", "regularizer=dispersion",
+                  "trainer.max_steps=3", "data.tokenizer.vocab_size=1000", "export_hf=false")  # fmt: skip
     assert summary["val_terms"]["dispersion"] is not None
     assert logged(tmp_path / "run", "train/dispersion/loss")
