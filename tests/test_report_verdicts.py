@@ -176,3 +176,16 @@ def test_primary_measures_are_their_own_family(sweep: Path, capsys: pytest.Captu
         main([str(sweep), "--no-analyze", "--primary", "val_perplexiy"])
     assert "--primary val_perplexiy: not a measure the runs have; they have val_objective_loss" in \
         capsys.readouterr().err  # fmt: skip
+
+
+def test_arms_that_read_another_corpus_are_never_compared(tmp_path: Path) -> None:
+    """Issue 72.6 (V13): the report's "same experiment" read only what a run trains, so arms trained on another
+    corpus from other initial weights (data.path, model.init_from: inputs) were judged against the baseline."""
+    folder = tmp_path / "sweep"
+    for seed in (1, 2):
+        member(folder, 0, seed, loss=4.0 + seed / 100, cosine=0.4, layer=0.5, extra={"data": {"path": "a.txt"}})
+        member(folder, 1, seed, loss=4.2 + seed / 100, cosine=0.1, layer=0.5, extra={"data": {"path": "b.txt"}})
+    result = report([folder], run_analysis=False)
+    assert result["comparisons"].not_compared == [
+        "regularizer.cosreg.weight=1: its runs differ from the baseline's in data.path ('a.txt' → 'b.txt'), which "
+        "nobody swept: not the same experiment"]  # fmt: skip

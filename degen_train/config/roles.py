@@ -76,6 +76,7 @@ class Declared:
     at_least: float | None = None
     above: float | None = None
     guards: str = ""  # a protection: what it guards, for the refusal's words
+    whole: bool = False  # a count of updates: a float (Lightning's fraction of an epoch) is no such count
 
     def allows(self, value: Any) -> bool:
         """Whether a handed-over file may give ``value`` (a protection as tight as the house's or tighter, a measure
@@ -87,6 +88,8 @@ class Declared:
             return not self.keeps
         number = len(value) if isinstance(value, list | tuple) else value  # a list of seeds: its length
         if not isinstance(number, int | float) or isinstance(number, bool) or not math.isfinite(number):
+            return False
+        if self.whole and not isinstance(number, int):
             return False
         return ((self.at_most is None or number <= self.at_most) and (self.at_least is None or number >= self.at_least)
                 and (self.above is None or number > self.above))  # fmt: skip
@@ -100,7 +103,7 @@ class Declared:
             parts.append(f"at least {_number(self.at_least)}")
         if self.at_most is not None:
             parts.append(f"at most {_number(self.at_most)}")
-        text = "a number " + " and ".join(parts) if parts else ""
+        text = ("a whole number " if self.whole else "a number ") + " and ".join(parts) if parts else ""
         if self.keeps:
             text = f"{text} or {_listed(self.keeps)}" if text else f"only {_listed(self.keeps)}"
         return text or "any value"
@@ -130,10 +133,11 @@ LAUNCH = Declared(Role.LAUNCH)
 
 
 def protection(guards: str, *, keeps: tuple[Any, ...] = (), at_most: float | None = None,
-               at_least: float | None = None, above: float | None = None) -> Declared:  # fmt: skip
+               at_least: float | None = None, above: float | None = None, whole: bool = False) -> Declared:  # fmt: skip
     """A protection's role: ``guards`` says what it protects; a handed-over value must be one of ``keeps`` or lie
-    within the bounds (no bound and no ``keeps``: any value the schema allows)."""
-    return Declared(Role.PROTECTION, keeps=keeps, at_most=at_most, at_least=at_least, above=above, guards=guards)
+    within the bounds (no bound and no ``keeps``: any value the schema allows); ``whole``: a count of updates."""
+    return Declared(Role.PROTECTION, keeps=keeps, at_most=at_most, at_least=at_least, above=above, guards=guards,
+                    whole=whole)  # fmt: skip
 
 
 def measures(*, at_most: float) -> Declared:

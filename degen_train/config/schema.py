@@ -200,7 +200,9 @@ class TrainerConfig(BaseModel):
     gradient_clip_val: Annotated[float | None, TRAINS] = Field(default=None, ge=0)
     val_check_interval: Annotated[
         Annotated[int | float, Field(gt=0)] | Literal["auto"] | None,
-        protection(VALIDATION, keeps=("auto", None), at_most=HOUSE_VALIDATION_STEPS),
+        # a file may keep "auto" or validate every N ≤ 100 updates; null (periodic validation off) and a float (a
+        # fraction of an epoch the endless loader never ends) are no such cadence (issue 72.6)
+        protection(VALIDATION, keeps=("auto",), at_most=HOUSE_VALIDATION_STEPS, whole=True),
     ] = None
 
 
@@ -266,8 +268,11 @@ class DivergenceCallbackConfig(BaseModel):
     model_config = Open
     on_nonfinite: Annotated[Literal["stop", "skip"], protection(DIVERGENCE, keeps=("stop",))]
     max_skips: Annotated[int, protection(DIVERGENCE, at_most=10)] = Field(ge=0)
-    spike_sigma: Annotated[float | None, protection(DIVERGENCE)] = Field(default=None, gt=0)
-    spike_window: Annotated[int, protection(DIVERGENCE)] = Field(ge=2)
+    # a handed-over spike guard, off (null) or within 2–10 σ over 8–10,000 steps: "tighter" has a floor too, since a
+    # guard that skips every step stops a run as surely as none protects it (issue 72.6)
+    spike_sigma: Annotated[float | None, protection(DIVERGENCE, keeps=(None,), at_least=2, at_most=10)] = Field(
+        default=None, gt=0)
+    spike_window: Annotated[int, protection(DIVERGENCE, at_least=8, at_most=10_000)] = Field(ge=2)
 
 
 class CallbacksConfig(BaseModel):

@@ -182,8 +182,10 @@ def too_short(measure: str, base: pd.DataFrame, rows: pd.DataFrame, fewest: int)
 
 
 def _trained_settings(run: Path, swept: list[str]) -> dict[str, Any]:
-    """What a run trains besides the swept keys and the seed: its recorded config's keys whose role is what the run
-    trains (config/roles.py), flattened."""
+    """What makes a run the experiment it is besides the swept keys and the seed: its recorded config's keys whose
+    role is what the run trains or an input it reads (the corpus, the initial weights, a teacher: config/roles.py;
+    issue 72.6, V13: arms trained on another corpus from other weights were judged against the baseline),
+    flattened."""
     try:
         config = read_record(run / "summary.json", Summary, what="run summary", within=run).config
     except HandedOverFileError:
@@ -191,7 +193,7 @@ def _trained_settings(run: Path, swept: list[str]) -> dict[str, Any]:
     flat = flatten(config.model_dump() if config else {})
     skip = set(swept) | set(SEED_KEYS)
     return {k: v for k, v in flat.items() if not any(k == s or k.startswith(s + ".") for s in skip) and
-            (role_of(k) is not None and role_of(k).role == Role.TRAINS)}  # fmt: skip
+            (role_of(k) is not None and role_of(k).role in (Role.TRAINS, Role.INPUT))}  # fmt: skip
 
 
 def _differences(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> str:

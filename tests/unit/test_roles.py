@@ -112,6 +112,15 @@ ROLE_CASES = [
     ("protection", "callbacks.checkpoint.monitor", "val_loss", "refused", "may give only 'step'"),
     ("protection", "trainer.limit_val_batches", 0, "refused", "would loosen the run's validation"),
     ("protection", "trainer.val_check_interval", 1000000, "refused", "would loosen the run's validation"),
+    # issue 72.6: null switched periodic validation off; a float is a fraction of an epoch, not "at most 100"
+    ("protection", "trainer.val_check_interval", None, "refused", "a whole number at most 100 or 'auto'"),
+    ("protection", "trainer.val_check_interval", 0.5, "refused", "would loosen the run's validation"),
+    ("protection", "trainer.val_check_interval", 50, "carried", ""),
+    # issue 72.6: spike_sigma and spike_window had no bound, so inf (a guard that never fires) passed as "tighter"
+    ("protection", "callbacks.divergence.spike_sigma", 1e300, "refused", "would loosen the divergence guard"),
+    ("protection", "callbacks.divergence.spike_sigma", 0.01, "refused", "a number at least 2 and at most 10 or null"),
+    ("protection", "callbacks.divergence.spike_sigma", 4.0, "carried", ""),
+    ("protection", "callbacks.divergence.spike_window", 2, "refused", "would loosen the divergence guard"),
 ]
 
 
