@@ -67,10 +67,14 @@ class RunPreempted(Exception):
         self.signal_name, self.step, self.checkpoint = signal_name, step, checkpoint
 
 
-class PreparationStopped(Exception):
-    """A signal stopped the run before training (data preparation, the tokenizer): whatever is cached stays."""
+class PreparationStopped(BaseException):
+    """A signal stopped the run before training (data preparation, the tokenizer): whatever is cached stays.
 
-    def __init__(self, signal_name: str, cache: str) -> None:
+    A BaseException, as KeyboardInterrupt is: raised from a signal handler wherever the program is, it must not be
+    caught by a library's ``except Exception`` on the way (OmegaConf's, inside the build's instantiate, re-created it
+    from its message alone and ended the run with a ConfigTypeError, exit 1)."""
+
+    def __init__(self, signal_name: str, cache: str = "") -> None:
         super().__init__(
             f"{signal_name} received before training started (while preparing the data): nothing of the run was "
             f"written; what was built so far stays in the cache ({cache}: a finished tokenizer or examples table, or "
