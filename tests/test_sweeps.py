@@ -82,7 +82,7 @@ def test_grid_report_has_one_row_per_run_matching_its_summary(grid: Path) -> Non
     assert {v["seeds"] for v in verdicts} == {"2 + 2"} and "isotropy/embedding/mean_cosine" in {
         v["measure"] for v in verdicts}  # fmt: skip
     assert all(v["verdict"] in ("lower", "higher", "no difference shown", "cannot tell") for v in verdicts)
-    assert "effect against regularizer.cosreg.weight=0" in html
+    assert "standardised effects against regularizer.cosreg.weight=0, every measure" in html  # one forest plot
     assert "val_perplexity against embedding IsoScore" in html
     markdown = (grid / "report" / "report.md").read_text()
     assert "regularizer=cosreg" in markdown.split("\n")[2]

@@ -42,17 +42,19 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
     from degen_train.run.config_alone import check_config_alone
 
-    try:
-        alone = check_config_alone(cfg)  # the config alone, before the frameworks load
-    except ValueError as error:
-        _refused(error)
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    alone = None
+    if not multirun:  # a sweep member's bad config is that member's failure (run_in_sweep records it), not the sweep's
+        try:
+            alone = check_config_alone(cfg)  # the config alone, before the frameworks load
+        except ValueError as error:
+            _refused(error)
     from degen_train.callbacks.divergence import DivergenceError
     from degen_train.callbacks.preemption import PreparationStopped, RunPreempted
     from degen_train.run.pretrain import train
     from degen_train.run.sweep import run_in_sweep, search_objective
 
-    if HydraConfig.get().mode == RunMode.MULTIRUN:
-        # a member's config is the sweep's with its own resume (run_in_sweep sets ckpt_path=auto): checked again
+    if multirun:  # each member checked by its run, with its own resume (run_in_sweep sets ckpt_path=auto)
         return run_in_sweep(cfg, train)
     try:
         summary = train(cfg, alone=alone)
