@@ -109,14 +109,6 @@ class ItemScores:
         return {"kind": self.kind, **ids, **{name: [float(v) for v in values] for name, values in self.columns.items()}}
 
     @classmethod
-    def kept(cls, record: dict | None) -> ItemScores | None:
-        """``of`` a record a run kept, or None where it kept none or one that does not fit."""
-        try:
-            return cls.of(record) if record else None
-        except (ItemRecordError, KeyError):
-            return None
-
-    @classmethod
     def of(cls, record: dict) -> ItemScores:
         """From eval.json's record; ItemRecordError says what does not fit (the kind, a column, a length, a value
         that is not finite, ids that are not unique strings, more than MOST_ITEMS items)."""
