@@ -244,20 +244,6 @@ def noise_of_records(base: Sequence[tuple[str, dict | None]], other: Sequence[tu
     return noise, ""
 
 
-def paired_bootstrap_se(base: Sequence[ItemScores], other: Sequence[ItemScores], *, resamples: int = RESAMPLES,
-                        seed: int = BOOTSTRAP_SEED) -> float | None:  # fmt: skip
-    """The items' share of the standard error of mean(other) − mean(base) (``crossed_noise``, each source once), the
-    runs paired by item id; None when they cannot be paired (``align`` says why) or a run has no record."""
-    if not base or not other:
-        return None
-    try:
-        runs = align([*base, *other], [f"run {i + 1}" for i in range(len(base) + len(other))])
-    except ItemRecordError:
-        return None
-    found = crossed_noise(runs[: len(base)], runs[len(base) :], resamples=resamples, seed=seed)
-    return None if found is None else found.standard_error
-
-
 def _repetition(unique: np.ndarray, total: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(total > 0, 100 * (1 - unique / np.where(total > 0, total, 1)), 0.0)

@@ -16,7 +16,7 @@ from degen_train.metrics.evaluation_noise import (
     align,
     crossed_noise,
     item_id,
-    paired_bootstrap_se,
+    noise_of_records,
 )
 from degen_train.metrics.verdicts import compare, judge, t_quantile, welch
 
@@ -145,7 +145,7 @@ def test_adding_the_evaluation_term_never_narrows_the_interval() -> None:
 
 def test_a_shuffled_run_is_named_and_never_paired() -> None:
     """Issue 71.3: the same count of other items was paired by position and narrowed the interval; by id it is
-    named, and the old paired_bootstrap_se gives nothing to pair."""
+    named, and noise_of_records pairs nothing."""
     generator = np.random.default_rng(1)
     texts = [f"sentence {i}" for i in range(40)]
     ids = [item_id(i, t) for i, t in enumerate(texts)]
@@ -156,13 +156,18 @@ def test_a_shuffled_run_is_named_and_never_paired() -> None:
     with pytest.raises(ItemRecordError, match=r"run D: 40 items, \d+ of them not among run A's 40: not the same "
                                               r"evaluation set"):  # fmt: skip
         align([*runs[:3], other_items], ["run A", "run B", "run C", "run D"])
-    assert paired_bootstrap_se(runs[:2], [runs[2], other_items]) is None
+    records = [(f"run {i}", run.record()) for i, run in enumerate([*runs[:3], other_items])]
+    noise, note = noise_of_records(records[:2], records[2:])
+    assert noise is None and "run 3: 40 items" in note and note.endswith("each arm's own sampling error instead")
     # the same items in another order are the same set: reordered, not refused
     order = generator.permutation(40)
     reordered = ItemScores("mean", {"value": values[3][order]}, tuple(ids[i] for i in order))
     aligned = align([*runs[:3], reordered], ["A", "B", "C", "D"])
     assert np.allclose(aligned[3].columns["value"], values[3])
-    assert paired_bootstrap_se(runs[:2], [runs[2], reordered]) == pytest.approx(paired_bootstrap_se(runs[:2], runs[2:]))
+    named = [(f"run {i}", run.record()) for i, run in enumerate([*runs[:3], reordered])]
+    same = [(f"run {i}", run.record()) for i, run in enumerate(runs)]
+    assert noise_of_records(named[:2], named[2:])[0].items_variance == pytest.approx(
+        noise_of_records(same[:2], same[2:])[0].items_variance)  # fmt: skip
 
 
 @pytest.mark.parametrize(("record", "said"), [

@@ -182,13 +182,13 @@ def test_the_glue_dev_sizes_are_the_splits_sizes(task: str) -> None:
 
 def test_a_claim_on_items_both_arms_were_scored_on_takes_the_paired_bootstrap(tmp_path: Path) -> None:
     """Issue 64.5: two arms scored on the same STS pairs, every run with its per-pair scores in eval.json: the page's
-    paired_errors.csv holds the paired bootstrap's error (evaluation_noise.paired_bootstrap_se, recomputed here) and
+    paired_errors.csv holds the items' error (evaluation_noise.crossed_noise, recomputed here) and
     the summary judges with it in place of the two independent sampling errors."""
     import json
 
     import numpy as np
 
-    from degen_train.metrics.evaluation_noise import ItemScores, paired_bootstrap_se
+    from degen_train.metrics.evaluation_noise import ItemScores, crossed_noise
     from degen_train.reproduce.claims import PAIRED_FILE, paired_errors, read_paired_csv, with_paired
     from degen_train.reproduce.runs import Run
 
@@ -209,7 +209,7 @@ def test_a_claim_on_items_both_arms_were_scored_on_takes_the_paired_bootstrap(tm
             results.append((run, {}))
     paired = paired_errors(results, list(all_claims()))
     row = paired[(paired["column"] == "STS-B raw") & (paired["other_variant"] == claim.other[1])]
-    expected = paired_bootstrap_se(records[claim.base], records[claim.other])
+    expected = crossed_noise(records[claim.base], records[claim.other]).standard_error
     assert len(row) == 1 and float(row["paired_se"].iloc[0]) == pytest.approx(expected) and expected > 0
     page = tmp_path / "page"
     page.mkdir()
