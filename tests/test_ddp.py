@@ -111,6 +111,21 @@ def ddp_runs(tmp_path_factory: pytest.TempPathFactory, teacher: Path) -> Path:
     return root
 
 
+def test_val_perplexity_batches_are_gathered_from_every_process(ddp_runs: Path) -> None:
+    """Issue 71.5: the final validation's per-batch record holds both processes' batches, and over them all scores
+    the run's val_perplexity (Lightning's mean of the processes' batch-weighted means: equal shares, one value)."""
+    import json
+
+    import numpy as np
+
+    from degen_train.metrics.evaluation_noise import ItemScores
+
+    summary = json.loads((ddp_runs / "bert_mlm_nsp" / "summary.json").read_text())
+    batches = ItemScores.of(summary["items"]["val_perplexity"])
+    assert {i.split(".")[0] for i in batches.ids} == {"rank0", "rank1"}
+    assert batches.score(np.arange(batches.items)) == pytest.approx(summary["val_perplexity"], rel=1e-5)
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_terms_that_mix_samples_match_one_process_in_weights(
     tmp_path: Path, case: str, ddp_runs: Path, teacher: Path

@@ -14,7 +14,7 @@ from degen_train.cli.report import main, report
 
 
 def member(sweep: Path, weight: float, seed: int, *, loss: float, cosine: float, layer: float,
-           extra: dict | None = None) -> Path:  # fmt: skip
+           extra: dict | None = None, items: dict | None = None) -> Path:  # fmt: skip
     run = sweep / f"regularizer.cosreg.weight={weight:g},seed={seed}"
     (run / "logs").mkdir(parents=True)
     (run / "config.yaml").write_text("seed: 0\n")
@@ -24,6 +24,8 @@ def member(sweep: Path, weight: float, seed: int, *, loss: float, cosine: float,
     summary = {"config": config, "final_step": 300, "val_loss": loss, "val_terms": {"mle": loss},
                "val_perplexity": 2.718281828**loss, "isotropy": {"isotropy/embedding/mean_cosine": cosine,
                                                                  "isotropy/layer_1/mean_cosine": layer}}  # fmt: skip
+    if items:
+        summary["items"] = items
     (run / "summary.json").write_text(json.dumps(summary))
     (run / "logs" / "metrics.csv").write_text("step,train/loss\n0,5.0\n299,4.0\n")
     return run
@@ -159,6 +161,45 @@ def test_no_verdict_on_text_that_is_not_there_and_pairs_by_item_id(tmp_path: Pat
         header = next(csv.reader(handle))
     assert "generation/contrastive/mean_kept_tokens" in header and "generation/contrastive/ended_early" in header
     assert "1 not measured" in (folder / "report" / "report.md").read_text()
+
+
+def test_val_perplexity_carries_its_validation_batches_error_paired_by_batch(tmp_path: Path) -> None:
+    """Issue 71.5: val_perplexity's evaluation-set error is a bootstrap over the final validation's batches
+    (summary.json items, data/validation_items.py), paired by batch id; arms that validated other batches are named
+    and take each run's own bootstrap error (runs.csv's "val_perplexity sampling error")."""
+    import math
+
+    import numpy as np
+
+    from degen_train.metrics.evaluation_noise import ItemScores
+
+    def batches(loss: float, ids: list[str], draw: np.random.Generator) -> dict:
+        losses = loss + draw.normal(0, 0.3, len(ids))  # the batches' luck: the validation set's error
+        record = ItemScores("perplexity", {"nll": 4 * losses, "tokens": np.full(len(ids), 4.0)}, tuple(ids))
+        return {"val_perplexity": record.record()}, float(np.log(record.score(np.arange(len(ids)))))
+
+    for paired in (True, False):
+        folder, draw = tmp_path / f"sweep_{paired}", np.random.default_rng(1)
+        ids = [f"rank0.batch{i}:{i:016x}" for i in range(40)]
+        for seed, wiggle in zip((1, 2, 3), (-0.01, 0.0, 0.01), strict=True):
+            base, loss = batches(4.0 + wiggle, ids, draw)
+            member(folder, 0, seed, loss=loss, cosine=0.4, layer=0.5, items=base)
+            other = ids if paired else [f"rank0.batch{i}:{i + 1:016x}" for i in range(40)]  # other text
+            setting, loss = batches(4.02 + wiggle, other, draw)
+            member(folder, 1, seed, loss=loss, cosine=0.1, layer=0.5, items=setting)
+        report([folder], run_analysis=False)
+        row = verdicts(folder)["val_perplexity"]
+        with open(folder / "report" / "runs.csv", newline="") as handle:
+            runs = list(csv.DictReader(handle))
+        assert all(float(r["val_perplexity sampling error"]) > 0 for r in runs)
+        summary = json.loads(next(folder.glob("*seed=1")).joinpath("summary.json").read_text())
+        assert math.log(summary["val_perplexity"]) == pytest.approx(4.0 - 0.01, abs=0.2)
+        if paired:
+            assert "evaluation set, paired by item" in row["noise"] and "not paired" not in row["noise"]
+        else:
+            assert "not paired: " in row["noise"] and "summary.json items['val_perplexity']: 40 items, 40 of them " \
+                "not among" in row["noise"]  # fmt: skip
+            assert "+ evaluation set" in row["noise"]
 
 
 def test_primary_measures_are_their_own_family(sweep: Path, capsys: pytest.CaptureFixture) -> None:

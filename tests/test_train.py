@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForPreTraining, AutoTokenizer
 
+from degen_train.metrics.evaluation_noise import ItemScores
 from degen_train.models.backbone import Backbone
 from tests.helpers import checkpoint_weights, logged, run
 
@@ -29,7 +31,20 @@ def test_thirty_steps_lower_the_loss_and_write_the_run(mlm_run: Path) -> None:
     assert summary["final_step"] == 30
     assert summary["val_perplexity"] == pytest.approx(torch.tensor(summary["val_loss"]).exp().item(), rel=1e-4)
     assert summary["tokens_per_s"] > 0 and summary["config"]["model"]["hidden_size"] == 128
+    # issue 71.5: the final validation's batches, each its examples and their summed loss: their bootstrap is
+    # val_perplexity's evaluation-set error, and the whole set scores val_perplexity itself
+    batches = ItemScores.of(summary["items"]["val_perplexity"])
+    assert batches.kind == "perplexity" and batches.items >= 2 and all(i.startswith("rank0.batch") for i in batches.ids)
+    assert batches.score(np.arange(batches.items)) == pytest.approx(summary["val_perplexity"], rel=1e-5)
     assert (mlm_run / "checkpoints" / "last.ckpt").exists() and (mlm_run / "config.yaml").exists()
+
+
+def test_runs_of_other_seeds_pair_their_validation_batches(mlm_run: Path, tmp_path: Path) -> None:
+    """Another seed masks other tokens of the same validation text: its batches keep the same ids (the text's hash,
+    the masked labels put back), so the report pairs val_perplexity batch by batch (data/validation_items.py)."""
+    run(tmp_path, "trainer.max_steps=2", "seed=7")
+    ids = [json.loads((r / "summary.json").read_text())["items"]["val_perplexity"]["ids"] for r in (mlm_run, tmp_path)]
+    assert ids[0] == ids[1] and len(set(ids[0])) == len(ids[0])
 
 
 def test_export_loads_offline_and_matches_the_trained_model(mlm_run: Path) -> None:

@@ -155,6 +155,9 @@ class Summary(Record):
     glue: Glue | None = None
     provenance: Provenance = Provenance()
     branched_from: Branched | None = None
+    # Per-item records of the summary's own measures: val_perplexity's final validation, one item per batch
+    # (data/validation_items.py), in Evaluation.items' form, for the report's bootstrap over validation batches
+    items: dict[str, dict[str, str | list[float] | list[str]]] | None = None
 
 
 class Failure(Record):
@@ -264,11 +267,14 @@ def read_png(path: Path, *, within: Path | None = None) -> bytes:
     return data
 
 
+SUMMARY_ITEMS = "summary"  # kept_items' name for RUN/summary.json's own records (val_perplexity's batches)
+
+
 def kept_item_records(runs: list[Path], evaluation: str, record: str) -> list[tuple[str, dict | None]]:
-    """Each run's per-item record ``record`` of RUN/EVALUATION/eval.json as ``(where it is, the record or None)``;
-    RecordError naming the file where one does not fit its schema."""
-    return [(f"{run}/{evaluation}/eval.json items[{record!r}]", kept_items(run, evaluation).get(record))
-            for run in runs]  # fmt: skip
+    """Each run's per-item record ``record`` of RUN/EVALUATION/eval.json (RUN/summary.json's for SUMMARY_ITEMS)
+    as ``(where it is, the record or None)``; RecordError naming the file where one does not fit its schema."""
+    file = "summary.json" if evaluation == SUMMARY_ITEMS else f"{evaluation}/eval.json"
+    return [(f"{run}/{file} items[{record!r}]", kept_items(run, evaluation).get(record)) for run in runs]
 
 
 def kept_items(run: Path, evaluation: str = "eval") -> dict[str, dict[str, str | list[float] | list[str]]]:
@@ -277,6 +283,11 @@ def kept_items(run: Path, evaluation: str = "eval") -> dict[str, dict[str, str |
     does not fit its schema is a RecordError naming it: a verdict says which noise it used instead."""
     import os
 
+    if evaluation == SUMMARY_ITEMS:
+        path = Path(run) / "summary.json"
+        if not os.path.lexists(path):
+            return {}
+        return read_record(path, Summary, what="run summary", within=Path(run)).items or {}
     path = Path(run) / evaluation / "eval.json"
     if not os.path.lexists(path):
         return {}

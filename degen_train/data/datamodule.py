@@ -32,6 +32,7 @@ from degen_train.data.mixture import (
 from degen_train.data.node_parts import missing_parts, parts_folder, tokenize_part
 from degen_train.data.prefetch import Prefetched
 from degen_train.data.sampling import PositionedExamples, ShardedBatches, StepBatchSampler
+from degen_train.data.validation_items import BATCH_ID_KEY, batch_text_hash
 from degen_train.data.tokenizer import get_tokenizer, load_tokenizer, tokenizer_identity, vocabulary_too_large
 from degen_train.data.windows import AccumulationWindows
 from degen_train.devices.collectives import is_distributed
@@ -318,7 +319,11 @@ class PretrainDataModule(pl.LightningDataModule):
         """Count the batch's tokens and predicted tokens while it is on the host (the throughput's counts): read
         from the device after the step, they would make the host wait for it (a prefetched batch was counted on
         its thread). The datamodule's hook, not the LightningModule's: Lightning warns when a module overrides it
-        beside a datamodule."""
+        beside a datamodule. A validation batch also carries its text's hash, the id of val_perplexity's per-batch
+        record (run/validation_items.py), hashed here on the host for the same reason."""
+        trainer = self.trainer
+        if trainer is not None and (trainer.validating or trainer.sanity_checking) and isinstance(batch, dict):
+            batch[BATCH_ID_KEY] = batch_text_hash(batch)
         return with_host_counts(batch)
 
     def _loader(self, dataset: PositionedExamples, batch_sampler: Any, starts: list[int] | None = None) -> DataLoader:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from degen_train.config.records import Summary, read_record
+from degen_train.config.records import SUMMARY_ITEMS, Summary, read_record
 from degen_train.config.roles import Role, role_of
 from degen_train.core.handed_files import HandedOverFileError
 from degen_train.core.trees import flatten
@@ -34,6 +34,7 @@ from degen_train.report.measures import (
 from degen_train.report.runs_table import SEED_KEYS, SWEPT
 
 OFF_VALUES = ("0", "0.0", "none", "null", "false")
+SUMMARY_RECORDS = ("val_perplexity",)  # measures whose per-item record is summary.json's own (validation batches)
 
 
 @dataclass
@@ -155,8 +156,8 @@ def _compare_setting(label: str, baseline: str, base: pd.DataFrame, rows: pd.Dat
             continue
         paired, note = None, ""
         if len(before) >= 2 and len(after) >= 2:
-            noise, note = items_noise([Path(p) for p in base["path"]], [Path(p) for p in rows["path"]],
-                                      (("eval", measure), ("eval", measure)))
+            where = (SUMMARY_ITEMS, measure) if measure in SUMMARY_RECORDS else ("eval", measure)
+            noise, note = items_noise([Path(p) for p in base["path"]], [Path(p) for p in rows["path"]], (where, where))
             paired = None if noise is None else noise.standard_error
         sampling = 0.0 if paired is not None else sampling_error_of(measure, (sum(before) + sum(after)) / (
             len(before) + len(after)), rows)  # fmt: skip

@@ -101,6 +101,17 @@ def refuse_links_inside(run: Path) -> None:
         )
 
 
+def _validation_error(record: dict | None) -> float | None:
+    """The bootstrap error over validation batches of a run's val_perplexity (data/validation_items.py), or None
+    where the run kept no fitting record (written before it was kept; the report pairs or names it)."""
+    from degen_train.metrics.evaluation_noise import ItemRecordError, ItemScores, bootstrap_se
+
+    try:
+        return bootstrap_se(ItemScores.of(record)) if record else None
+    except ItemRecordError:
+        return None
+
+
 def _filled_row(run: Path, row: dict[str, Any]) -> dict[str, Any]:
     row |= {SWEPT + k: v for k, v in swept_values(run).items()}
     if os.path.lexists(run / FAILED):
@@ -120,6 +131,9 @@ def _filled_row(run: Path, row: dict[str, Any]) -> dict[str, Any]:
         row["objective"] = "+".join(objective)
         row["val_objective_loss"] = sum(own)
     row |= {f"train/{k}/loss": v for k, v in (summary.get("train_terms") or {}).items()}
+    error = _validation_error((summary.get("items") or {}).get("val_perplexity"))
+    if error is not None:  # over validation batches: used where the arms' batches cannot be paired
+        row["val_perplexity sampling error"] = error
     averaging = summary.get("weight_averaging") or {}
     if averaging.get("val_loss") is not None:  # the weight average, validated beside the trained model
         row["average/val_loss"], row["average/val_perplexity"] = averaging["val_loss"], averaging.get("val_perplexity")

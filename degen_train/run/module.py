@@ -23,6 +23,7 @@ from degen_train.optim.clipping import clip_gradients
 from degen_train.run.loggers import ResumingLogger
 from degen_train.run.parallel import parallelize
 from degen_train.run.step_log import StepLog
+from degen_train.data.validation_items import BATCH_ID_KEY, ValidationItems
 
 log = logging.getLogger("degen_train")
 
@@ -58,6 +59,10 @@ class PretrainModule(pl.LightningModule):
         self.states_sampled_at: int | None = None  # the last update before which a term sampled states (Throughput)
         self.validated_at: int | None = None  # the update a periodic validation of this segment last scored
         self.training_streams = RandomStreams()  # kept across a validation: its draws are not training's (issue 57)
+        # the last validation's per-batch loss of the perplexity's term: val_perplexity's bootstrap (issue 71.5)
+        self.validation_items = ValidationItems()
+        self.perplexity_key = next((f"{k}/{t.perplexity_metric}" for k, t in loss.terms.items()
+                                    if t.perplexity_metric), None)  # fmt: skip
 
     def forward(self, batch: dict[str, Tensor], *, states_for: Any = None) -> Any:
         """The whole step, (loss, logged): under FSDP2 this is the root's forward, so every parameter a term
@@ -136,6 +141,7 @@ class PretrainModule(pl.LightningModule):
         # Validation seeds the global generators per batch (below): whatever it draws, training's streams come back
         # as they were, so a run's weights are the same whatever its validation cadence (on every process).
         self.training_streams.take()
+        self.validation_items.start()
 
     def on_validation_end(self) -> None:
         self.training_streams.restore()
@@ -150,12 +156,17 @@ class PretrainModule(pl.LightningModule):
         beside the model on the same batch, callbacks/weight_averaging.py)."""
         # Seeded: a view that keeps its dropout in validation (SimCSE's) draws the same masks in every run.
         torch.manual_seed(mix_seed(self.seed, VALIDATION_DROPOUT_SALT, batch_idx, self.global_rank))
-        sources = batch.pop("source", None)
+        sources, text_hash = batch.pop("source", None), batch.pop(BATCH_ID_KEY, None)
         _, logged = self(batch)
         self._log(stage, logged, batch)
+        if stage == "val":
+            examples = batch["input_ids"].shape[0]
+            self.validation_items.add(text_hash, self.global_rank, logged.get(self.perplexity_key), examples)
         if sources is not None:  # a mixture's batch holds one source: its own validation curves beside the whole's
             self._log(f"{stage}/{self.source_labels[int(sources[0])]}", logged, batch)
             batch["source"] = sources  # kept for a second scoring of the same batch
+        if text_hash is not None:
+            batch[BATCH_ID_KEY] = text_hash
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = self.optimizer_factory([self.backbone, self.loss])

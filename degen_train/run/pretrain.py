@@ -181,6 +181,10 @@ def finish(plan: RunPlan, built: Built, train_metrics: dict, val_metrics: dict) 
     cfg = plan.cfg
     summary = _summary(cfg, built.trainer, train_metrics, val_metrics, terms=plan.terms, weights=plan.weights)
     _add_run_facts(cfg, summary, built, plan.branch)
+    if summary["val_perplexity"] is not None:  # every process: the record gathers their batches
+        validation = built.module.validation_items.record()
+        if validation is not None:
+            summary["items"] = {"val_perplexity": validation}
     gathered_weights = full_state_dict(built.module.backbone.model) if cfg.export_hf else None  # FSDP2: all ranks
     if built.trainer.is_global_zero:
         if cfg.export_hf:
