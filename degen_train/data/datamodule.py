@@ -32,8 +32,8 @@ from degen_train.data.mixture import (
 from degen_train.data.node_parts import missing_parts, parts_folder, tokenize_part
 from degen_train.data.prefetch import Prefetched
 from degen_train.data.sampling import PositionedExamples, ShardedBatches, StepBatchSampler
-from degen_train.data.validation_items import BATCH_ID_KEY, batch_text_hash
 from degen_train.data.tokenizer import get_tokenizer, load_tokenizer, tokenizer_identity, vocabulary_too_large
+from degen_train.data.validation_items import BATCH_ID_KEY, batch_text_hash
 from degen_train.data.windows import AccumulationWindows
 from degen_train.devices.collectives import is_distributed
 from degen_train.devices.threads import usable_cpus

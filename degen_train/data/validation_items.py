@@ -26,7 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-BATCH_ID_KEY = "validation_item"  # the host-side id a validation batch carries to validate_batch (run/module.validate_batch pops it)
+# the host-side id a validation batch carries to run/module.validate_batch, which pops it
+BATCH_ID_KEY = "validation_item"
 
 
 def batch_text_hash(batch: dict[str, Any]) -> str:

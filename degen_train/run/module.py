@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from degen_train.core.rng import DROPOUT_SALT, VALIDATION_DROPOUT_SALT, RandomStreams, mix_seed
+from degen_train.data.validation_items import BATCH_ID_KEY, ValidationItems
 from degen_train.losses.accumulation import WindowTracker, averaging_over
 from degen_train.losses.contract import WeightedSum
 from degen_train.models.backbone import Backbone
@@ -23,7 +24,6 @@ from degen_train.optim.clipping import clip_gradients
 from degen_train.run.loggers import ResumingLogger
 from degen_train.run.parallel import parallelize
 from degen_train.run.step_log import StepLog
-from degen_train.data.validation_items import BATCH_ID_KEY, ValidationItems
 
 log = logging.getLogger("degen_train")
 
