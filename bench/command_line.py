@@ -4,8 +4,9 @@ refuse, beside what importing the frameworks alone costs, side by side in one ru
 Each command is a fresh process, as a user's is: ``python -c "import torch, lightning, transformers"`` (the floor any
 command that loads them pays), ``degen-train +model.hiden_size=64`` (a misspelt key: the schema), ``degen-train
 regularizer=cosreg regularizer.cosreg.rows=rare`` (a term's option: its declaration), ``degen-train
-trainer.max_stesp=3`` (a Trainer argument) and ``degen-train --list``. The goal: each at most a third of the
-frameworks' import. Writes bench/results/command_line.json.
+trainer.max_stesp=3`` (a Trainer argument), ``degen-train --list``, and degen-eval, degen-analyze and
+degen-convert refusing an argument. The goal: each at most a third of the frameworks' import. Writes
+bench/results/command_line.json.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ COMMANDS = {
     "degen-train trainer.max_stesp=3": [str(BIN / "degen-train"), "trainer.max_stesp=3"],
     "degen-train --list": [str(BIN / "degen-train"), "--list"],
     "degen-report --baseline nokey (refused)": [str(BIN / "degen-report"), "/nonexistent", "--baseline", "nokey"],
+    "degen-eval RUN --stride 0 (refused)": [str(BIN / "degen-eval"), "run", "--out", "o", "--stride", "0"],
+    "degen-analyze RUN --max-sentences 0 (refused)": [str(BIN / "degen-analyze"), "run", "--max-sentences", "0"],
+    "degen-convert SRC --bogus (refused)": [str(BIN / "degen-convert"), "src", "--bogus"],
 }
 
 

@@ -38,6 +38,40 @@ print("LOADED", sorted(m for m in {frameworks!r} if m in sys.modules))
 """
 
 
+OTHER_PROBE = """
+import importlib, sys
+module, sys.argv = sys.argv[1], sys.argv[1:]
+try:
+    importlib.import_module(module).main(sys.argv[1:])
+except SystemExit as stopped:
+    print(stopped.code, file=sys.stderr)
+print("LOADED", sorted(m for m in {frameworks!r} if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize(("module", "argv", "said"), [
+    ("degen_train.cli.evaluate", ["run", "--out", "o", "--stride", "0"], "argument --stride: 0 is not from 1 to"),
+    ("degen_train.cli.evaluate", ["run", "--out", "o", "--limit", "-1"], "argument --limit: -1 is not from 1 to"),
+    ("degen_train.cli.evaluate", ["run", "--out", "o", "--layer", "top"], "'top' is not last, first_last or a layer"),
+    ("degen_train.cli.analyze", ["run", "--max-sentences", "0"], "argument --max-sentences: 0 is not from 1 to"),
+    ("degen_train.cli.convert", ["src", "--bogus"], "unrecognized arguments: --bogus"),
+    ("degen_train.cli.evaluate", ["--help"], "SimCTG's protocol by default"),
+    ("degen_train.cli.finetune", ["model", "--out", "o", "--seeds", "1000000"], "--seeds: 1,000,000 is not from 1"),
+    ("degen_train.cli.reproduce", ["seeds=1000000000"], "seeds=1000000000: a whole number from 1 to 100"),
+])  # fmt: skip
+def test_the_other_commands_refuse_their_arguments_before_any_framework_loads(module: str, argv: list[str],
+                                                                              said: str) -> None:  # fmt: skip
+    """Issues 73.1 and 72.8: degen-eval, degen-analyze and degen-convert read their command line (its bounds, named)
+    before torch and the frameworks load (each took 8 s here to say `unrecognized arguments`)."""
+    import os
+
+    probe = OTHER_PROBE.format(frameworks=FRAMEWORKS)
+    result = subprocess.run([sys.executable, "-c", probe, module, *argv], capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    assert "LOADED []" in result.stdout, (result.stdout[-1500:], result.stderr[-1500:])
+    assert said in result.stdout + result.stderr
+
+
 @pytest.mark.parametrize("argv", [
     ["+model.hiden_size=64"],  # the schema: a misspelt key
     ["regularizer=cosreg", "regularizer.cosreg.rows=rare"],  # a term's option, by its declaration

@@ -7,13 +7,16 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from degen_train.evaluation import model_analysis as library
-from degen_train.evaluation.model_analysis import SKIPPABLE, analyze
+from degen_train.core.arguments import whole
+from degen_train.core.source_reading import module_constant, module_doc
+
+LIBRARY = "degen_train.evaluation.model_analysis"
+SKIPPABLE = module_constant(LIBRARY, "SKIPPABLE")  # from its source: the command line is checked before torch loads
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="degen-analyze", description=library.__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        prog="degen-analyze", description=module_doc(LIBRARY), formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     parser.add_argument("path", help="a degen_train run directory or an HF model directory")
     parser.add_argument("--out", help="output directory (default: PATH/analysis)")
@@ -22,13 +25,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--trust-config", action="store_true", help="read the corpus the run's config names even outside the folder"
     )
     parser.add_argument("--pairs", help="an STS file (sentence, sentence, score): alignment and uniformity of [CLS]")
-    parser.add_argument("--max-sentences", type=int, default=1000)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-sentences", type=whole(1, 10_000_000), default=1000)
+    parser.add_argument("--batch-size", type=whole(1, 65_536), default=32)
     parser.add_argument("--skip", default="", help="comma-separated parts to leave out, of " + ", ".join(SKIPPABLE))
-    parser.add_argument("--generation-prompts", type=int, default=200,
+    parser.add_argument("--generation-prompts", type=whole(1, 1_000_000), default=200,
                         help="a decoder's greedy continuations (Welleck et al. 2020's 200)")  # fmt: skip
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    from degen_train.evaluation.model_analysis import analyze  # after the command line holds
+
     try:
         result = analyze(
             args.path,

@@ -1,6 +1,6 @@
 """degen-cluster: check a SLURM batch script before it waits in the queue, and compare two runs.
 
-    degen-cluster check SCRIPT [--nodes N] [--ntasks-per-node M] [KEY=VALUE ...]
+    degen-cluster check SCRIPT [--nodes N] [--ntasks-per-node M] [--work DIR] [--limit S] [--own-data] [KEY=VALUE ...]
     degen-cluster compare RUN_OR_EXPORT_A RUN_OR_EXPORT_B
 """
 
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 OVERRIDE = re.compile(r"^[+~]{0,2}[A-Za-z_][\w./@-]*(=.*)?$")
+LIMIT = 600.0  # cluster/check.LIMIT, here so that --help imports nothing heavy
 
 
 class Parser(argparse.ArgumentParser):
@@ -34,19 +35,32 @@ def parser() -> Parser:
                                 "when every one holds. The simulated cluster's fault switch for your own drills: "
                                 "SIMULATED_FAULT=usr1_mid_step=N or usr1_mid_checkpoint=N (docs/gpu-node.md).")
     check.add_argument("script", type=Path, help="your batch script (a copy of conf/cluster/degen-train.sbatch)")
-    check.add_argument("--nodes", type=int, default=2, help="simulated nodes (default 2)")
-    check.add_argument("--ntasks-per-node", type=int, default=2, help="tasks per node (default 2)")
-    check.add_argument("--work", type=Path, help="where the jobs' folders go (default: a new temporary folder)")
+    check.add_argument("--nodes", type=int, help="simulated nodes (default: the script's #SBATCH --nodes, at most 2)")
+    check.add_argument("--ntasks-per-node", type=int, help="tasks per node (default: the script's "
+                       "#SBATCH --ntasks-per-node, at most 2)")  # fmt: skip
+    check.add_argument("--work", type=Path, help="a new or empty folder of the check's own for the jobs' folders "
+                       "(default: a new temporary folder)")  # fmt: skip
+    check.add_argument("--limit", type=float, default=LIMIT, metavar="SECONDS", help=f"the first job's time limit "
+                       f"(default {LIMIT:.0f}); each later one 3 × the first's time, at least 120 s")  # fmt: skip
+    check.add_argument("--own-data", action="store_true", help="train the tiny job on the script's own corpus "
+                       "(default: the builtin one, which needs no download or preparation)")  # fmt: skip
     check.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="passed to degen-train after the check's "
-                       "own (a bigger model, more steps)")  # fmt: skip
+                       "own, in any order with the options (a bigger model, more steps)")  # fmt: skip
     compare = commands.add_parser("compare", help="two runs' or exports' weights, settings and final loss")
     compare.add_argument("first", type=Path, help="a run folder, a checkpoint, or an export (RUN/hf)")
     compare.add_argument("second", type=Path)
+    top.set_defaults(check_parser=check)
     return top
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    top = parser()
+    if argv[:1] == ["check"]:  # options and overrides in any order, as the usage line shows them
+        args = top.get_default("check_parser").parse_intermixed_args(argv[1:])
+        args.command = "check"
+    else:
+        args = top.parse_args(argv)
     if args.command == "compare":
         from degen_train.cluster.compare import compare
 
@@ -62,19 +76,52 @@ def main(argv: Sequence[str] | None = None) -> None:
                  f"script, never a default training run; see degen-cluster check --help")
     if not args.script.is_file():
         sys.exit(f"degen-cluster check: error: {args.script}: no such batch script")
-    if args.nodes < 1 or args.ntasks_per_node < 1:
+    if (args.nodes is not None and args.nodes < 1) or (args.ntasks_per_node is not None and args.ntasks_per_node < 1):
         sys.exit("degen-cluster check: error: --nodes and --ntasks-per-node are each at least 1")
-    from degen_train.cluster.check import check
+    if not 10 <= args.limit <= 86_400:
+        sys.exit(f"degen-cluster check: error: --limit {args.limit:g}: seconds from 10 to 86400")
+    work = own_folder(args.work) if args.work is not None else None
+    from degen_train.cluster.check import check, plan
+    from degen_train.cluster.sbatch_script import ScriptError
 
+    try:
+        planned = plan(args.script.resolve(), nodes=args.nodes, per_node=args.ntasks_per_node,
+                       overrides=list(args.overrides), limit=args.limit, own_data=args.own_data)  # fmt: skip
+    except (ScriptError, ValueError, OSError) as error:
+        sys.exit(f"degen-cluster check: error: {error}")
     start = time.perf_counter()
-    print(f"degen-cluster check {args.script}: {args.nodes} simulated node(s) × {args.ntasks_per_node} task(s), "
-          f"signalled, requeued, left alone, and one process (a few minutes on a CPU)", flush=True)  # fmt: skip
-    lines = check(args.script.resolve(), nodes=args.nodes, per_node=args.ntasks_per_node,
-                  overrides=list(args.overrides), work=args.work)  # fmt: skip
+    print(f"degen-cluster check {args.script}: signalled, requeued, left alone, and one process (a few minutes on a "
+          f"CPU)", *planned.said(), sep="\n  ", flush=True)  # fmt: skip
+    lines = check(planned.script, overrides=planned.overrides, work=work, planned=planned)
     print("\n".join(str(line) for line in lines))
     held = sum(line.ok for line in lines)
     print(f"{held} of {len(lines)} checks hold ({time.perf_counter() - start:.0f} s)")
     sys.exit(0 if held == len(lines) else 1)
+
+
+def own_folder(given: Path) -> Path:
+    """``--work``: absolute, no link at any depth of the path given, and new or an empty folder (the check deletes
+    nothing and reads no earlier check's logs); else one line naming it, exit 2."""
+    import os
+
+    path = Path(os.path.abspath(given.expanduser()))
+    for candidate in (path, *path.parents):
+        if candidate.is_symlink():
+            sys.exit(f"degen-cluster check: error: --work {given}: {candidate} is a link; the check writes only into "
+                     f"a folder of its own, never through a link: give a plain path")  # fmt: skip
+    if os.path.lexists(path):
+        if not path.is_dir():
+            sys.exit(f"degen-cluster check: error: --work {given}: {path} exists and is not a folder; give a new "
+                     f"or empty folder")  # fmt: skip
+        held = sorted(p.name for p in path.iterdir())
+        if held:
+            sys.exit(f"degen-cluster check: error: --work {given}: {path} already holds {', '.join(held[:3])}"
+                     f"{' ...' if len(held) > 3 else ''}; the check writes into a new or empty folder of its own, "
+                     f"so nothing of yours is replaced and no earlier check's logs are read: give another")  # fmt: skip
+    for candidate in path.parents:
+        if os.path.lexists(candidate) and not candidate.is_dir():
+            sys.exit(f"degen-cluster check: error: --work {given}: {candidate} is not a folder")
+    return path
 
 
 if __name__ == "__main__":

@@ -6,15 +6,21 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from degen_train.evaluation import export_probes as library
-from degen_train.evaluation.export_probes import evaluate, format_table
-from degen_train.metrics.decoding import DECODINGS, END_OF_TEXT, DecodingSettings
-from degen_train.metrics.generation_quality import RELEASED_COHERENCE_MODEL, RELEASED_SIMCSE
+from degen_train.core.arguments import layer_choice, whole
+from degen_train.core.source_reading import module_constant, module_doc
+from degen_train.metrics.decoding_settings import DECODINGS, END_OF_TEXT, DecodingSettings
+
+# read from their modules' source: the command line is checked before torch loads (issue 73.1)
+RELEASED_SIMCSE = module_constant("degen_train.metrics.generation_quality", "RELEASED_SIMCSE")
+RELEASED_COHERENCE_MODEL = module_constant("degen_train.metrics.generation_quality", "RELEASED_COHERENCE_MODEL")
+ITEMS, TOKENS = whole(1, 10_000_000), whole(1, 1_000_000)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="degen-eval", description=library.__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        prog="degen-eval",
+        description=module_doc("degen_train.evaluation.export_probes"),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("model", help="a degen_train run directory or an HF model directory")
     parser.add_argument("--sts", action="append", default=[], help="an STS file (repeatable)")
@@ -27,13 +33,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--wic-fit", help="another WiC split: the threshold, whitening and outlier dims are fitted there (held out)"
     )
     parser.add_argument("--out", required=True, help="output directory for eval.json")
-    parser.add_argument("--layer", default="last", help="last | first_last | a layer index (0 = embeddings)")
+    parser.add_argument("--layer", default="last", type=layer_choice,
+                        help="last | first_last | a layer index (0 = embeddings)")  # fmt: skip
     parser.add_argument(
         "--pooling", default="mean", choices=["mean", "cls"], help="STS sentence vectors: token mean or [CLS]"
     )
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--max-length", type=int, default=None)
-    parser.add_argument("--limit", type=int, default=None, help="only the first N items of each set")
+    parser.add_argument("--batch-size", type=whole(1, 65_536), default=32)
+    parser.add_argument("--max-length", type=TOKENS, default=None)
+    parser.add_argument("--limit", type=ITEMS, default=None, help="only the first N items of each set")
     parser.add_argument(
         "--perplexity",
         action="append",
@@ -45,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--document-unit", default="line", choices=["line", "paragraph"], help="--perplexity's documents"
     )
-    parser.add_argument("--stride", type=int, default=None, help="decoders: window step (default: the window)")
+    parser.add_argument("--stride", type=TOKENS, default=None, help="decoders: window step (default: the window)")
     parser.add_argument(
         "--w8a8",
         metavar="FILE",
@@ -69,13 +76,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     generate.add_argument("--prompts", metavar="FILE", help="instead of --generate: one prompt per line (no MAUVE)")
     generate.add_argument("--decodings", default=",".join(DECODINGS),
                           help="comma-separated, of " + ", ".join(DECODINGS))  # fmt: skip
-    generate.add_argument("--prefix-tokens", type=int, default=32)
-    generate.add_argument("--new-tokens", type=int, default=128)
-    generate.add_argument("--generate-limit", type=int, default=200, help="at most N prompts")
-    generate.add_argument("--beam-width", type=int, default=DecodingSettings.beam_width)
-    generate.add_argument("--top-k", type=int, default=DecodingSettings.top_k)
+    generate.add_argument("--prefix-tokens", type=whole(1, 100_000), default=32)
+    generate.add_argument("--new-tokens", type=whole(1, 100_000), default=128)
+    generate.add_argument("--generate-limit", type=ITEMS, default=200, help="at most N prompts")
+    generate.add_argument("--beam-width", type=whole(1, 1000), default=DecodingSettings.beam_width)
+    generate.add_argument("--top-k", type=whole(1, 10_000_000), default=DecodingSettings.top_k)
     generate.add_argument("--top-p", type=float, default=DecodingSettings.top_p)
-    generate.add_argument("--contrastive-k", type=int, default=DecodingSettings.contrastive_k)
+    generate.add_argument("--contrastive-k", type=whole(1, 1000), default=DecodingSettings.contrastive_k)
     generate.add_argument("--contrastive-alpha", type=float, default=DecodingSettings.contrastive_alpha)
     generate.add_argument("--seed", type=int, default=0, help="the sampling decodings' seed and the prompts' draw")
     generate.add_argument("--end-of-text", choices=END_OF_TEXT, default="cut",
@@ -91,8 +98,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     harness.add_argument("--lm-eval", metavar="TASKS", help="comma-separated lm-eval task names (lambada_openai, "
                          "hellaswag, ...), run through the harness's own Hugging Face model class")  # fmt: skip
     harness.add_argument("--lm-eval-include", metavar="DIR", help="a folder of task YAML files of your own")
-    harness.add_argument("--lm-eval-limit", type=int, help="only the first N items of each task")
-    harness.add_argument("--num-fewshot", type=int, help="the tasks' few-shot count (default: each task's own)")
+    harness.add_argument("--lm-eval-limit", type=ITEMS, help="only the first N items of each task")
+    harness.add_argument("--num-fewshot", type=whole(0, 1000),
+                         help="the tasks' few-shot count (default: each task's own)")  # fmt: skip
     args = parser.parse_args(argv)
     lm_eval = None
     if args.lm_eval:
@@ -111,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                       "coherence_model": args.coherence_model,
                       "batch_size": args.batch_size}  # fmt: skip
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    layer = int(args.layer) if args.layer.lstrip("-").isdigit() else args.layer
+    layer = args.layer
+    from degen_train.evaluation.export_probes import evaluate, format_table  # after the command line holds
     try:
         result = evaluate(
             args.model,

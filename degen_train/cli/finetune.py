@@ -19,6 +19,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from omegaconf import OmegaConf  # noqa: E402
 
+from degen_train.core.arguments import whole  # noqa: E402
 from degen_train.core.paths import config_dir, writable_folder  # noqa: E402
 
 log = logging.getLogger("degen_train.finetune")
@@ -39,8 +40,9 @@ def parser() -> argparse.ArgumentParser:
                         "warm-up or weight decay, rows padded to --max-length); flags given win over both")  # fmt: skip
     p.add_argument("--lr", action="append", type=float, dest="learning_rates",
                    help=f"a learning rate of the grid, repeated (default: {defaults['learning_rates']})")  # fmt: skip
-    p.add_argument("--seeds", type=int, help=f"seeds 1..N per learning rate (default: {defaults['seeds']})")
-    p.add_argument("--seed", action="append", type=int, dest="seed_list",
+    p.add_argument("--seeds", type=whole(1, 1000), help=f"seeds 1..N per learning rate (default: "
+                   f"{defaults['seeds']})")  # fmt: skip
+    p.add_argument("--seed", action="append", type=whole(0, 2**32 - 1), dest="seed_list",
                    help="a seed of the grid, repeated (--seed 42: run_glue's); wins over --seeds")  # fmt: skip
     for key in ("epochs", "batch_size", "max_length", "warmup_ratio", "weight_decay", "adam_eps", "max_grad_norm",
                 "eval_batch_size", "max_train_examples", "precision", "padding"):  # fmt: skip
@@ -51,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
                    help="torch's for-loop AdamW instead of its fused kernel")  # fmt: skip
     p.add_argument("--save-models", action="store_true",
                    help="keep each cell's fine-tuned model in OUT/TASK/lr=LR/seed=S/model/ (degen-analyze reads it)")
-    p.add_argument("--devices", type=int, default=1,
+    p.add_argument("--devices", type=whole(1, 64), default=1,
                    help="processes per cell (DDP, one global batch of --batch-size rows): degen-finetune starts them "
                         "through torchrun; under a launcher of your own, leave it out")  # fmt: skip
     own = p.add_argument_group("a task of your own")

@@ -40,10 +40,15 @@ def load_settings(overrides: Sequence[str]) -> DictConfig:
     except Exception as error:  # noqa: BLE001 - OmegaConf's key errors, reworded
         raise ValueError(f"{str(error).splitlines()[0]}; keys: {', '.join(base.keys())}") from None
     unknown = set(cfg.parts) - set(PARTS)
-    if unknown or int(cfg.seeds) < 1:
-        raise ValueError(f"parts must be among {', '.join(PARTS)} and seeds >= 1; got parts={list(cfg.parts)}, "
-                         f"seeds={cfg.seeds}")  # fmt: skip
+    if unknown:
+        raise ValueError(f"parts must be among {', '.join(PARTS)}; got parts={list(cfg.parts)}")
+    if not str(cfg.seeds).isdigit() or not 1 <= int(cfg.seeds) <= MOST_SEEDS:
+        raise ValueError(f"seeds={cfg.seeds}: a whole number from 1 to {MOST_SEEDS} (each seed runs every part "
+                         f"once more)")  # fmt: skip
     return cfg
+
+
+MOST_SEEDS = 100  # a reproduction of 100 seeds is weeks of this machine; more is a typo
 
 
 def preset_file(name: str) -> Path:

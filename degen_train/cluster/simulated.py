@@ -41,13 +41,16 @@ TASK = "degen_train.cli.simulated_task"  # one task of `srun degen-train`: the d
 
 
 def install(bin_dir: Path) -> None:
-    """Write ``srun`` and ``scontrol`` into ``bin_dir`` (put it first on PATH); scontrol appends its arguments to
-    SIMULATED_SLURM_DIR/scontrol.log."""
+    """Write ``srun``, ``scontrol``, ``module`` and ``ml`` into ``bin_dir`` (put it first on PATH); scontrol appends
+    its arguments to SIMULATED_SLURM_DIR/scontrol.log, module and ml theirs to module.log."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     python = sys.executable
     (bin_dir / "srun").write_text(f'#!/bin/sh\nexec "{python}" -m {MODULE} srun "$@"\n')
     (bin_dir / "scontrol").write_text('#!/bin/sh\necho "$@" >> "$SIMULATED_SLURM_DIR/scontrol.log"\n')
-    for name in ("srun", "scontrol"):
+    # Environment Modules / Lmod, which every HPC script calls and no CPU machine has: each call is logged, exit 0
+    for name in ("module", "ml"):
+        (bin_dir / name).write_text(f'#!/bin/sh\necho "{name} $*" >> "$SIMULATED_SLURM_DIR/module.log"\n')
+    for name in ("srun", "scontrol", "module", "ml"):
         (bin_dir / name).chmod(0o755)
 
 
@@ -65,6 +68,26 @@ def free_job_id() -> str:
                 continue
         return str(job)
     raise RuntimeError("no free port in 16000-24999")
+
+
+def gpu_variables(options: dict[str, str], gpus_per_node: int | None) -> dict[str, str]:
+    """What SLURM exports to a job for its GPU request, by the form the script used (``--gpus-per-node``,
+    ``--gres=gpu:N``, ``--gpus``, ``--gpus-per-task``), with this check's count: a script that reads one of them
+    under ``set -u`` runs here as on the cluster. {} without a GPU request."""
+    if not gpus_per_node:
+        return {}
+    import re
+
+    found = {"SLURM_GPUS_ON_NODE": str(gpus_per_node), "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(gpus_per_node))),
+             "SLURM_JOB_GPUS": ",".join(map(str, range(gpus_per_node)))}  # fmt: skip
+    if "gpus-per-node" in options:  # exported as given: a typed request keeps its type (a100:8)
+        kind = re.match(r"^(?:gpu:)?([A-Za-z][\w.-]*):\d", options["gpus-per-node"])
+        found["SLURM_GPUS_PER_NODE"] = f"{kind.group(1)}:{gpus_per_node}" if kind else str(gpus_per_node)
+    elif "gpus" in options:
+        found["SLURM_GPUS"] = str(gpus_per_node)
+    elif "gpus-per-task" in options:
+        found["SLURM_GPUS_PER_TASK"] = options["gpus-per-task"]
+    return found
 
 
 def sbatch(script: Path, arguments: list[str], *, nodes: int, per_node: int, job_dir: Path, job: str | None = None,
@@ -86,15 +109,20 @@ def sbatch(script: Path, arguments: list[str], *, nodes: int, per_node: int, job
            **variables}  # fmt: skip
     # its own session: at the time limit the whole job ends (the script and every process it started), as SLURM's
     # does, never leaving a task that waits for the others to hold the run folder
-    with subprocess.Popen(["bash", str(script), *arguments], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, start_new_session=True) as job:  # fmt: skip
+    # Its output goes to files, not pipes: a process the script detached keeps its copy of them open, and a pipe
+    # would hold the job "running" until that process ended (degen-cluster check ends it once the script has).
+    out_file, err_file = job_dir / "batch.out", job_dir / "batch.err"
+    with open(out_file, "w") as out, open(err_file, "w") as err:
+        job = subprocess.Popen(["bash", str(script), *arguments], cwd=cwd, env=env, stdout=out, stderr=err,
+                               start_new_session=True)  # fmt: skip
         try:
-            stdout, stderr = job.communicate(timeout=timeout)
+            job.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(job.pid, signal.SIGKILL)
-            job.communicate()
+            job.wait()
             raise
-    return subprocess.CompletedProcess(job.args, job.returncode, stdout, stderr)
+    read = {f: f.read_text(errors="replace") for f in (out_file, err_file)}
+    return subprocess.CompletedProcess(job.args, job.returncode, read[out_file], read[err_file])
 
 
 SRUN_OPTIONS_WITH_A_VALUE = ("output", "error", "nodes", "ntasks")  # as "--output FILE" (submitit writes so)
@@ -112,13 +140,10 @@ def install_scheduler(bin_dir: Path) -> None:
 
 
 def sbatch_options(script: Path) -> dict[str, str]:
-    """The ``#SBATCH --key=value`` lines of a batch script."""
-    options = {}
-    for line in script.read_text().splitlines():
-        if line.startswith("#SBATCH --"):
-            key, _, value = line[len("#SBATCH --") :].partition("=")
-            options[key.strip()] = value.strip()
-    return options
+    """The ``#SBATCH`` options of a batch script, as sbatch reads them (cluster/sbatch_script.directives)."""
+    from degen_train.cluster.sbatch_script import directives
+
+    return directives(script.read_text())
 
 
 def submit(arguments: list[str]) -> int:

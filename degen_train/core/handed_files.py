@@ -201,12 +201,39 @@ def given_file_text(path: str | Path, *, what: str) -> str:
                          f"UTF-8 text file")  # fmt: skip
     if not path.is_file():
         raise FileNotFoundError(f"{what} {path} does not exist")
-    data = path.read_bytes()
+    data = _bounded_bytes(path, what)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
         raise ValueError(f"{what} {path}, line {line}: not UTF-8 text; re-save it as UTF-8") from None
+
+
+GIVEN_TEXT_BYTES = 4 * 2**30  # a text file a command reads whole (the 20M-word Wikipedia slice is 0.12 GiB)
+
+
+def _bounded_bytes(path: Path, what: str, limit: int | None = None) -> bytes:
+    """The file's bytes, refused by name past ``limit`` (default GIVEN_TEXT_BYTES; read at most limit + 1 bytes: a
+    file that grows while it is read cannot take the memory either)."""
+    limit = GIVEN_TEXT_BYTES if limit is None else limit
+    size = path.stat().st_size
+    if size > limit:
+        raise ValueError(f"{what} {path}: {size:,} bytes, more than the {limit:,} a text file read whole may hold; "
+                         f"split it, or give a corpus folder or a hub dataset")  # fmt: skip
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{what} {path}: grew past {limit:,} bytes while it was read")
+    return data
+
+
+def bounded_text_bytes(path: Path, *, what: str, limit: int | None = None) -> bytes:
+    """A plain file's bytes within ``limit``: a FIFO, a device or a folder refused before any open (core/io.utf8_text
+    and given_file_text read through it)."""
+    kind = not_a_plain_file(path)
+    if kind or Path(path).is_dir():
+        raise ValueError(f"{what} {path} is {kind or 'a folder'}, not a plain file: give a UTF-8 text file")
+    return _bounded_bytes(Path(path), what, limit)
 
 
 def not_a_plain_file(path: Path) -> str | None:

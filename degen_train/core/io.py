@@ -29,8 +29,11 @@ class JsonLineError(ValueError):
 
 def utf8_text(path: Path, *, what: str = "file") -> str:
     """A text file's content, decoded as UTF-8 (a byte-order mark dropped); a byte sequence that is not UTF-8 is a
-    ValueError naming the file, the line and the bytes."""
-    data = Path(path).read_bytes()
+    ValueError naming the file, the line and the bytes. A FIFO, a device or a file past its bound is refused by name
+    before it is read (core/handed_files.bounded_text_bytes)."""
+    from degen_train.core.handed_files import bounded_text_bytes
+
+    data = bounded_text_bytes(Path(path), what=what)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:

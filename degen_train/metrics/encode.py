@@ -135,6 +135,9 @@ def sentence_vectors(
     first and last layer's) or a layer index (0 = embeddings)."""
     if isinstance(layer, str) and layer not in POOLING_LAYERS:
         raise ValueError(f"layer={layer!r} is not one of {', '.join(POOLING_LAYERS)} or a layer index")
+    if not isinstance(layer, str) and not 0 <= int(layer) <= encoder.num_layers:
+        raise ValueError(f"layer {layer}: this model has {encoder.num_layers} layers (0 = the embeddings, "
+                         f"{encoder.num_layers} = the last); give one of 0..{encoder.num_layers}, last or first_last")
     if pooling not in POOLINGS:
         raise ValueError(f"pooling={pooling!r} is not one of {', '.join(POOLINGS)}")
     out = []

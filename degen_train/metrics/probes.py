@@ -46,8 +46,7 @@ def read_sts(path: str | Path, *, scored: bool = True) -> SentencePairs:
     path = Path(path)
     text = given_file_text(path, what="STS file")  # a FIFO or device refused before it is opened
     if path.suffix == ".jsonl":
-        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-        return _from_records(rows, path, header_line=0, scored=scored)
+        return _from_records(_json_rows(text, path), path, header_line=0, scored=scored)
     lines = text.splitlines()
     first = lines[0].split("\t") if lines else []
     if len(first) >= 7 and _is_number(first[4]) and not any(c in first for c in ("sentence_A", "sentence1")):
@@ -65,6 +64,26 @@ def read_sts(path: str | Path, *, scored: bool = True) -> SentencePairs:
     quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
     records = list(csv.DictReader(lines, delimiter=delimiter, quoting=quoting))
     return _from_records(records, path, header_line=1, scored=scored)
+
+
+def _json_rows(text: str, path: Path) -> list[dict]:
+    """Each non-blank line of a JSON-lines STS file as one JSON object; ValueError naming the line otherwise (not
+    JSON, nested past any STS row's depth, or not an object)."""
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError) as error:
+            reason = "nested too deep" if isinstance(error, RecursionError) else str(error)
+            raise ValueError(f"{path}, line {number}: not JSON ({reason}); each line is one object with two "
+                             f"sentences and a score") from None  # fmt: skip
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}, line {number}: a JSON {type(row).__name__}, not an object with two sentences "
+                             f"and a score")  # fmt: skip
+        rows.append(row)
+    return rows
 
 
 def _is_number(text: str) -> bool:

@@ -27,7 +27,7 @@ from degen_train.config.result_keys import has_no_effect_on_result
 from degen_train.core.handed_files import HandedOverFileError, json_record
 from degen_train.core.trees import flatten
 from degen_train.models.architectures import DEFAULT_ARCH
-from degen_train.storage.checkpoints import CheckpointError, checkpoint_header, newest_checkpoint
+from degen_train.storage.checkpoints import CheckpointError, checkpoint_header, newest_checkpoint, recorded_step
 
 log = logging.getLogger("degen_train")
 
@@ -77,7 +77,8 @@ def resolve_checkpoint(ckpt_path: str | None, run_dir: Path) -> Path | None:
                 f"{', '.join(found) or 'none'}); check that hydra.run.dir names the run to continue, or use "
                 f"ckpt_path=auto to start afresh when there is none"
             )
-        log.info("ckpt_path=%s: resuming from %s", ckpt_path, path)
+        # the update is in the line: degen-cluster check reads it as the proof a requeued job resumed (issue 74.5)
+        log.info("ckpt_path=%s: resuming from %s at update %s", ckpt_path, path, recorded_step(path))
         return path
     path = Path(ckpt_path).expanduser()
     if not path.exists():
