@@ -369,8 +369,9 @@ def _resumed_line(first: Job, requeued: Job, straight: Job, step: int | None) ->
         return Line(what, False, f"the signalled job left no verified checkpoint to resume from ({first.tail()})")
     if expected not in requeued.resumed:
         said = ", ".join(f"{p} at update {s}" for p, s in sorted(requeued.resumed)) or "started afresh"
-        return Line(what, False, f"the requeued job did not resume from {expected[0]} at update {step}: it {said} "
-                    f"({requeued.tail()})")  # fmt: skip
+        cause = f" (exit {requeued.code}: {requeued.tail()})" if requeued.code != 0 else ""
+        return Line(what, False, f"the requeued job did not resume from {expected[0]} at update {step}: it {said}"
+                    f"{cause}; equal weights would prove nothing: a job started afresh trains the same updates")
     compared = _same_weights_line(what, requeued, straight)
     return Line(what, compared.ok, f"resumed from {expected[0]} at update {step}; {compared.seen}")
 
