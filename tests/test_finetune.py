@@ -470,8 +470,12 @@ def test_the_run_glue_protocol_sets_every_key_to_run_glues_defaults() -> None:
     name = settings("--lr", "5e-5", "--lr", "5e-4", "--seeds", "1", "--max-train-examples", "4000")[3]
     assert name == "papers, changed: learning_rates [5e-05, 0.0005], seeds 1, max_train_examples 4000"
     assert settings("--seeds", "5")[2] == [1, 2, 3, 4, 5]
-    with pytest.raises(ValueError, match=r"degen-finetune.seeds=0: give 1 or more seeds"):
+    with pytest.raises(SystemExit):  # the command line's bound, 1..1000 (issue 72.8), before the grid's own check
         settings("--seeds", "0")
+    from degen_train.finetune.settings import seed_list
+
+    with pytest.raises(ValueError, match=r"degen-finetune.seeds=0: give 1 or more seeds"):
+        seed_list(0, "degen-finetune.seeds")  # a conf/finetune.yaml or API caller's count
     with pytest.raises(ValueError, match=r"padding='longest' \(one of dynamic, max_length\)"):
         settings("--padding", "longest")
 

@@ -1,4 +1,4 @@
-"""degen-convert's command line (the library: degen_train/storage/conversion.py): its arguments checked before torch
+"""degen-convert's command line (the library: degen_train/cli/conversion.py): its arguments checked before torch
 loads (issue 73.1)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-LIBRARY = "degen_train.storage.conversion"
+LIBRARY = "degen_train.cli.conversion"
 
 
 def __getattr__(name: str) -> Any:  # the library's names, as callers imported them from here before the split
@@ -33,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--tokenizer", type=Path, help="tokenizer folder for --hf (default: the run's own)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    from degen_train.storage.conversion import convert
+    from degen_train.cli.conversion import convert
 
     try:
         written = convert(args.source, ckpt=args.ckpt, hf=args.hf, tokenizer=args.tokenizer)

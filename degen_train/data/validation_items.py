@@ -6,8 +6,8 @@ validation batches, each batch weighted by its examples (Lightning's epoch mean 
     val_perplexity = exp( Σ_b n_b · L_b / Σ_b n_b )
 
 over the batches b of every process, with n_b the batch's examples and L_b its mean token loss. Kept as an
-``ItemScores("perplexity", {"nll": n_b · L_b, "tokens": n_b})`` record (metrics/evaluation_noise.py), one item per
-batch, the report's bootstrap resamples the validation set the way generated-text perplexity's resamples its
+``ItemScores("perplexity", {"nll": n_b · L_b, "tokens": n_b})`` record (metrics/evaluation_noise.py.s form), one item
+per batch, the report's bootstrap resamples the validation set the way generated-text perplexity's resamples its
 documents (the unit a reviewer asks for, issue 71.5). The unit is the batch, not the document: packing joins
 documents into blocks (data/examples.py), so no document boundary survives into a batch; a batch is a fixed,
 unshuffled run of consecutive blocks (data/sampling.ShardedBatches), a stretch of the validation text, so the
@@ -62,8 +62,6 @@ class ValidationItems:
     def record(self) -> dict[str, Any] | None:
         """The last validation's record over every process (a collective: every process calls it), or None where
         it scored no batch (no final validation, no term with a perplexity)."""
-        from degen_train.metrics.evaluation_noise import ItemScores
-
         mine = [(item, float(loss), examples) for item, loss, examples in self.batches]  # one read, at the end
         everyone: list[Any] = [mine]
         if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -78,4 +76,6 @@ class ValidationItems:
         nll = np.array([loss for _, loss, _ in rows]) * examples
         if not np.isfinite(nll).all():
             return None
-        return ItemScores("perplexity", {"nll": nll, "tokens": examples}, tuple(i for i, _, _ in rows)).record()
+        # metrics/evaluation_noise.ItemScores' record form (data/ may not import metrics/): its "perplexity" kind
+        return {"kind": "perplexity", "ids": [i for i, _, _ in rows], "nll": [float(v) for v in nll],
+                "tokens": [float(v) for v in examples]}  # fmt: skip
