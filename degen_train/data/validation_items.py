@@ -6,7 +6,7 @@ validation batches, each batch weighted by its examples (Lightning's epoch mean 
     val_perplexity = exp( Σ_b n_b · L_b / Σ_b n_b )
 
 over the batches b of every process, with n_b the batch's examples and L_b its mean token loss. Kept as an
-``ItemScores("perplexity", {"nll": n_b · L_b, "tokens": n_b})`` record (metrics/evaluation_noise.py.s form), one item
+``ItemScores("perplexity", {"nll": n_b · L_b, "tokens": n_b})`` record (metrics/evaluation_noise.py's form), one item
 per batch, the report's bootstrap resamples the validation set the way generated-text perplexity's resamples its
 documents (the unit a reviewer asks for, issue 71.5). The unit is the batch, not the document: packing joins
 documents into blocks (data/examples.py), so no document boundary survives into a batch; a batch is a fixed,
