@@ -230,3 +230,21 @@ def test_arms_that_read_another_corpus_are_never_compared(tmp_path: Path) -> Non
     assert result["comparisons"].not_compared == [
         "regularizer.cosreg.weight=1: its runs differ from the baseline's in data.path ('a.txt' → 'b.txt'), which "
         "nobody swept: not the same experiment"]  # fmt: skip
+
+
+def test_one_unreadable_member_does_not_make_every_recorded_key_look_swept(tmp_path: Path) -> None:
+    """Issue 72.7 (V18, RB1): a member whose overrides.json is not JSON is listed unreadable, with no swept value.
+    The keys every other run shares (data=wikitext2 on each command line) stay shared: before, its blanks made
+    data look swept, the report took data=wikitext2 for the baseline (the first key's first value) and compared
+    nothing."""
+    folder = tmp_path / "sweep"
+    for rate, cosine in (("0.001", 0.40), ("0.003", 0.10)):
+        for seed, wiggle in zip((1, 2, 3), (-0.01, 0.0, 0.01), strict=True):
+            run = member(folder / rate, 0, seed, loss=4.0 + wiggle, cosine=cosine + wiggle, layer=0.5,
+                         extra={"optimizer": {"lr": float(rate)}})  # fmt: skip
+            (run / "overrides.json").write_text(json.dumps(["data=wikitext2", f"optimizer.lr={rate}", f"seed={seed}"]))
+    broken = member(folder / "broken", 0, 4, loss=4.2, cosine=0.1, layer=0.56)
+    (broken / "overrides.json").write_text("[ not json")
+    result = report(sorted(p for p in folder.glob("*/*") if p.is_dir()), run_analysis=False)
+    assert result["comparisons"].baseline == ("optimizer.lr", "0.001")
+    assert result["comparisons"].decided and not result["comparisons"].not_compared

@@ -210,9 +210,12 @@ def collect(runs: Sequence[Path]) -> tuple[pd.DataFrame, dict[str, str]]:
     table = pd.DataFrame([run_row(run) for run in runs])
     swept = [c for c in table.columns if c.startswith(SWEPT)]
     common: dict[str, str] = {}
-    if len(table) > 1:
+    # What every run shares is judged over the runs whose records were read: an unreadable member holds no swept
+    # value, and counting its blanks made every recorded key look swept (issue 72.7, V18: a baseline nobody swept)
+    readable = table[table["status"] != "unreadable"] if "status" in table else table
+    if len(readable) > 1:
         for column in swept:
-            values = table[column].astype(str).unique()
+            values = readable[column].astype(str).unique()
             if len(values) == 1:
                 common[column.removeprefix(SWEPT)] = values[0]
         table = table.drop(columns=[SWEPT + k for k in common])
