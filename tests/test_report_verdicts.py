@@ -248,3 +248,16 @@ def test_one_unreadable_member_does_not_make_every_recorded_key_look_swept(tmp_p
     result = report(sorted(p for p in folder.glob("*/*") if p.is_dir()), run_analysis=False)
     assert result["comparisons"].baseline == ("optimizer.lr", "0.001")
     assert result["comparisons"].decided and not result["comparisons"].not_compared
+
+
+def test_a_member_that_is_a_link_is_listed_unreadable_not_dropped(sweep: Path, tmp_path: Path) -> None:
+    """Issue 72.7 (LK4): a sweep member that is itself a link to a run elsewhere silently dropped out of the report;
+    it is listed as unreadable, naming the link, and never read through."""
+    elsewhere = member(tmp_path / "elsewhere", 1, 9, loss=4.2, cosine=0.1, layer=0.56)
+    (sweep / "regularizer.cosreg.weight=1,seed=9").symlink_to(elsewhere, target_is_directory=True)
+    report([sweep], run_analysis=False)
+    with open(sweep / "report" / "runs.csv", newline="") as handle:
+        rows = {row["run"]: row for row in csv.DictReader(handle)}
+    linked = rows["regularizer.cosreg.weight=1,seed=9"]
+    assert linked["status"] == "unreadable" and "is a link (to " in linked["error"]
+    assert "never through a link" in linked["error"]

@@ -44,10 +44,25 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
             raise FileNotFoundError(f"{path} does not exist")
         candidates = [path] if _is_run(path) else sorted(p.parent for p in path.rglob("config.yaml"))
         candidates += sorted(p.parent for p in path.rglob(FAILED) if p.parent not in candidates)
+        # a member that is a link is never read through, and never silently dropped either (rglob does not enter
+        # it): it is listed, and its row says it is unreadable (issue 72.7, LK4)
+        candidates += [link for link in _linked_folders(path) if link not in candidates]
         runs.extend(c for c in candidates if c not in runs)
     if not runs:
         raise ValueError(f"no runs found in {', '.join(map(str, paths))} (a run has config.yaml or summary.json)")
     return runs
+
+
+def _linked_folders(root: Path) -> list[Path]:
+    """Links to folders at any depth below ``root`` that hold a run's files where they point (never entered)."""
+    found = []
+    if root.is_dir() and not root.is_symlink():
+        for folder, names, _ in os.walk(root):  # os.walk does not follow links: a link to a folder is in ``names``
+            for name in names:
+                entry = Path(folder) / name
+                if entry.is_symlink() and _is_run(entry):
+                    found.append(entry)
+    return sorted(found)
 
 
 def _is_run(path: Path) -> bool:
@@ -84,6 +99,9 @@ def run_row(run: Path) -> dict[str, Any]:
     that names the file and entry; the others stand."""
     row: dict[str, Any] = {"run": run.name, "status": "incomplete", "path": str(run)}
     try:
+        if run.is_symlink():
+            raise HandedOverFileError(f"{run} is a link (to {os.readlink(run)}): a handed-over run is read from its "
+                                      f"own files only, never through a link; replace it by a copy of the folder")
         refuse_links_inside(run)
         return _filled_row(run, row)
     except HandedOverFileError as error:  # row keeps what was read before the record that does not fit
