@@ -154,7 +154,9 @@ class ModelConfig(BaseModel):
     dropout: Annotated[float, TRAINS] = Field(ge=0, lt=1)
     attention_dropout: Annotated[float, TRAINS] = Field(default=0.1, ge=0, lt=1)
     tie_embeddings: Annotated[bool, TRAINS] = True
-    attention: Annotated[str, TRAINS] = "sdpa"  # checked by transformers where the model is built
+    # transformers' attention implementation (eager, sdpa, flash_attention_2, ...), checked where the model is built;
+    # a Hub kernel (namespace/repo) is code downloaded and run, which degen-train never does (issue 72.6)
+    attention: Annotated[str, TRAINS] = "sdpa"
     init_from: Annotated[str | None, INPUT] = None
     compile: Annotated[bool, TRAINS] = False
     # every objective's head + cross-entropy compiled (losses/catalog.with_compiled_heads)
@@ -190,6 +192,15 @@ class ModelConfig(BaseModel):
                 f"head serves a whole number of query heads"
             )
         return self
+
+    @field_validator("attention")
+    @classmethod
+    def no_hub_kernel(cls, value: str) -> str:
+        if "/" in value:
+            raise ValueError(f"{value!r} names a kernel on the Hugging Face Hub: code downloaded and run, which "
+                             f"degen-train never does (as it never passes trust_remote_code); choose a transformers "
+                             f"implementation: eager, sdpa, flash_attention_2, flex_attention")  # fmt: skip
+        return value
 
 
 class TrainerConfig(BaseModel):

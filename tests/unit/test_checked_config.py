@@ -60,6 +60,17 @@ def test_a_mixture_source_is_checked_as_the_data_section_is() -> None:
         mixture_sources(cfg.data)
 
 
+def test_an_attention_that_names_a_hub_kernel_is_refused() -> None:
+    """Issue 72.6: ``model.attention=namespace/repo`` makes transformers download a kernel from the Hub and run it
+    (code a config chose); it is refused naming the implementations there are, before anything loads."""
+    from degen_train.config.schema import ModelConfig
+
+    section = OmegaConf.to_container(load_config(["model=tiny"]).model, resolve=True)
+    with pytest.raises(ValueError, match=r"names a kernel on the Hugging Face Hub: code downloaded and run"):
+        ModelConfig.model_validate({**section, "attention": "kernels-community/flash-attn"})
+    assert ModelConfig.model_validate({**section, "attention": "eager"}).attention == "eager"
+
+
 def test_a_model_section_from_python_is_checked_by_name() -> None:
     section = OmegaConf.to_container(load_config(["model=tiny"]).model)
     section["hiden_size"] = 64
