@@ -21,7 +21,7 @@ from torch import nn
 from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertModel, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
 
-from degen_train.cli.convert import hf_model_of
+from degen_train.cli.conversion import hf_model_of
 from degen_train.config import load_config
 from degen_train.config.schema import validate_config
 from degen_train.models.attention_variants import HeadGate, install_attention_variant, variant_settings

@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     start = time.perf_counter()
     print(f"degen-cluster check {args.script}: signalled, requeued, left alone, and one process (a few minutes on a "
           f"CPU)", *planned.said(), sep="\n  ", flush=True)  # fmt: skip
-    lines = check(planned.script, overrides=planned.overrides, work=work, planned=planned)
+    lines = check(planned, work=work)
     print("\n".join(str(line) for line in lines))
     held = sum(line.ok for line in lines)
     print(f"{held} of {len(lines)} checks hold ({time.perf_counter() - start:.0f} s)")

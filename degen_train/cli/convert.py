@@ -7,18 +7,8 @@ import argparse
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 LIBRARY = "degen_train.cli.conversion"
-
-
-def __getattr__(name: str) -> Any:  # the library's names, as callers imported them from here before the split
-    import importlib
-
-    if name.startswith("__"):  # the import system asks for __path__ and the like: never a reason to load torch
-        raise AttributeError(name)
-
-    return getattr(importlib.import_module(LIBRARY), name)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

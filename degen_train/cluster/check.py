@@ -36,7 +36,6 @@ SCRIPT_BYTES = 1_000_000  # a batch script longer than this is no batch script
 PROCESS_LINE = re.compile(r"process (\d+) of (\d+) \(node (\d+), local (\d+)\): (\w+), trainer\.num_nodes=(\d+) "
                           r"trainer\.devices=(\d+), run folder (\S+)")  # fmt: skip
 RESUMED_LINE = re.compile(r"ckpt_path=\w+: resuming from (\S+) at update (\d+)")
-__all__ = ["TINY", "Line", "Plan", "check", "plan"]
 
 
 @dataclass
@@ -62,7 +61,6 @@ class Plan:
     steps: list[Step]
     modules: list[str]
     calls_modules: bool
-    tiny: str
     limit: float
     own_data: bool = False
     overrides: list[str] = field(default_factory=list)
@@ -92,10 +90,7 @@ def plan(script: Path, *, nodes: int | None = None, per_node: int | None = None,
         raise ValueError(f"{checked.nodes} node(s) × {checked.tasks_per_node} task(s) = "
                          f"{checked.nodes * checked.tasks_per_node} processes: a check starts at most {MOST_TASKS} on "
                          f"one machine; give --nodes and --ntasks-per-node with a smaller product")  # fmt: skip
-    found = script_steps(text)
-    training = [s for s in found if not s.prepares]
-    _, why = tiny_model((training or found or [Step(0)])[-1].arguments)
-    return Plan(script, options, allocation, checked, found, modules_loaded(text), calls_modules(text), why,
+    return Plan(script, options, allocation, checked, script_steps(text), modules_loaded(text), calls_modules(text),
                 float(limit), own_data, list(overrides or []))  # fmt: skip
 
 
@@ -160,17 +155,13 @@ class Job:
         return f"no task reached the start of training (exit {self.code}){ran}; the last line: {self.tail()}"
 
 
-def check(script: Path, *, nodes: int | None = None, per_node: int | None = None, overrides: list[str],
-          work: Path | None = None, limit: float = LIMIT, own_data: bool = False,
-          planned: Plan | None = None) -> list[Line]:  # fmt: skip
-    """The checks of ``script`` (module docstring), in the order a user reads them. ``work``: a folder of the
-    check's own (created; the CLI has refused one that exists and is not empty)."""
+def check(planned: Plan, *, work: Path | None = None) -> list[Line]:
+    """The checks of the planned script (module docstring), in the order a user reads them. ``work``: a folder of
+    the check's own (created; the CLI has refused one that exists and is not empty)."""
     import tempfile
 
     from degen_train.cluster.reaper import become_subreaper
 
-    planned = planned or plan(script, nodes=nodes, per_node=per_node, overrides=overrides, limit=limit,
-                              own_data=own_data)  # fmt: skip
     work = Path(work) if work is not None else Path(tempfile.mkdtemp(prefix="degen-cluster-check-"))
     work.mkdir(parents=True, exist_ok=True)
     reaping = become_subreaper()
@@ -189,10 +180,9 @@ def check(script: Path, *, nodes: int | None = None, per_node: int | None = None
         return [*lines, Line("the job trained", False, cause), _left_line([first], reaping)]
     lines += [_tiny_job_line(first), _srun_line(first), _ranks_line(first, nodes, per_node),
               _devices_line(first, nodes, per_node)]  # fmt: skip
-    signalled = _signal_caught_line(first, job_id)
-    lines.append(signalled)
+    checkpoint_step = _checkpoint_step(first)  # read before the requeued job writes its own
+    lines.append(_signal_caught_line(first, job_id, checkpoint_step))
     later = min(planned.limit, max(LATER_LIMIT[0] * first.seconds, LATER_LIMIT[1]))
-    checkpoint_step = _checkpoint_step(first)
     requeued = _run(planned, work / "job-requeued", submit, job_id, 1, later)
     lines.append(_folder_line(first, requeued))
     straight = _run(planned, work / "job-straight", work / "straight-submitted", simulated.free_job_id(), 0, later)
@@ -340,9 +330,8 @@ def _checkpoint_step(job: Job) -> int | None:
     return verified_step(run_dir / "checkpoints" / "last.ckpt") if run_dir is not None else None
 
 
-def _signal_caught_line(job: Job, job_id: str) -> Line:
+def _signal_caught_line(job: Job, job_id: str, step: int | None) -> Line:
     requeues = (job.folder / "scontrol.log").read_text().split() if (job.folder / "scontrol.log").exists() else []
-    step = _checkpoint_step(job)
     ok = job.code == 75 and requeues == ["requeue", job_id] and len(job.stopped) == 1 and step in job.stopped
     seen = (f"exit {job.code}, every task stopped after update {sorted(job.stopped)}, last.ckpt at update {step}, "
             f"scontrol {' '.join(requeues) or 'never called'}")  # fmt: skip
@@ -421,6 +410,3 @@ def _same_weights_line(what: str, job: Job, reference: Job | Path | str) -> Line
     return Line(what, ok, f"max |Δw| {found.max_abs:.2g} (tolerance {TOLERANCE:g}; `degen-cluster compare {theirs} "
                           f"{mine}`)")  # fmt: skip
 
-
-def timed(start: float) -> str:
-    return f"{time.perf_counter() - start:.0f} s"

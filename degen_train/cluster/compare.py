@@ -131,9 +131,11 @@ def _checked_header(file: Path) -> dict[str, tuple[int, ...]]:
             header = json.loads(handle.read(length))
         except (ValueError, RecursionError):
             raise ValueError(f"{file}: its header is not JSON: not a safetensors file") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{file}: its header is not a table of tensors: not a safetensors file")
     data = size - 8 - length
     shapes = {}
-    for name, entry in (header.items() if isinstance(header, dict) else []):
+    for name, entry in header.items():
         if name == "__metadata__":
             continue
         try:
@@ -145,8 +147,6 @@ def _checked_header(file: Path) -> dict[str, tuple[int, ...]]:
             raise ValueError(f"{file}: tensor {printable(name, 80)} claims bytes {begin:,}–{end:,} of a data "
                              f"section of {data:,}: truncated or not a safetensors file")  # fmt: skip
         shapes[name] = shape
-    if not isinstance(header, dict):
-        raise ValueError(f"{file}: its header is not a table of tensors: not a safetensors file")
     return shapes
 
 

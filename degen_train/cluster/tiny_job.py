@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-CHECK_VARIABLE = "DEGEN_CLUSTER_CHECK"  # JSON: {"tiny": [...], "user": [...], "own_data": bool}
+CHECK_VARIABLE = "DEGEN_CLUSTER_CHECK"  # JSON: {"user": [the user's overrides], "own_data": bool}
 # What makes the job tiny and exact here: the CPU and float32 instead of trainer=gpu's bf16, dropout 0 (each rank draws
 # its own dropout: with it, 2 × 2 differs from one process by 4e-3), six updates, a checkpoint every three, every
 # validation batch (a partial validation would split unevenly over four tasks), no accumulation (the recipe's

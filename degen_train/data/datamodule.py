@@ -320,7 +320,7 @@ class PretrainDataModule(pl.LightningDataModule):
         from the device after the step, they would make the host wait for it (a prefetched batch was counted on
         its thread). The datamodule's hook, not the LightningModule's: Lightning warns when a module overrides it
         beside a datamodule. A validation batch also carries its text's hash, the id of val_perplexity's per-batch
-        record (run/validation_items.py), hashed here on the host for the same reason."""
+        record (data/validation_items.py), hashed here on the host for the same reason."""
         trainer = self.trainer
         if trainer is not None and (trainer.validating or trainer.sanity_checking) and isinstance(batch, dict):
             batch[BATCH_ID_KEY] = batch_text_hash(batch)

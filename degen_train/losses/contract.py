@@ -148,6 +148,12 @@ def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
     return (values.float() * weights).sum() / weights.sum().clamp_min(1)
 
 
+def perplexity_source(terms: Mapping[str, LossTerm]) -> str | None:
+    """``TERM/METRIC``: the first term's metric whose exp() is the run's perplexity (summary.val_perplexity_of),
+    or None where no term has one."""
+    return next((f"{k}/{t.perplexity_metric}" for k, t in terms.items() if t.perplexity_metric), None)
+
+
 class WeightedSum(nn.Module):
     """loss = Σ_k weight_k · term_k; each term's loss and metrics are kept for logging."""
 
@@ -162,6 +168,11 @@ class WeightedSum(nn.Module):
                 )
         self.terms = nn.ModuleDict(dict(terms))
         self.weights = dict(weights)
+
+    @property
+    def perplexity_source(self) -> str | None:
+        """The metric whose exp() is the run's perplexity (``perplexity_source``)."""
+        return perplexity_source(self.terms)
 
     @property
     def requires(self) -> frozenset[str]:

@@ -61,8 +61,6 @@ class PretrainModule(pl.LightningModule):
         self.training_streams = RandomStreams()  # kept across a validation: its draws are not training's (issue 57)
         # the last validation's per-batch loss of the perplexity's term: val_perplexity's bootstrap (issue 71.5)
         self.validation_items = ValidationItems()
-        self.perplexity_key = next((f"{k}/{t.perplexity_metric}" for k, t in loss.terms.items()
-                                    if t.perplexity_metric), None)  # fmt: skip
 
     def forward(self, batch: dict[str, Tensor], *, states_for: Any = None) -> Any:
         """The whole step, (loss, logged): under FSDP2 this is the root's forward, so every parameter a term
@@ -161,7 +159,7 @@ class PretrainModule(pl.LightningModule):
         self._log(stage, logged, batch)
         if stage == "val":
             examples = batch["input_ids"].shape[0]
-            self.validation_items.add(text_hash, self.global_rank, logged.get(self.perplexity_key), examples)
+            self.validation_items.add(text_hash, self.global_rank, logged.get(self.loss.perplexity_source), examples)
         if sources is not None:  # a mixture's batch holds one source: its own validation curves beside the whole's
             self._log(f"{stage}/{self.source_labels[int(sources[0])]}", logged, batch)
             batch["source"] = sources  # kept for a second scoring of the same batch

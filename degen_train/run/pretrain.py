@@ -39,7 +39,7 @@ from degen_train.data.mixture import mixture_seen  # noqa: E402
 from degen_train.devices.threads import local_process_count  # noqa: E402
 from degen_train.evaluation.export_probes import evaluate  # noqa: E402
 from degen_train.finetune.grid import finetune_export  # noqa: E402
-from degen_train.losses.contract import TermContext, WeightedSum  # noqa: E402
+from degen_train.losses.contract import TermContext, WeightedSum, perplexity_source  # noqa: E402
 from degen_train.models.backbone import Backbone, build_hf_model, shape_signature  # noqa: E402
 from degen_train.run.build import build_trainer, on_gpu, resolved_config, setup_terms  # noqa: E402
 from degen_train.run.checks import RunPlan, check, check_w8a8_text  # noqa: E402
@@ -386,7 +386,7 @@ def _summary(
     isotropy = next((c.latest for c in trainer.callbacks if isinstance(c, IsotropyMonitor)), {})
     selection = next((c.summary() for c in trainer.callbacks if isinstance(c, BestBySTS)), None)
     averaging = next((c.summary() for c in trainer.callbacks if isinstance(c, WeightAverage)), None)
-    source = next((f"{k}/{t.perplexity_metric}" for k, t in terms.items() if t.perplexity_metric), None)
+    source = perplexity_source(terms)
     token_loss = val_metrics.get(f"val/{source}") if source else None
     if averaging and f"{AVERAGE_PREFIX}/loss" in val_metrics:  # validated beside the trained model
         average_token_loss = val_metrics.get(f"{AVERAGE_PREFIX}/{source}") if source else None

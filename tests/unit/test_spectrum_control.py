@@ -81,7 +81,7 @@ def test_bad_options_name_the_choices() -> None:
 
 def test_degen_convert_folds_a_checkpoint_written_with_factors() -> None:
     """A checkpoint holds U, σ, V and no embedding matrix: the converted model carries their product."""
-    from degen_train.cli.convert import MODEL_PREFIX, hf_model_of
+    from degen_train.cli.conversion import MODEL_PREFIX, hf_model_of
 
     model = tiny_gpt2()
     SpectrumControlTerm().setup(TermContext(hidden_size=8, vocab_size=50, batch_size=2, backbone=Backbone(model)))
