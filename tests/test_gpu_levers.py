@@ -5,6 +5,7 @@ sitting's table. Their speed is measured by `make bench-gpu`, never here."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -108,6 +109,33 @@ def test_a_failed_background_write_is_raised_by_wait(tmp_path: Path) -> None:
     io.teardown()
 
 
+def test_the_first_failed_background_write_is_the_one_raised_and_no_write_follows_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI of 2026-12-02: the step-2 write failed, the run stopped at step 4 naming it, and the step-4 write handed over
+    just before failed as the run tore down, replacing the step-2 error by its own. Now the first failure is the one
+    raised, and no write is handed over once a failure is known."""
+    import degen_train.storage.checkpoints as checkpoints
+
+    written: list[str] = []
+    handed_over = threading.Event()
+
+    def no_space(checkpoint: dict, path: Path) -> None:
+        handed_over.wait(timeout=30)  # fails after save_checkpoint returned, as a slow disk does
+        written.append(path.name)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoints, "save_checkpoint_file", no_space)
+    io = BackgroundCheckpointIO()
+    io.save_checkpoint({"state_dict": {}, "global_step": 2}, tmp_path / "last.ckpt")
+    handed_over.set()
+    io._executor.submit(lambda: None).result()  # the step-2 write has failed (no raise yet)
+    with pytest.raises(CheckpointWriteFailed, match=r"last\.ckpt \(step 2\)"):
+        io.save_checkpoint({"state_dict": {}, "global_step": 4}, tmp_path / "step=4.ckpt")
+    io.teardown()  # nothing more is raised: the step-4 write was never handed over
+    assert written == ["last.ckpt"]
+
+
 def test_a_deferred_read_on_the_cpu_is_ready_at_once() -> None:
     value = torch.tensor([True, False])
     read = DeferredRead(value)
@@ -154,19 +182,35 @@ def test_the_sittings_notes_price_the_cadence_and_name_exactness() -> None:
     from bench.gpu.sitting import compare, table
 
     row = {"tokens_per_s": 2e5, "mfu": 0.1, "step_seconds": None, "seconds_per_batch": 0.1}
-    results = {"command": "make bench-gpu ARGS='end_to_end host exactness fsdp'", "date": "x",
-               "machine": {"card": "NVIDIA H100 80GB HBM3", "torch": "2.11", "cuda": "13.0", "peak_flops": 989.5e12},
-               "rows": {"best": {"gpt2_ours": row},
-                        "end_to_end": {"gpt2_default_cadence": {
-                            **row, "end_to_end_tokens_per_s": 1.9e5, "cadence_updates": 100,
-                            "costs_per_event_s": {"checkpoint": 3.0}, "hour_long": {"over_steady": 0.9},
-                            "hour_long_on_the_clock": {"over_steady": 0.998, "minutes": {"checkpoint": 30.0}}}},
-                        "host": {"defaults": row, "workers_0": {**row, "tokens_per_s": 1e5},
-                                 "gpt2_chunked_output_layer": row, "gpt2_whole_logits": {**row, "tokens_per_s": 3e5}},
-                        "exactness": {"default": {**row, "repeat_max_abs_diff": 0.0, "resume_max_abs_diff": 2e-9},
-                                      "deterministic": {**row, "tokens_per_s": 1.6e5, "repeat_max_abs_diff": 0.0,
-                                                        "resume_max_abs_diff": 0.0}},
-                        "fsdp": {"single_device": row, "fsdp2": {"error": "OSError: [Errno 28] no space left"}}}}
+    results = {
+        "command": "make bench-gpu ARGS='end_to_end host exactness fsdp'",
+        "date": "x",
+        "machine": {"card": "NVIDIA H100 80GB HBM3", "torch": "2.11", "cuda": "13.0", "peak_flops": 989.5e12},
+        "rows": {
+            "best": {"gpt2_ours": row},
+            "end_to_end": {
+                "gpt2_default_cadence": {
+                    **row,
+                    "end_to_end_tokens_per_s": 1.9e5,
+                    "cadence_updates": 100,
+                    "costs_per_event_s": {"checkpoint": 3.0},
+                    "hour_long": {"over_steady": 0.9},
+                    "hour_long_on_the_clock": {"over_steady": 0.998, "minutes": {"checkpoint": 30.0}},
+                }
+            },
+            "host": {
+                "defaults": row,
+                "workers_0": {**row, "tokens_per_s": 1e5},
+                "gpt2_chunked_output_layer": row,
+                "gpt2_whole_logits": {**row, "tokens_per_s": 3e5},
+            },
+            "exactness": {
+                "default": {**row, "repeat_max_abs_diff": 0.0, "resume_max_abs_diff": 2e-9},
+                "deterministic": {**row, "tokens_per_s": 1.6e5, "repeat_max_abs_diff": 0.0, "resume_max_abs_diff": 0.0},
+            },
+            "fsdp": {"single_device": row, "fsdp2": {"error": "OSError: [Errno 28] no space left"}},
+        },
+    }
     compare(results)
     text = table(results)
     assert "| end_to_end | gpt2_default_cadence | 200k | 10.0% | – | 0 | 0.95× the best row's steady rate |" in text
@@ -174,11 +218,14 @@ def test_the_sittings_notes_price_the_cadence_and_name_exactness() -> None:
     assert "| host | gpt2_whole_logits | 300k | 10.0% | – | 0 | 1.50× its defaults' tokens/s |" in text
     assert "| exactness | deterministic | 160k | 10.0% | – | 0 | 0.80× the default mode's tokens/s |" in text
     assert "| fsdp | fsdp2 | OSError: [Errno 28] no space left | | | | |" in text  # a failed run, the others stand
-    assert ("Periodic work per event: checkpoint 3.00 s. At the defaults' cadence (each every 100 updates) an "
-            "hour-long run trains at 0.900× the steady rate.") in text
+    assert (
+        "Periodic work per event: checkpoint 3.00 s. At the defaults' cadence (each every 100 updates) an "
+        "hour-long run trains at 0.900× the steady rate."
+    ) in text
     assert "On the clock (checkpoint every 30 min: callbacks.cadence), it trains at 0.998× the steady rate." in text
-    assert ("exactness, default mode: two repeats differ by 0.0e+00, a 20 + 20 resume from a straight run by "
-            "2.0e-09.") in text
+    assert (
+        "exactness, default mode: two repeats differ by 0.0e+00, a 20 + 20 resume from a straight run by 2.0e-09."
+    ) in text
 
 
 def test_the_warm_up_stays_outside_the_steady_window() -> None:

@@ -308,6 +308,8 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
         super().__init__(AtomicCheckpointIO())
         self.failure: CheckpointWriteFailed | None = None
         self.a_write_failed = False  # sticky: no checkpoint is deleted for a newer one once a write has failed
+        self.raised = False  # the first failure stops the run; a later one (a write handed over before it was known,
+        # failing as the run stops) is logged and never replaces it in the raised error
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
         from lightning_utilities.core.apply_func import apply_to_collection
@@ -324,9 +326,10 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
                                                 f"could not be written on the writer thread: {error}")  # fmt: skip
                 log.error("%s", failure.strerror)
                 self.a_write_failed = True
-                if self.failure is None:
+                if self.failure is None and not self.raised:
                     self.failure = failure
 
+        self.raise_if_failed()  # no new write is handed over once one is known to have failed
         assert self._executor is not None
         self._executor.submit(write)
         self.raise_if_failed()
@@ -348,7 +351,7 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
     def raise_if_failed(self) -> None:
         """Raise the first failed write (once), with the checkpoints in its folder that are whole."""
         if self.failure is not None:
-            failure, self.failure = self.failure, None
+            failure, self.failure, self.raised = self.failure, None, True
             raise failure
 
     def wait(self) -> None:
