@@ -135,11 +135,14 @@ def main(rounds: int = 8) -> dict:
             steps["degen_train_bf16_fused"] = our_step(cfg.objective, copy.deepcopy(model), data, bf16=True, fused=True)
         seconds = interleaved(steps, rounds=rounds)
         rates = {name: tokens / s for name, s in seconds.items()}
-        rates["degen_train_cli_fp32"] = full_run(overrides)
+        # data.prefetch=auto (the default) beside the collating thread forced on and off (issue 73.2), in turns
+        bf16 = ["trainer.precision=bf16-mixed", "optimizer.fused=true"]
+        runs = {"degen_train_cli_fp32": overrides}
         if family == "encoder":
-            rates["degen_train_cli_bf16_fused"] = full_run(
-                [*overrides, "trainer.precision=bf16-mixed", "optimizer.fused=true"]
-            )
+            runs |= {"degen_train_cli_bf16_fused": [*overrides, *bf16]}
+        for name, given in list(runs.items()):
+            runs |= {f"{name}_prefetch_{depth}": [*given, f"data.prefetch={depth}"] for depth in (0, 2)}
+        rates |= {name: full_run(given) for name, given in runs.items()}
         entry = {
             "vocab": len(tokenizer),
             "tokens_per_s": rates,

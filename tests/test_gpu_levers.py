@@ -182,35 +182,19 @@ def test_the_sittings_notes_price_the_cadence_and_name_exactness() -> None:
     from bench.gpu.sitting import compare, table
 
     row = {"tokens_per_s": 2e5, "mfu": 0.1, "step_seconds": None, "seconds_per_batch": 0.1}
-    results = {
-        "command": "make bench-gpu ARGS='end_to_end host exactness fsdp'",
-        "date": "x",
-        "machine": {"card": "NVIDIA H100 80GB HBM3", "torch": "2.11", "cuda": "13.0", "peak_flops": 989.5e12},
-        "rows": {
-            "best": {"gpt2_ours": row},
-            "end_to_end": {
-                "gpt2_default_cadence": {
-                    **row,
-                    "end_to_end_tokens_per_s": 1.9e5,
-                    "cadence_updates": 100,
-                    "costs_per_event_s": {"checkpoint": 3.0},
-                    "hour_long": {"over_steady": 0.9},
-                    "hour_long_on_the_clock": {"over_steady": 0.998, "minutes": {"checkpoint": 30.0}},
-                }
-            },
-            "host": {
-                "defaults": row,
-                "workers_0": {**row, "tokens_per_s": 1e5},
-                "gpt2_chunked_output_layer": row,
-                "gpt2_whole_logits": {**row, "tokens_per_s": 3e5},
-            },
-            "exactness": {
-                "default": {**row, "repeat_max_abs_diff": 0.0, "resume_max_abs_diff": 2e-9},
-                "deterministic": {**row, "tokens_per_s": 1.6e5, "repeat_max_abs_diff": 0.0, "resume_max_abs_diff": 0.0},
-            },
-            "fsdp": {"single_device": row, "fsdp2": {"error": "OSError: [Errno 28] no space left"}},
-        },
-    }
+    results = {"command": "make bench-gpu ARGS='end_to_end host exactness fsdp'", "date": "x",
+               "machine": {"card": "NVIDIA H100 80GB HBM3", "torch": "2.11", "cuda": "13.0", "peak_flops": 989.5e12},
+               "rows": {"best": {"gpt2_ours": row},
+                        "end_to_end": {"gpt2_default_cadence": {
+                            **row, "end_to_end_tokens_per_s": 1.9e5, "cadence_updates": 100,
+                            "costs_per_event_s": {"checkpoint": 3.0}, "hour_long": {"over_steady": 0.9},
+                            "hour_long_on_the_clock": {"over_steady": 0.998, "minutes": {"checkpoint": 30.0}}}},
+                        "host": {"defaults": row, "workers_0": {**row, "tokens_per_s": 1e5},
+                                 "gpt2_chunked_output_layer": row, "gpt2_whole_logits": {**row, "tokens_per_s": 3e5}},
+                        "exactness": {"default": {**row, "repeat_max_abs_diff": 0.0, "resume_max_abs_diff": 2e-9},
+                                      "deterministic": {**row, "tokens_per_s": 1.6e5, "repeat_max_abs_diff": 0.0,
+                                                        "resume_max_abs_diff": 0.0}},
+                        "fsdp": {"single_device": row, "fsdp2": {"error": "OSError: [Errno 28] no space left"}}}}
     compare(results)
     text = table(results)
     assert "| end_to_end | gpt2_default_cadence | 200k | 10.0% | – | 0 | 0.95× the best row's steady rate |" in text
@@ -218,14 +202,11 @@ def test_the_sittings_notes_price_the_cadence_and_name_exactness() -> None:
     assert "| host | gpt2_whole_logits | 300k | 10.0% | – | 0 | 1.50× its defaults' tokens/s |" in text
     assert "| exactness | deterministic | 160k | 10.0% | – | 0 | 0.80× the default mode's tokens/s |" in text
     assert "| fsdp | fsdp2 | OSError: [Errno 28] no space left | | | | |" in text  # a failed run, the others stand
-    assert (
-        "Periodic work per event: checkpoint 3.00 s. At the defaults' cadence (each every 100 updates) an "
-        "hour-long run trains at 0.900× the steady rate."
-    ) in text
+    assert ("Periodic work per event: checkpoint 3.00 s. At the defaults' cadence (each every 100 updates) an "
+            "hour-long run trains at 0.900× the steady rate.") in text
     assert "On the clock (checkpoint every 30 min: callbacks.cadence), it trains at 0.998× the steady rate." in text
-    assert (
-        "exactness, default mode: two repeats differ by 0.0e+00, a 20 + 20 resume from a straight run by 2.0e-09."
-    ) in text
+    assert ("exactness, default mode: two repeats differ by 0.0e+00, a 20 + 20 resume from a straight run by "
+            "2.0e-09.") in text
 
 
 def test_the_warm_up_stays_outside_the_steady_window() -> None:

@@ -79,6 +79,20 @@ def test_the_reports_analyses_run_at_its_caps_reuse_what_is_there_and_are_timed(
     assert calls == [(runs[0], {"trust_config": False, "max_sentences": 50, "skip": ("generation",),
                                 "generation_prompts": 5})]  # fmt: skip
     assert timing["runs"] == 1 and timing["reused"] == 1 and timing["seconds"] >= 0.0
+    # Issue 73.3: a decoder that measured its greedy continuations at its end (eval.generate) is not made to
+    # generate again in its analysis; the report shows the run's own (generation/greedy/*) and says so
+    (tmp_path / "a" / "summary.json").write_text(json.dumps({"eval": {"generation": {"decodings": {
+        "greedy": {"rep_2": 0.5}}}}}))  # fmt: skip
+    calls.clear()
+    everything = report_module.AnalysisCaps(sentences=50, generation_prompts=5)
+    assert report_module.analyze_missing(runs, caps=everything, timing=timing) == []
+    assert calls == [(runs[0], {"trust_config": False, "max_sentences": 50, "skip": ("generation",),
+                                "generation_prompts": 5})]  # fmt: skip
+    assert timing["generated_at_end"] == 1
+    (tmp_path / "a" / "summary.json").write_text("[1, 2]")  # unreadable: the analysis measures it itself
+    calls.clear()
+    assert report_module.analyze_missing(runs, caps=everything, timing=timing) == []
+    assert calls[0][1]["skip"] == () and timing["generated_at_end"] == 0
 
 
 def test_a_decoder_run_measures_its_generations_at_its_end_and_the_report_shows_them(tmp_path: Path) -> None:

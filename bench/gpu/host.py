@@ -1,8 +1,9 @@
 """host: the levers of the defaults that act on the host, each alone on BERT-base MLM 128 × 128 (the defaults, not
-the speed preset): loader workers 0 against auto, the divergence check read on the host (optimizer.fused=false)
-against deferred, checkpoints written in the step against on a writer thread (one every third of the timed steps);
-and GPT-2 small 16 × 1024's chunked output layer (objective.mle.chunk_size=1024, the default) against whole logits.
-Each ratio is over its own defaults' run, beside which it runs."""
+the speed preset): loader workers 0 against auto, and with 0 workers the collating thread (data.prefetch=auto)
+against none, the divergence check read on the host (optimizer.fused=false) against deferred, checkpoints written in
+the step against on a writer thread (one every third of the timed steps); and GPT-2 small 16 × 1024's chunked output
+layer (objective.mle.chunk_size=1024, the default) against whole logits. Each ratio is over its own defaults' run,
+beside which it runs."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from degen_train.metrics.steady import WARMUP_STEPS
 
 VARIANTS = {
     "defaults": [],
-    "workers_0": ["data.num_workers=0"],
+    "workers_0": ["data.num_workers=0"],  # data.prefetch=auto: the collating thread makes 2 batches ahead on a GPU
+    "workers_0_prefetch_0": ["data.num_workers=0", "data.prefetch=0"],  # and without it (issue 73.2)
     "divergence_check_on_host": ["optimizer.fused=false"],
     "checkpoints_in_step": ["callbacks.checkpoint.background=false"],
 }

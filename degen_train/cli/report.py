@@ -51,17 +51,37 @@ def analyze_missing(runs: Sequence[Path], *, trust_config: bool = False, caps: A
     problems = []
     analysed = [os.path.lexists(r / "analysis" / "metrics.json") for r in runs]
     todo = [r for r, done in zip(runs, analysed, strict=True) if (r / "hf" / "config.json").is_file() and not done]
+    measured_at_end = 0
     for index, run in enumerate(todo, 1):
         log.info("analysing %s (%d of %d)", run, index, len(todo))
+        skip = caps.skip
+        if "generation" not in skip and _generated_at_its_end(run):
+            skip, measured_at_end = (*skip, "generation"), measured_at_end + 1
         try:  # a run this user trained here reads the corpus its config names; a handed-over one only its own files
-            analyze(run, trust_config=trust_config, max_sentences=caps.sentences, skip=caps.skip,
+            analyze(run, trust_config=trust_config, max_sentences=caps.sentences, skip=skip,
                     generation_prompts=caps.generation_prompts)  # fmt: skip
         except Exception as error:  # noqa: BLE001 - one run's analysis must not stop the report
             problems.append(printable(f"{run.name}: no analysis: {type(error).__name__}: {error}"))
             log.warning(problems[-1])
     if timing is not None:
-        timing.update(runs=len(todo), reused=sum(analysed), seconds=time.perf_counter() - start)
+        timing.update(runs=len(todo), reused=sum(analysed), seconds=time.perf_counter() - start,
+                      generated_at_end=measured_at_end)  # fmt: skip
     return problems
+
+
+def _generated_at_its_end(run: Path) -> bool:
+    """Whether the run measured its greedy continuations at its end (eval.generate, summary.json's
+    eval.generation): the report shows those (generation/greedy/*), so its analysis need not write its own
+    (issue 73.3). An unreadable summary: False (the analysis measures, and the runs table names the file)."""
+    from degen_train.config.records import Summary, read_record
+    from degen_train.core.handed_files import HandedOverFileError
+
+    try:
+        summary = read_record(run / "summary.json", Summary, what="run summary", within=run)
+    except (HandedOverFileError, OSError, ValueError):
+        return False
+    generation = summary.eval.generation
+    return generation is not None and "greedy" in generation.decodings
 
 
 def report(
@@ -100,7 +120,7 @@ def _written_report(
     paths: Sequence[str | Path], runs: list[Path], out_dir: Path, *, run_analysis: bool, trust_config: bool,
     caps: AnalysisCaps, baseline: str | None, correct: bool, primary: tuple[str, ...], fewest_kept_tokens: int,
 ) -> dict[str, Any]:  # fmt: skip
-    timing: dict[str, float] = {"runs": 0, "reused": 0, "seconds": 0.0}
+    timing: dict[str, float] = {"runs": 0, "reused": 0, "seconds": 0.0, "generated_at_end": 0}
     analysis_problems = (
         analyze_missing(runs, trust_config=trust_config, caps=caps, timing=timing) if run_analysis else []
     )
@@ -247,7 +267,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if timing["runs"] or timing["reused"]:
         print(f"analyses: {timing['runs']} made in {timing['seconds']:.0f} s ({caps.sentences} sentences, "
               f"{caps.generation_prompts} continuations of a decoder"
-              f"{', without ' + ', '.join(caps.skip) if caps.skip else ''}), {timing['reused']} reused")  # fmt: skip
+              f"{', without ' + ', '.join(caps.skip) if caps.skip else ''}), {timing['reused']} reused"
+              + (f"; {timing['generated_at_end']} decoder(s) measured their greedy continuations at their end "
+                 f"(eval.generate): shown from summary.json, not generated again" if timing["generated_at_end"]
+                 else ""))  # fmt: skip
     print(printable(f"{len(result['rows'])} runs ({failed} failed){said}"))
     judged = result["comparisons"]
     lines = verdict_page.terminal_lines(judged, result["out"]) if judged is not None else [

@@ -143,6 +143,7 @@ class Summary(Record):
     val_perplexity_of: str | None = None
     train_loss: Number = None
     tokens_per_s: Number = None
+    time_to_first_step_s: Number = None  # this segment's, from its process's start (run/startup_clock.py)
     mfu: Number = None
     mfu_total: Number = None
     val_terms: dict[str, Number] | None = None

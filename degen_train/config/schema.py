@@ -103,8 +103,9 @@ class DataConfig(BaseModel):
     batch_size: Annotated[int, TRAINS] = Field(ge=1)
     num_workers: Annotated[Annotated[int, Field(ge=0)] | Literal["auto"], LAUNCH] = "auto"
     num_proc: Annotated[int | None, LAUNCH] = Field(default=None, ge=1)
-    # training batches made ahead on a background thread when no worker process makes them (data/prefetch.py)
-    prefetch: Annotated[int, LAUNCH] = Field(default=2, ge=0, le=64)
+    # training batches made ahead on a background thread when no worker process makes them (data/prefetch.py); auto:
+    # by the machine (data/datamodule.prefetch_depth)
+    prefetch: Annotated[Annotated[int, Field(ge=0, le=64)] | Literal["auto"], LAUNCH] = "auto"
     # a weighted mixture, checked in data/mixture.py (mixture_sources)
     sources: Annotated[list[Any] | None, INPUT] = None
     overfit_batches: Annotated[int, protection("the run's data", keeps=(0,))] = Field(default=0, ge=0)

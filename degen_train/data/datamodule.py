@@ -224,6 +224,22 @@ def loader_workers(setting: int | str, *, on_gpu: bool, local_processes: int = 1
     return max(0, min(4, usable_cpus().count // max(local_processes, 1) - 1))
 
 
+AHEAD = 2  # batches made ahead when the collating thread pays (a GPU, or a CPU core the training threads leave free)
+
+
+def prefetch_depth(setting: int | str, *, on_gpu: bool, training_threads: int, local_processes: int = 1) -> int:
+    """data.prefetch: a count as given; ``auto``: 2 batches ahead on a GPU (the host collates while the device
+    computes); on a CPU, 2 only when this node's usable CPUs exceed the training threads of its processes, else 0:
+    on a CPU whose every core runs torch's intra-op threads the collating thread takes one of them, and the step did
+    not get shorter (issue 73.2: +2% fp32 and +11% bf16-mixed tokens/s with prefetch 0 on 2 cores). The batches are
+    the same either way."""
+    if setting != "auto":
+        return int(setting)
+    if on_gpu:
+        return AHEAD
+    return AHEAD if usable_cpus().count > training_threads * max(local_processes, 1) else 0
+
+
 def preparation_threads(setting: int | None) -> int:
     """data.num_proc: the threads that tokenize; null: the CPUs this process may use (affinity, cgroup quota)."""
     return int(setting) if setting else usable_cpus().count

@@ -32,6 +32,7 @@ from degen_train.data.datamodule import (  # noqa: E402
     describe_prepared,
     loader_workers,
     make_collator,
+    prefetch_depth,
     prepare_data,
     tokenize_node_part,
 )
@@ -52,6 +53,7 @@ from degen_train.run.module import PretrainModule  # noqa: E402
 from degen_train.run.parallel import full_state_dict  # noqa: E402
 from degen_train.run.provenance import run_provenance  # noqa: E402
 from degen_train.run.resume import check_signature, check_tokenizer  # noqa: E402
+from degen_train.run.startup_clock import StartupClock  # noqa: E402
 from degen_train.run.sweep import swept_overrides  # noqa: E402
 from degen_train.storage.runlock import is_launching_process, run_dir_lock  # noqa: E402
 
@@ -64,7 +66,9 @@ def train(cfg: DictConfig, *, alone: tuple[DictConfig, Any] | None = None) -> di
     record), fit (train, then validate once more) and finish (summary, export, probes). ``alone``: the command's own
     check of the config (run/config_alone.py), done before the frameworks loaded."""
     silence_known_noise()  # also when train() is called from Python (tests, notebooks, benchmarks)
+    clock = StartupClock()  # the log's "time to first step", by stage
     plan = check(cfg, model_choice=_choice("model"), alone=alone)  # 1. check
+    clock.mark("the check")
     if plan.config.plan.only:  # debug=plan: one step on fake tensors, printed; nothing prepared or written
         return check_plan(plan.cfg, plan.terms, plan.weights, data_format=plan.data_format)
     if plan.config.prepare_only:
@@ -77,9 +81,13 @@ def train(cfg: DictConfig, *, alone: tuple[DictConfig, Any] | None = None) -> di
     with run_dir_lock(plan.run_dir) if is_launching_process() else nullcontext():
         with stopping_before_training(str(plan.cfg.data.cache_dir)):  # a signal while preparing: exit 75, say so
             data = prepare(plan)  # 2. prepare
+            clock.mark("the data (tokenizer and examples, from the cache where built before)")
             built = build(plan, data)  # 3. build
             if built.trainer.is_global_zero:
                 _write_run_record(plan, built)
+            clock.mark("the build (model, terms, trainer, the run's record)")
+            built.trainer.callbacks.append(clock)
+            built.clock = clock
         train_metrics, val_metrics = fit(plan, built)  # 4. fit
         return finish(plan, built, train_metrics, val_metrics)  # 5. finish
 
@@ -129,6 +137,7 @@ class Built:
     datamodule: PretrainDataModule
     trainer: Any
     record: dict[str, Any]
+    clock: StartupClock | None = None
 
 
 def prepare(plan: RunPlan) -> PreparedData:
@@ -153,17 +162,23 @@ def build(plan: RunPlan, data: PreparedData) -> Built:
     collator = make_collator(
         data.tokenizer, data_format=plan.data_format, masking=cfg.masking, vocab_size=len(data.tokenizer)
     )
-    gpu = on_gpu(cfg)
+    gpu, local_processes = on_gpu(cfg), local_process_count(cfg.trainer)
+    workers = loader_workers(cfg.data.num_workers, on_gpu=gpu, local_processes=local_processes)
+    prefetch = prefetch_depth(plan.config.data.prefetch, on_gpu=gpu, training_threads=torch.get_num_threads(),
+                              local_processes=local_processes)  # fmt: skip
+    if workers == 0:
+        log.info("data.prefetch=%s: %s", plan.config.data.prefetch, f"{prefetch} training batches made ahead on a "
+                 "background thread" if prefetch else "batches collated on the training thread")  # fmt: skip
     datamodule = PretrainDataModule(
         data,
         collator,
         batch_size=plan.config.data.batch_size,
-        num_workers=loader_workers(cfg.data.num_workers, on_gpu=gpu, local_processes=local_process_count(cfg.trainer)),
+        num_workers=workers,
         seed=plan.config.seed,
         pin_memory=gpu,
         overfit_batches=plan.config.data.overfit_batches,
         window_counter=module.loss.window_counts,
-        prefetch=plan.config.data.prefetch,
+        prefetch=prefetch,
     )
     trainer = build_trainer(cfg)
     record = run_provenance(
@@ -181,6 +196,7 @@ def finish(plan: RunPlan, built: Built, train_metrics: dict, val_metrics: dict) 
     cfg = plan.cfg
     summary = _summary(cfg, built.trainer, train_metrics, val_metrics, terms=plan.terms, weights=plan.weights)
     _add_run_facts(cfg, summary, built, plan.branch)
+    summary["time_to_first_step_s"] = built.clock.time_to_first_step if built.clock is not None else None
     if summary["val_perplexity"] is not None:  # every process: the record gathers their batches
         validation = built.module.validation_items.record()
         if validation is not None:
