@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 from degen_train.core.arguments import layer_choice, whole
 from degen_train.core.source_reading import module_constant, module_doc
@@ -143,6 +144,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             lm_eval=lm_eval,
         )
     except (ValueError, FileNotFoundError) as error:
+        parser.exit(2, f"degen-eval: error: {error}\n")
+    except OSError as error:  # a full disk, a file-size limit (ulimit -f), a quota: one line naming the folder
+        from degen_train.core.io import DiskFull, disk_full_error, is_disk_full
+
+        if not is_disk_full(error):
+            raise
+        if not isinstance(error, DiskFull):
+            error = disk_full_error(Path(args.out), "give --out a folder on another disk", error)
         parser.exit(2, f"degen-eval: error: {error}\n")
     print(format_table(result))
 

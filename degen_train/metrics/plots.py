@@ -13,6 +13,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
+from degen_train.core.io import staged_file  # noqa: E402
+
 
 def _title(axis: plt.Axes, text: str) -> None:
     """A title that wraps instead of running off the figure (a run's setting can be long)."""
@@ -20,10 +22,14 @@ def _title(axis: plt.Axes, text: str) -> None:
 
 
 def save_figure(figure: plt.Figure, path: Path) -> Path:
-    """Laid out, written at the house's resolution, and closed (pyplot keeps every open figure)."""
+    """Laid out, written at the house's resolution through a staging file (a full disk or a file-size limit leaves
+    no torn picture: the earlier one, if any, stays whole), and closed (pyplot keeps every open figure)."""
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    try:
+        with staged_file(Path(path), "wb") as stream:
+            figure.savefig(stream, dpi=110, format=Path(path).suffix.lstrip(".") or "png")
+    finally:
+        plt.close(figure)
     return path
 
 

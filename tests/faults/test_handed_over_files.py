@@ -391,6 +391,49 @@ def test_a_report_under_a_file_size_limit_names_its_folder(sweep: Path, monkeypa
         report([sweep], run_analysis=False)
 
 
+def test_analyze_and_eval_under_a_file_size_limit_name_their_folder_and_tear_no_picture(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ND4: degen-analyze under `ulimit -f 20` ended in matplotlib's raw `OSError: [Errno 27] File too large`, a
+    traceback naming no folder. Now one line names the limit and the folder, and a picture is written whole or not
+    at all (the earlier one stays)."""
+    import matplotlib.pyplot as plt
+
+    from degen_train.cli import analyze as analyze_cli
+    from degen_train.cli import evaluate as evaluate_cli
+    from degen_train.evaluation import export_probes, model_analysis
+    from degen_train.metrics.plots import save_figure
+
+    def too_large(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EFBIG, "File too large")
+
+    monkeypatch.setattr(model_analysis, "analyze", too_large)
+    with pytest.raises(SystemExit) as stopped:
+        analyze_cli.main([str(tmp_path / "run"), "--out", str(tmp_path / "pictures")])
+    assert stopped.value.code == 2
+    said = capsys.readouterr().err
+    assert "degen-analyze: error: [Errno 27] a file over this process's size limit (ulimit -f)" in said
+    assert f"writing {tmp_path / 'pictures'} " in said and "Traceback" not in said
+    monkeypatch.setattr(export_probes, "evaluate", too_large)
+    with pytest.raises(SystemExit):
+        evaluate_cli.main([str(tmp_path / "model"), "--out", str(tmp_path / "scores")])
+    assert f"degen-eval: error: [Errno 27] a file over this process's size limit (ulimit -f) or the filesystem's " \
+           f"writing {tmp_path / 'scores'} " in capsys.readouterr().err  # fmt: skip
+
+    earlier = tmp_path / "cone.png"
+    earlier.write_bytes(b"the earlier picture")
+
+    def torn(self: object, stream: object, **kwargs: object) -> None:
+        stream.write(b"half a png")  # type: ignore[attr-defined]
+        raise OSError(errno.EFBIG, "File too large")
+
+    monkeypatch.setattr(plt.Figure, "savefig", torn)
+    with pytest.raises(OSError, match="File too large"):
+        save_figure(plt.figure(), earlier)
+    assert earlier.read_bytes() == b"the earlier picture" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "cone.png"]  # fmt: skip
+
+
 def test_a_diverged_run_ends_in_its_one_line(tmp_path: Path) -> None:
     """NI12: optimizer.lr=1e30 gave the right message at the end of a 40-frame traceback (docs/faults.md promises
     one line)."""
