@@ -140,10 +140,10 @@ def protection(guards: str, *, keeps: tuple[Any, ...] = (), at_most: float | Non
                     whole=whole)  # fmt: skip
 
 
-def measures(*, at_most: float) -> Declared:
+def measures(*, at_most: float, at_least: float | None = None) -> Declared:
     """A count the run measures with, bounded here where no schema field states the bound (null: off, or the
     house's default)."""
-    return Declared(Role.MEASURES, keeps=(None,), at_most=at_most)
+    return Declared(Role.MEASURES, keeps=(None,), at_most=at_most, at_least=at_least)
 
 
 CHECKPOINTS = "the run's checkpoints"
@@ -153,6 +153,9 @@ DIVERGENCE = "the divergence guard"
 HOUSE_CHECKPOINT_STEPS = 100  # conf/callbacks/default.yaml
 HOUSE_VALIDATION_STEPS = 100  # trainer.val_check_interval=auto: every max_steps / 5 updates, at most every 100
 CADENCE_MINUTES = 60  # a minute cadence from a handed-over file: at most an hour of work between two
+# ... and at least a minute: a cadence of 0.001 minutes validates (or checkpoints, or probes) after every update, and
+# a run that does nothing else is stopped as surely as one that is never checkpointed (issue 72.6)
+FLOOR_MINUTES = 1
 
 # The keys only conf/ holds (and Lightning Trainer arguments), declared beside the schema: exact keys first, then
 # patterns (``*`` one part, ``**`` any depth), the most specific winning. A schema field is declared in schema.py. A
@@ -183,9 +186,11 @@ CONF_ROLES: dict[str, Declared] = {
     "callbacks.checkpoint.save_last": protection(CHECKPOINTS, keeps=(True,)),
     "callbacks.preemption.requeue": protection("the requeue of a preempted cluster job", keeps=(True,)),
     "callbacks.preemption.requeue_signal": protection("the cluster's warning signal", keeps=("SIGUSR1", "SIGUSR2")),
-    "callbacks.cadence.validation_minutes": protection(VALIDATION, keeps=(None,), at_most=CADENCE_MINUTES),
-    "callbacks.cadence.checkpoint_minutes": protection(CHECKPOINTS, keeps=(None,), at_most=CADENCE_MINUTES),
-    "callbacks.cadence.isotropy_minutes": measures(at_most=24 * 60),
+    "callbacks.cadence.validation_minutes": protection(VALIDATION, keeps=(None,), at_least=FLOOR_MINUTES,
+                                                      at_most=CADENCE_MINUTES),
+    "callbacks.cadence.checkpoint_minutes": protection(CHECKPOINTS, keeps=(None,), at_least=FLOOR_MINUTES,
+                                                      at_most=CADENCE_MINUTES),
+    "callbacks.cadence.isotropy_minutes": measures(at_least=FLOOR_MINUTES, at_most=24 * 60),
     "callbacks.isotropy.at_end": MEASURES,
     "callbacks.throughput.window": measures(at_most=10_000),
     "callbacks.throughput.peak_flops": MEASURES,

@@ -105,7 +105,11 @@ ROLE_CASES = [
     ("protection", "callbacks.checkpoint.save_last", False, "refused", "may give only true"),
     ("protection", "callbacks.checkpoint.save_top_k", 0, "refused", "a number at least 2 or -1"),
     ("protection", "callbacks.checkpoint.save_top_k", -1, "carried", ""),
-    ("protection", "callbacks.cadence.checkpoint_minutes", 1000000, "refused", "a number at most 60 or null"),
+    ("protection", "callbacks.cadence.checkpoint_minutes", 1000000, "refused", "at most 60 or null"),
+    # issue 72.6: a minute cadence had no floor: 0.001 minutes is a validation (a checkpoint) after every update
+    ("protection", "callbacks.cadence.validation_minutes", 0.001, "refused", "a number at least 1 and at most 60"),
+    ("protection", "callbacks.cadence.checkpoint_minutes", 30, "carried", ""),
+    ("measures", "callbacks.cadence.isotropy_minutes", 0.001, "refused", "a number at least 1 and at most 1440"),
     ("protection", "callbacks.divergence.on_nonfinite", "skip", "refused", "would loosen the divergence guard"),
     ("protection", "callbacks.divergence.max_skips", 1000000, "refused", "would loosen the divergence guard"),
     ("protection", "callbacks.preemption.requeue", False, "refused", "would loosen the requeue"),
@@ -172,7 +176,8 @@ def test_every_role_through_every_door(tmp_path: Path, door_name: str, role: str
     path = write(tmp_path, key, value)
     if door_name == "sweep":  # nothing runs: a protection or a measure is only shown; an input is named aside
         outcome = {"input": "named aside", "protection": "carried"}.get(role, outcome)
-        outcome = "carried" if key == "eval.finetune.epochs" else outcome  # a declared bound holds what runs
+        declared_bound = ("eval.finetune.epochs", "callbacks.cadence.isotropy_minutes")
+        outcome = "carried" if key in declared_bound else outcome  # a declared bound holds what runs
     if outcome == "refused":
         with pytest.raises(HandedOverError) as refused:
             read(path, door=door)
