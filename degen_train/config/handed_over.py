@@ -29,6 +29,8 @@ from degen_train.config.house_keys import house_default, house_groups, house_key
 from degen_train.config.renamed import current_target
 from degen_train.config.roles import MEANING, Declared, Role, group_role, role_of
 from degen_train.core.handed_files import (
+    CONTROL,
+    LYING,
     HandedOverFileError,
     check_bounded,
     check_text_bounded,
@@ -436,12 +438,20 @@ def _is_term_entry(key: str) -> bool:
 
 
 def _check_interpolation(source: Path, key: str, value: Any, advice: str) -> None:
-    """No interpolation anywhere in ``value``: one read here would take this machine's environment or files."""
+    """No interpolation anywhere in ``value``: one read here would take this machine's environment or files; and no
+    control or format character: a carried string becomes an override that Hydra echoes, and a presentation string
+    (data.missing_hint) is printed to the terminal as it is (issue 72.6)."""
     for inner in _strings(value):
         if "${" in inner:
             raise HandedOverError(
                 f"{source}: {key}={value!r} holds an interpolation; a recorded setting is a plain value (one read "
                 f"here would take this machine's environment or files). Replace it by the value it stood for{advice}"
+            )
+        if CONTROL.search(inner) or LYING.search(inner):
+            raise HandedOverError(
+                f"{source}: {printable(_shown(key, value), 200)} holds control or format characters (shown "
+                f"escaped), which no setting of degen-train holds: remove that entry, or give {key}=... on your own "
+                f"command line{advice}"
             )
 
 

@@ -194,6 +194,24 @@ def test_every_role_through_every_door(tmp_path: Path, door_name: str, role: str
         assert _kept(reading, key) == "absent" and reading.inputs == {key: value}
 
 
+@pytest.mark.parametrize("door_name", list(DOORS))
+@pytest.mark.parametrize(("key", "value"), [("data.missing_hint", "fetch it\x1b[2J\rdone"),
+                                            ("optimizer.lr", 0.001), ("objective.mlm.pooler", "cls\u202eexe")])
+def test_a_carried_string_holds_no_control_or_format_character(tmp_path: Path, door_name: str, key: str,
+                                                               value: object) -> None:  # fmt: skip
+    """Issue 72.6: a presentation string (data.missing_hint) was carried with raw control characters into an
+    override Hydra echoes, and printed as it was; a right-to-left override reads as another value."""
+    write, read, door = DOORS[door_name]
+    path = write(tmp_path, key, value)
+    if not isinstance(value, str):  # the plain value beside them is carried
+        assert _kept(read(path, door=door), key) == value
+        return
+    with pytest.raises(HandedOverError, match=r"holds control or format characters \(shown escaped\)") as refused:
+        read(path, door=door)
+    said = str(refused.value)
+    assert "\x1b" not in said and "\u202e" not in said and ("\\x1b[2J\\r" in said or "\\u202e" in said), said
+
+
 @pytest.mark.parametrize("door_name", ["parent", "record"])
 def test_an_input_on_the_users_command_line_wins_and_a_trusted_run_passes_its_own(tmp_path: Path,
                                                                                   door_name: str) -> None:  # fmt: skip
