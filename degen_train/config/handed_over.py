@@ -212,6 +212,7 @@ def read_config_file(path: Path, *, door: Door | None = None) -> Reading:
         raise HandedOverError(f"{path} is not a config (a mapping of settings), as degen-train writes it")
     reading = Reading(path)
     for key, value in tree.items():
+        _check_key_part(path, str(key), str(key), door.advice)
         kept = _decided(reading, door, str(key), value)
         if kept is not _LEFT_OUT:
             reading.tree[str(key)] = kept
@@ -250,6 +251,7 @@ def _decided(reading: Reading, door: Door, key: str, value: Any) -> Any:
         _check_section(reading.source, key, value, door.advice)
         kept = {}
         for name, item in value.items():
+            _check_key_part(reading.source, str(name), f"{key}.{name}", door.advice)
             inner = _decided(reading, door, f"{key}.{name}", item)
             if inner is not _LEFT_OUT:
                 kept[name] = inner
@@ -435,6 +437,19 @@ def _is_term_entry(key: str) -> bool:
     """``objective.NAME`` / ``regularizer.NAME``: a loss term's section, under any name (``term:`` says which)."""
     parts = key.split(".")
     return len(parts) == 2 and parts[0] in ("objective", "regularizer")
+
+
+def _check_key_part(source: Path, part: str, key: str, advice: str) -> None:
+    """A record's mapping key is one part of a setting's name: degen-train writes its sections nested, so a dotted
+    key (``optimizer.lr: 0.5`` at the top) is no key it wrote, and read as one it would name another setting than
+    the one its section holds (issue 72.6, NR8)."""
+    if "." in part:
+        dotted = printable(key, 200)
+        raise HandedOverError(
+            f"{source}: the key {dotted!r} holds a dot, where degen-train writes a config's sections nested "
+            f"({dotted.split('.')[0]}: {{{dotted.split('.', 1)[1]}: ...}}); a dotted key is no setting it wrote: "
+            f"nest it, remove it, or give {dotted}=... on your own command line{advice}"
+        )
 
 
 def _check_interpolation(source: Path, key: str, value: Any, advice: str) -> None:

@@ -212,6 +212,19 @@ def test_a_carried_string_holds_no_control_or_format_character(tmp_path: Path, d
     assert "\x1b" not in said and "\u202e" not in said and ("\\x1b[2J\\r" in said or "\\u202e" in said), said
 
 
+@pytest.mark.parametrize("tree", [{"seed": 3, "optimizer.lr": 0.5},
+                                  {"seed": 3, "callbacks": {"checkpoint.save_last": False}}])
+def test_a_records_dotted_key_is_refused(tmp_path: Path, tree: dict) -> None:
+    """Issue 72.6 (NR8): a record's top-level dotted key (``optimizer.lr: 0.5``) was carried; degen-train writes its
+    sections nested, so a dotted key is no setting it wrote, at any depth."""
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    with pytest.raises(HandedOverError, match=r"config\.yaml: the key '(optimizer\.lr|callbacks\.checkpoint\."
+                                              r"save_last)' holds a dot, where degen-train writes a config's "
+                                              r"sections nested"):  # fmt: skip
+        read_config_file(path, door=Door())
+
+
 @pytest.mark.parametrize("door_name", ["parent", "record"])
 def test_an_input_on_the_users_command_line_wins_and_a_trusted_run_passes_its_own(tmp_path: Path,
                                                                                   door_name: str) -> None:  # fmt: skip
