@@ -48,6 +48,25 @@ def test_a_branch_at_a_step_without_checkpoint_lists_the_steps_that_have_one(
         run(parent, *wsd(small_corpus), "trainer.max_steps=9", f"branch_from={parent}@4")
     with pytest.raises(ValueError, match=r"branch_from='runs/x': expected RUN@STEP"):
         run(tmp_path / "other", *wsd(small_corpus), "branch_from=runs/x")
+    # Issue 72.8 (NB1): a torn checkpoint of the parent is named as the parent's, with its other steps, not with a
+    # resume's "use an earlier one"
+    torn = parent / "checkpoints" / "step=00000004.ckpt"
+    whole = torn.read_bytes()
+    torn.write_bytes(whole[:1000])
+    with pytest.raises(Exception, match=r"branch_from=.*parent@4: the parent's checkpoint \S+step=00000004\.ckpt is "
+                                        r"not a readable PyTorch checkpoint .*Branch from another step of the parent "
+                                        r"\(steps with a readable checkpoint file: 2, 6\)") as refused:  # fmt: skip
+        run(tmp_path / "torn", *wsd(small_corpus), "trainer.max_steps=9", f"branch_from={parent}@4")
+    assert "use an earlier one" not in str(refused.value)
+    torn.write_bytes(whole)
+    # Issue 72.7 (LK1, LK2): the parent's checkpoints are read from its own folder, never through a link
+    elsewhere = tmp_path / "elsewhere.ckpt"
+    (parent / "checkpoints" / "step=00000002.ckpt").rename(elsewhere)
+    (parent / "checkpoints" / "step=00000002.ckpt").symlink_to(elsewhere)
+    with pytest.raises(ValueError, match=r"branch_from=.*parent@2: the parent's \S+step=00000002\.ckpt -> \S+"
+                                         r"elsewhere\.ckpt is a link: a parent's checkpoints and tokenizer are read "
+                                         r"from its own folder only"):  # fmt: skip
+        run(tmp_path / "linked", *wsd(small_corpus), "trainer.max_steps=9", f"branch_from={parent}@2")
 
 
 def test_the_report_of_branched_cooldowns_shows_their_parent_at_the_branch_step(

@@ -14,13 +14,15 @@ recipe, regularizer and WSD schedule; the run then lists each setting it changes
 from __future__ import annotations
 
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, open_dict
 
-from degen_train.storage.checkpoints import checkpoint_header
+from degen_train.core.paths import links_in, shown_links
+from degen_train.storage.checkpoints import CheckpointError, checkpoint_header
 
 log = logging.getLogger("degen_train")
 STEP_FILE = re.compile(r"^step=(\d+)\.ckpt$")
@@ -58,6 +60,40 @@ def checkpoint_steps(run: Path) -> dict[int, Path]:
     if last.exists():
         steps.setdefault(int(checkpoint_header(last).get("global_step", -1)), last)
     return steps
+
+
+def _refuse_links(branch_from: str, parent: Path) -> None:
+    """A parent's checkpoints and tokenizer are read from its own folder only (issue 72.7: a branch loaded a
+    parent's checkpoints/ and its files through links, LK1, LK2)."""
+    for folder in (parent / "checkpoints", parent / "tokenizer"):
+        links = links_in(folder) if os.path.lexists(folder) else []
+        if links:
+            raise ValueError(
+                f"branch_from={branch_from}: the parent's {shown_links(links, 3)} is a link: a parent's checkpoints "
+                f"and tokenizer are read from its own folder only, never through a link; replace the link by a "
+                f"copy of what it points to"
+            )
+
+
+def _parents_checkpoint_refusal(branch_from: str, error: CheckpointError, others: list[int]) -> CheckpointError:
+    """A torn or foreign checkpoint of the parent, named as the parent's, with the parent's other steps (issue 72.8:
+    the refusal read as a resume's, "use an earlier one", NB1)."""
+    reason = str(error).removesuffix("; use an earlier one").removesuffix(": its write was cut short")
+    listed = ", ".join(map(str, sorted(others))) or "none"
+    return CheckpointError(
+        f"branch_from={branch_from}: the parent's {reason}. Branch from another step of the parent (steps with a "
+        f"readable checkpoint file: {listed}), or mend the parent by resuming it"
+    )
+
+
+def _readable_steps(branch_from: str, parent: Path) -> dict[int, Path]:
+    """checkpoint_steps, a torn last.ckpt named as the parent's."""
+    try:
+        return checkpoint_steps(parent)
+    except CheckpointError as error:
+        files = sorted((parent / "checkpoints").glob("step=*.ckpt"))
+        raise _parents_checkpoint_refusal(branch_from, error, [int(m.group(1)) for p in files
+                                                               if (m := STEP_FILE.match(p.name))]) from None
 
 
 def refuse_a_decay_before_the_branch(cfg: DictConfig, step: int) -> None:
@@ -99,13 +135,18 @@ def start_branch(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
         raise ValueError(
             f"branch_from={cfg.branch_from} into the parent's own folder: give the branch another hydra.run.dir"
         )
-    steps = checkpoint_steps(parent)
+    _refuse_links(cfg.branch_from, parent)
+    steps = _readable_steps(cfg.branch_from, parent)
     if step not in steps:
         listed = ", ".join(map(str, sorted(steps))) or "none"
         raise FileNotFoundError(
             f"branch_from={cfg.branch_from}: {parent} has no checkpoint at step {step}; steps with one: {listed} "
             f"(a parent keeps them with callbacks.checkpoint.every_n_train_steps and save_top_k=-1)"
         )
+    try:  # its header read now (its tensors are not): a torn step=N file is the parent's, named before any work
+        checkpoint_header(steps[step])
+    except CheckpointError as error:
+        raise _parents_checkpoint_refusal(cfg.branch_from, error, [s for s in steps if s != step]) from None
     refuse_a_decay_before_the_branch(cfg, step)
     own = sorted((run_dir / "checkpoints").glob("*.ckpt")) if (run_dir / "checkpoints").is_dir() else []
     with open_dict(cfg):
