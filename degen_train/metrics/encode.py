@@ -16,6 +16,7 @@ from transformers.utils import logging as transformers_logging
 
 import degen_train.models  # noqa: F401 - registers the degen_<arch> types of exports with an attention variant
 from degen_train.core.handed_files import no_remote_code
+from degen_train.core.paths import links_in, shown_links
 from degen_train.data.tokenizer import load_tokenizer
 from degen_train.models.loading import check_weights_fit_config
 
@@ -74,9 +75,26 @@ def model_folder(path: str | Path) -> Path:
             f"{model_dir} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}): every word would be [UNK] and every "
             f"number meaningless. Copy the tokenizer's files into it (a degen-train run keeps them in RUN/tokenizer/)"
         )
+    refuse_links_out_of(model_dir)
     refuse_pickled_weights(model_dir)
     check_weights_fit_config(model_dir)  # another model's weights, an edited config, a file cut short: named
     return model_dir
+
+
+def refuse_links_out_of(model_dir: Path) -> None:
+    """A model folder is read from its own files (issue 72.7, LK9: its tokenizer files were read through links),
+    except the Hugging Face cache's own layout: a snapshot's files are links into the cache's blobs/, and a hub
+    model fetched by transformers is one of those."""
+    from huggingface_hub import constants
+
+    cache = Path(constants.HF_HUB_CACHE).expanduser().resolve()
+    outside = [link for link in links_in(model_dir) if not link.resolve().is_relative_to(cache)]
+    if outside:
+        raise ValueError(
+            f"{model_dir} holds links ({shown_links(outside, 3)}): a model folder is read from its own files only, "
+            f"never through a link (the Hugging Face cache's own snapshots aside); replace each link by a copy of "
+            f"its file"
+        )
 
 
 def load_encoder(path: str | Path, *, batch_size: int = 32, max_length: int | None = None) -> Encoder:

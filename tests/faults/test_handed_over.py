@@ -500,6 +500,28 @@ def test_an_export_whose_weights_are_not_its_configs_model_is_named(tmp_path: Pa
         model_folder(cut)
 
 
+def test_a_model_folders_files_are_never_read_through_a_link(tmp_path: Path, source_run: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Issue 72.7 (LK9): a model folder's tokenizer files were read through links; the Hugging Face cache's own
+    snapshots (files linked into its blobs/) are still read."""
+    from huggingface_hub import constants
+
+    from degen_train.metrics.encode import model_folder
+
+    folder = tmp_path / "model"
+    shutil.copytree(source_run / "hf", folder)
+    tokenizer = next(p for p in sorted(folder.iterdir()) if p.name.startswith("tokenizer"))
+    elsewhere = tmp_path / "elsewhere" / tokenizer.name
+    elsewhere.parent.mkdir()
+    tokenizer.rename(elsewhere)
+    tokenizer.symlink_to(elsewhere)
+    with pytest.raises(ValueError, match=rf"model holds links \(\S+{tokenizer.name} -> \S+elsewhere\S+\): a model "
+                                         r"folder is read from its own files only, never through a link"):  # fmt: skip
+        model_folder(folder)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "elsewhere"))  # as a snapshot links into blobs/
+    assert model_folder(folder) == folder
+
+
 def test_a_report_reads_a_branchs_parent_only_where_it_was_asked_to(tmp_path: Path, source_run: Path) -> None:
     """A handed-over branch's summary.json names its parent by path; the report read that folder's metrics.csv and
     summary.json wherever it was. It now reads a parent inside the folders it was given, or a run of the user's own."""
