@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import hydra  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from degen_train.config.inherited import inherited_overrides  # noqa: E402
 from degen_train.config.overrides import open_trainer_keys, refuse_unquoted_equals  # noqa: E402
@@ -43,6 +44,10 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     from degen_train.run.config_alone import check_config_alone
 
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    if not multirun and OmegaConf.select(cfg, "plan.only", default=False) is True:  # debug=plan: nothing written
+        from degen_train.core.io import leave_no_run_folder
+
+        leave_no_run_folder(Path(HydraConfig.get().runtime.output_dir))
     alone = None
     if not multirun:  # a sweep member's bad config is that member's failure (run_in_sweep records it), not the sweep's
         try:

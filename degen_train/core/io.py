@@ -281,6 +281,34 @@ def looks_like_local_path(value: str) -> bool:
     return "/" in value and Path(value.split("/", 1)[0]).is_dir()
 
 
+def leave_no_run_folder(folder: Path) -> None:
+    """For a command that writes nothing (debug=plan: issue 72.8, P14b, P16): Hydra has opened RUN/train.log and made
+    the run folder before the program runs; the log handler is closed and removed (the terminal keeps every line),
+    and the log and the folder are removed where they hold nothing and nothing older than this process (with the
+    parents Hydra's default made below the working directory: outputs/DATE/)."""
+    import psutil
+
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, RunLogFileHandler)]:
+        root.removeHandler(handler)
+        handler.close()
+        log_file = Path(handler.baseFilename)
+        if log_file.is_file() and not log_file.is_symlink() and log_file.stat().st_size == 0:
+            log_file.unlink()
+    started = psutil.Process().create_time()
+    here = Path.cwd().resolve()
+    folder = folder.absolute()
+    # the folder, and the parents Hydra's default made below the working directory (outputs/DATE/), never above
+    made = [folder, *(p for p in folder.parents if p.resolve() != here and p.resolve().is_relative_to(here))]
+    for candidate in made:
+        try:
+            if candidate.is_symlink() or candidate.stat().st_mtime < started or any(candidate.iterdir()):
+                return
+            candidate.rmdir()
+        except OSError:  # another process's, or not ours to remove
+            return
+
+
 class RunLogFileHandler(logging.FileHandler):
     """Hydra's RUN/train.log handler, which stays silent when the run folder cannot be written.
 

@@ -62,6 +62,14 @@ def test_debug_plan_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
     assert "peak memory per device:" in result.stdout and "NVIDIA H200 141GB" in result.stdout
     assert "1e+09 tokens in" in result.stdout and "fits: yes" in result.stdout
     assert not any((tmp_path / "run").glob("*.json"))  # no run record, no checkpoint, no summary
+    # issue 72.8 (P14b, P16): nor the train.log and run folder Hydra had made before the program ran
+    assert not (tmp_path / "run").exists() and sorted(p.name for p in tmp_path.iterdir()) == []
+    kept = tmp_path / "a_run"
+    kept.mkdir()
+    (kept / "train.log").write_text("an earlier run's log\n")
+    assert command("degen-train", "debug=plan", "model=gpt2_tiny", "objective=mle", *SMALL,
+                   f"hydra.run.dir={kept}").returncode == 0  # fmt: skip
+    assert (kept / "train.log").read_text() == "an earlier run's log\n"  # nothing appended, nothing removed
 
 
 def test_a_plan_that_does_not_fit_is_refused_naming_a_switch_that_fits(tmp_path: Path) -> None:
