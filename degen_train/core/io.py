@@ -192,6 +192,65 @@ def current_umask() -> int:
     return mask
 
 
+# Folders a command was given to write into (--out: core/paths.writable_folder). A file there that degen-train did not
+# write is never replaced: when a command writes one of the same name, the user's is kept beside it, renamed (issue
+# 72.8, X16, G10: a user's metrics.json or report.md in the --out folder was overwritten). What degen-train wrote is
+# listed in the folder's WRITTEN file, so a rerun replaces its own files and only those.
+OUT_FOLDERS: set[Path] = set()
+WRITTEN = ".degen-train-written.json"
+
+
+def guard_out_folder(folder: Path) -> None:
+    """Hold ``folder``'s files that degen-train did not write (module comment above) for the rest of this process."""
+    OUT_FOLDERS.add(Path(folder).absolute())
+
+
+def _out_folder_of(path: Path) -> Path | None:
+    path = path.absolute()
+    return next((folder for folder in OUT_FOLDERS if path.is_relative_to(folder)), None)
+
+
+def _written(folder: Path) -> set[str]:
+    """The names degen-train wrote in ``folder``; none when the list is absent, not a plain small file, or unreadable
+    (then every file there is kept aside before it is replaced: the safe side)."""
+    listed = folder / WRITTEN
+    try:
+        if not stat.S_ISREG(listed.lstat().st_mode) or listed.lstat().st_size > 2**20:
+            return set()
+        names = json.loads(listed.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+
+
+def _keep_theirs(path: Path) -> None:
+    """Before ``path`` is replaced in a guarded folder: a file degen-train did not write there is renamed aside."""
+    folder = _out_folder_of(path)
+    if folder is None or not os.path.lexists(path) or str(path.absolute().relative_to(folder)) in _written(folder):
+        return
+    import time
+
+    stamp, count = time.strftime("%Y%m%d-%H%M%S"), 0
+    aside = path.with_name(f"{path.name}.kept-{stamp}")
+    while os.path.lexists(aside):
+        count += 1
+        aside = path.with_name(f"{path.name}.kept-{stamp}-{count}")
+    os.replace(path, aside)
+    logging.getLogger("degen_train").warning("%s was not written by degen-train: kept as %s, beside the new one",
+                                             path, aside.name)  # fmt: skip
+
+
+def _note_written(path: Path) -> None:
+    folder = _out_folder_of(path)
+    if folder is None:
+        return
+    names = sorted(_written(folder) | {str(path.absolute().relative_to(folder))})
+    handle, staging = tempfile.mkstemp(prefix=f".{WRITTEN}.", suffix=".tmp", dir=folder)
+    with os.fdopen(handle, "w") as stream:
+        json.dump(names, stream)
+    os.replace(staging, folder / WRITTEN)
+
+
 @contextmanager
 def staged_file(path: Path, mode: str = "w") -> Iterator[IO]:
     """Open a staging file beside ``path``; on success it is fsynced and renamed over ``path``.
@@ -208,10 +267,12 @@ def staged_file(path: Path, mode: str = "w") -> Iterator[IO]:
             yield stream
             stream.flush()
             os.fsync(stream.fileno())
+        _keep_theirs(path)
         os.replace(staging, path)
     except BaseException:
         Path(staging).unlink(missing_ok=True)
         raise
+    _note_written(path)
     fsync_directory(path.parent)
 
 

@@ -104,4 +104,7 @@ def writable_folder(folder: str | Path, option: str, *, contents: bool = True) -
     except OSError as error:
         raise ValueError(f"{folder} cannot be written ({error.strerror or error}): give {option} a folder you can "
                          f"write") from None  # fmt: skip
+    from degen_train.core.io import guard_out_folder
+
+    guard_out_folder(folder)  # a file there that degen-train did not write is kept, never replaced
     return folder

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from degen_train.core.handed_files import no_remote_code
+from degen_train.core.io import atomic_write_text
 from degen_train.metrics import generation_quality as quality
 from degen_train.metrics.decoding import (
     DECODINGS,
@@ -229,7 +230,7 @@ def generation_eval(
                 row["reference"] = human[i]
             lines.append(json.dumps(row, ensure_ascii=False))
     path = Path(out) / "generations.jsonl"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text(path, "\n".join(lines) + "\n")
     result["continuations_file"] = str(path)
     return result
 

@@ -434,6 +434,32 @@ def test_analyze_and_eval_under_a_file_size_limit_name_their_folder_and_tear_no_
         "cone.png"]  # fmt: skip
 
 
+def test_an_out_folders_own_files_are_kept_and_degen_trains_replaced_on_a_rerun(tmp_path: Path) -> None:
+    """Issue 72.8 (X16, G10): a user's file in the --out folder with a name a command writes (metrics.json,
+    report.md) was replaced. Now it is kept beside the new one, renamed; what degen-train wrote there before is
+    replaced by a rerun, as a rerun should."""
+    from degen_train.core import io
+    from degen_train.core.paths import writable_folder
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "metrics.json").write_text("the user's own numbers")
+    (out / "notes.txt").write_text("untouched")
+    writable_folder(out, "--out")
+    try:
+        io.atomic_write_json(out / "metrics.json", {"a": 1})
+        kept = sorted(p.name for p in out.glob("metrics.json.kept-*"))
+        assert len(kept) == 1 and (out / kept[0]).read_text() == "the user's own numbers"
+        assert json.loads((out / "metrics.json").read_text()) == {"a": 1}
+        io.atomic_write_json(out / "metrics.json", {"a": 2})  # a rerun: its own file replaced, nothing more kept
+        assert json.loads((out / "metrics.json").read_text()) == {"a": 2}
+        assert len(list(out.glob("metrics.json.kept-*"))) == 1 and (out / "notes.txt").read_text() == "untouched"
+        io.atomic_write_text(out / "figures" / "cone.md", "x")  # below the folder too
+        assert json.loads((out / io.WRITTEN).read_text()) == ["figures/cone.md", "metrics.json"]
+    finally:
+        io.OUT_FOLDERS.discard(out.absolute())
+
+
 def test_a_diverged_run_ends_in_its_one_line(tmp_path: Path) -> None:
     """NI12: optimizer.lr=1e30 gave the right message at the end of a 40-frame traceback (docs/faults.md promises
     one line)."""
