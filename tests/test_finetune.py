@@ -180,7 +180,11 @@ def test_one_cell_equals_hf_trainer_in_weights_and_dev_metric(tmp_path: Path, mi
     Trainer(model=reference, args=arguments, train_dataset=rows, data_collator=collator_for(tokenizer)).train()
     theirs = reference.state_dict()
     for name, tensor in ours.state_dict().items():
-        torch.testing.assert_close(tensor, theirs[name], rtol=1e-6, atol=1e-7, msg=name)
+        # A key's bias adds the same score to every key of a query, which the softmax removes: its gradient is zero
+        # in exact arithmetic, and what AdamW normalises into steps is rounding noise, whose last bits depend on the
+        # CPU's reduction order (1.3e-7 apart on the machine of 2026-12-02, where every other tensor agreed to 1e-7)
+        noise_only = name.endswith("attention.self.key.bias")
+        torch.testing.assert_close(tensor, theirs[name], rtol=1e-6, atol=1e-6 if noise_only else 1e-7, msg=name)
     assert score_classifier(ours, tokenizer, task, protocol) == score_classifier(reference, tokenizer, task, protocol)
 
 
