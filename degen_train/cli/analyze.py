@@ -49,14 +49,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     except (ValueError, FileNotFoundError) as error:
         parser.exit(2, f"degen-analyze: error: {error}\n")
     except OSError as error:  # a full disk, a file-size limit (ulimit -f), a quota: one line naming the folder
-        from degen_train.core.io import DiskFull, disk_full_error, is_disk_full
+        from degen_train.core.io import as_write_limit
 
-        if not is_disk_full(error):
+        folder = Path(args.out) if args.out else Path(args.path) / "analysis"
+        limit = as_write_limit(error, folder, "give --out a folder on another disk")
+        if limit is None:
             raise
-        if not isinstance(error, DiskFull):
-            folder = Path(args.out) if args.out else Path(args.path) / "analysis"
-            error = disk_full_error(folder, "give --out a folder on another disk", error)
-        parser.exit(2, f"degen-analyze: error: {error}\n")
+        parser.exit(2, f"degen-analyze: error: {limit}\n")
     embedding, last = result["embedding"], result["layers"][-1]
     print(
         f"embedding rows: mean cosine {embedding['mean_cosine']:.4f}, IsoScore {embedding['isoscore']:.4f}, "

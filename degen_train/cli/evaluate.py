@@ -146,13 +146,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     except (ValueError, FileNotFoundError) as error:
         parser.exit(2, f"degen-eval: error: {error}\n")
     except OSError as error:  # a full disk, a file-size limit (ulimit -f), a quota: one line naming the folder
-        from degen_train.core.io import DiskFull, disk_full_error, is_disk_full
+        from degen_train.core.io import as_write_limit
 
-        if not is_disk_full(error):
+        limit = as_write_limit(error, Path(args.out), "give --out a folder on another disk")
+        if limit is None:
             raise
-        if not isinstance(error, DiskFull):
-            error = disk_full_error(Path(args.out), "give --out a folder on another disk", error)
-        parser.exit(2, f"degen-eval: error: {error}\n")
+        parser.exit(2, f"degen-eval: error: {limit}\n")
     print(format_table(result))
 
 

@@ -134,10 +134,10 @@ def main(argv: Sequence[str] | None = None) -> None:
               f"rest (exit code {PREEMPTED_EXIT}, 'resume me')", file=sys.stderr)  # fmt: skip
         sys.exit(PREEMPTED_EXIT)
     except (ValueError, OSError) as error:
-        from degen_train.core.io import DiskFull, disk_full_error, is_disk_full
+        from degen_train.core.io import as_write_limit
 
-        if isinstance(error, OSError) and not isinstance(error, DiskFull) and is_disk_full(error):
-            error = disk_full_error(pathlib.Path(args.out), "give --out a folder on another disk", error)
+        if isinstance(error, OSError):
+            error = as_write_limit(error, pathlib.Path(args.out), "give --out a folder on another disk") or error
         sys.exit(f"degen-finetune: error: {error}")
     from degen_train.finetune.grid import format_summary
 

@@ -11,6 +11,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -88,6 +89,14 @@ def write_limit(error: BaseException | None) -> int | None:
 def is_disk_full(error: BaseException | None) -> bool:
     """A write limit (full disk, file-size limit, quota) anywhere in the chain."""
     return write_limit(error) is not None
+
+
+def as_write_limit(error: BaseException, folder: Path, remedy: str) -> DiskFull | None:
+    """The one-line DiskFull to show for ``error`` when it is a write limit met writing ``folder`` (already one: as
+    it is), else None: what a command's main() says instead of a traceback."""
+    if isinstance(error, DiskFull):
+        return error
+    return disk_full_error(folder, remedy, error) if is_disk_full(error) else None
 
 
 def disk_full_error(folder: Path, remedy: str = "", error: BaseException | None = None) -> DiskFull:
@@ -228,8 +237,6 @@ def _keep_theirs(path: Path) -> None:
     folder = _out_folder_of(path)
     if folder is None or not os.path.lexists(path) or str(path.absolute().relative_to(folder)) in _written(folder):
         return
-    import time
-
     stamp, count = time.strftime("%Y%m%d-%H%M%S"), 0
     aside = path.with_name(f"{path.name}.kept-{stamp}")
     while os.path.lexists(aside):
@@ -246,6 +253,7 @@ def _note_written(path: Path) -> None:
         return
     names = sorted(_written(folder) | {str(path.absolute().relative_to(folder))})
     handle, staging = tempfile.mkstemp(prefix=f".{WRITTEN}.", suffix=".tmp", dir=folder)
+    os.chmod(staging, 0o666 & ~current_umask())  # as the files it lists (staged_file)
     with os.fdopen(handle, "w") as stream:
         json.dump(names, stream)
     os.replace(staging, folder / WRITTEN)

@@ -16,7 +16,7 @@ from typing import Any
 from lightning.pytorch.callbacks import Callback
 
 log = logging.getLogger("degen_train")
-_STARTED: list[float] = []  # this process's first train(): the clock of every later run starts at its own
+_CLOCKS_STARTED = [0]  # this process's train() calls so far: only the first counts from the process's start
 
 
 def _now() -> float:
@@ -30,8 +30,8 @@ class StartupClock(Callback):
         import psutil
 
         now = _now()
-        first = not _STARTED
-        _STARTED.append(now)
+        first = _CLOCKS_STARTED[0] == 0
+        _CLOCKS_STARTED[0] += 1
         self.since = "the process started" if first else "this run's start (its process's imports paid before)"
         self.process_start = psutil.Process().create_time() if first else now  # wall clock, as time.time()
         self.marks: list[tuple[str, float]] = [("imports and the config's check", now)] if first else []

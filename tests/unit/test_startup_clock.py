@@ -14,7 +14,7 @@ from degen_train.run.startup_clock import StartupClock
 def test_the_stages_add_up_and_a_later_run_counts_from_its_own_start(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(startup_clock, "_STARTED", [])
+    monkeypatch.setattr(startup_clock, "_CLOCKS_STARTED", [0])
     now = iter([100.0, 101.0, 103.5, 104.0, 110.0])
     monkeypatch.setattr(startup_clock, "_now", lambda: next(now))
     monkeypatch.setattr("psutil.Process.create_time", lambda self: 90.0)
