@@ -171,3 +171,44 @@ def test_a_branch_table_shows_the_parent_at_the_branch_step_when_the_parent_did_
         ))["branched_from"]["validation"]["val/mlm/loss"])  # fmt: skip
     assert branch_row["val_objective_loss change"] == pytest.approx(branch_row["val_objective_loss"] -
                                                                      parent_row["val_objective_loss"])  # fmt: skip
+
+
+def test_a_branch_refused_for_what_it_may_not_change_names_the_parents_checkpoint(
+    tmp_path: Path, small_corpus: Path
+) -> None:
+    """Issue 72.8 (NB12–NB15, PR15): a branch that changed its model, its terms, a setting it trains by or its
+    tokenizer was refused in a resume's words ("resume with the run's own …", "A resume continues one run"), without
+    naming the parent's file. Now each refusal names branch_from, the parent's checkpoint and what a branch may
+    change; a resume's refusals keep their own words (tests/test_resume.py)."""
+    import re
+
+    from degen_train.run.resume import check_tokenizer
+
+    parent = tmp_path / "parent"
+    run(parent, *wsd(small_corpus), "trainer.max_steps=8")
+    start = re.escape(f"branch_from={parent}@4: the parent's checkpoint ") + r"\S+step=00000004\.ckpt "
+    may = r"a branch may change only its schedule \(scheduler\.\*\), its length \(trainer\.max_steps\)"
+    for change, said in [
+        ("model.num_layers=3", r"was written with model.num_layers=2, this branch has model.num_layers=3: " + may),
+        ("regularizer=cosreg", r"was trained with loss terms \['mlm'\], this branch has \['cosreg', 'mlm'\]: " + may),
+        ("optimizer.lr=0.01", r"was trained with other settings than this branch has:\n  optimizer.lr: 0.0005 -> "
+                              r"0.01\nA branch may change only"),
+    ]:  # fmt: skip
+        with pytest.raises(ValueError, match=start + said) as refused:
+            run(tmp_path / "branch", *wsd(small_corpus), "trainer.max_steps=8", f"branch_from={parent}@4", change)
+        assert f"model.init_from={parent}/hf" in str(refused.value) and "resume" not in str(refused.value)
+    # the tokenizer: only the built tokenizer shows it (the same vocabulary size, other tokens)
+    with pytest.raises(ValueError, match=r"branch_from=P@2: the parent's checkpoint P/c\.ckpt was trained with "
+                                         r"tokenizer a, this branch has \w+ .*branch with the parent's own tokenizer "
+                                         r"\(P/tokenizer/"):  # fmt: skip
+        check_tokenizer(Path("P/c.ckpt"), {"provenance": {"tokenizer_sha": "a"}}, _Tokenizer(), branch_from="P@2")
+
+
+class _Tokenizer:
+    """The least a tokenizer's identity reads (data/tokenizer.tokenizer_identity: its backend's definition)."""
+
+    class backend_tokenizer:  # noqa: N801 (the attribute's name in transformers)
+        @staticmethod
+        def to_str() -> str:
+            return '{"model": "another"}'
+

@@ -28,7 +28,8 @@ from degen_train.config.handed_over import Door, HandedOverError, read_config_fi
 from degen_train.config.house_keys import house_value
 from degen_train.config.inherited import given_keys
 from degen_train.config.records import Summary, read_record
-from degen_train.config.roles import TRAINS, Role, inputs_named, role_of
+from degen_train.config.role_lookup import inputs_named, role_of
+from degen_train.config.roles import TRAINS, Role
 from degen_train.core.handed_files import HandedOverFileError
 from degen_train.core.own_runs import is_own
 from degen_train.core.paths import config_dir, writable_folder

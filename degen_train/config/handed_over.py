@@ -27,7 +27,8 @@ from typing import Any
 
 from degen_train.config.house_keys import house_default, house_groups, house_keys, kind_of, schema_fields
 from degen_train.config.renamed import current_target
-from degen_train.config.roles import MEANING, Declared, Role, group_role, role_of
+from degen_train.config.role_lookup import group_role, role_of
+from degen_train.config.roles import MEANING, Declared, Role
 from degen_train.core.handed_files import (
     CONTROL,
     LYING,

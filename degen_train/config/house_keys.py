@@ -161,8 +161,9 @@ def house_groups() -> dict[str, frozenset[str]]:
 
 @functools.cache
 def schema_fields() -> dict[str, Any]:
-    """{dotted key: (annotation, constraints)} of every field of the typed schema (config/schema.py), sections left
-    out: the value a key may hold, as the run's own check reads it."""
+    """{dotted key: FieldInfo} of every field of the typed schema (config/schema.py and the sections it composes),
+    sections left out, a mapping of named sections (the loss terms) kept whole: the value a key may hold, as the
+    run's own check reads it."""
     from pydantic import BaseModel
 
     from degen_train.config.schema import TrainConfig
@@ -171,7 +172,7 @@ def schema_fields() -> dict[str, Any]:
 
     def walk(model: type[BaseModel], prefix: str) -> None:
         for name, info in model.model_fields.items():
-            key = f"{prefix}.{name}" if prefix else name
+            key = f"{prefix}.{info.alias or name}" if prefix else info.alias or name
             section = _model_in(info.annotation)
             if section is not None:
                 walk(section, key)
@@ -183,7 +184,7 @@ def schema_fields() -> dict[str, Any]:
 
 
 def _model_in(annotation: Any) -> Any:
-    """The pydantic model an annotation is (or is Optional of), else None."""
+    """The pydantic model an annotation is (or is Optional of), else None (a mapping of them included)."""
     from typing import get_args
 
     from pydantic import BaseModel

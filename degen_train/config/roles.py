@@ -1,9 +1,12 @@
 """What each setting is, declared where it is defined, and the one rule every door derives from it.
 
-A setting of the typed schema carries its role in its annotation (``path: Annotated[str | None, INPUT]``); a key that
-only conf/ holds gets it from CONF_ROLES below, beside the schema, and a loss term's option from its term (options are
-what the run trains, except those the term names in ``reads``). ``tests/unit/test_roles.py`` fails for a schema field
-or conf/ key without one, so a new capability cannot forget it.
+Every setting carries its role in the annotation of the typed section's field that declares it (``path:
+Annotated[str | None, INPUT]``; config/schema.py and the sections it composes), conf/-only keys included: a Lightning
+Trainer argument in config/trainer_section.py, a callback's in config/callback_sections.py, a loss term's options in
+schema.TermSection (what the run trains, except the files a term reads). A config group's choice has its role on the
+field the group fills (``group(...)``). config/role_lookup.py reads them; ``tests/unit/test_roles.py`` fails for a
+field or conf/ key without one, so a new capability cannot forget it. This module defines the roles and imports
+nothing of the config.
 
 The roles, and what a handed-over file (a branch's parent, a ``--reproduce`` record, a sweep's member) may do with a
 setting of each (``Declared.door``):
@@ -21,9 +24,7 @@ setting of each (``Declared.door``):
 
 from __future__ import annotations
 
-import functools
 import math
-import re
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -140,6 +141,18 @@ def protection(guards: str, *, keeps: tuple[Any, ...] = (), at_most: float | Non
                     whole=whole)  # fmt: skip
 
 
+@dataclass(frozen=True)
+class GroupRole:
+    """The role of a config group's choice (``recipe=tacl``, ``callbacks=default``, in a parent's overrides): what
+    choosing one of the group's files decides, declared on the field the group fills (config/schema.py)."""
+
+    declared: Declared
+
+
+def group(declared: Declared) -> GroupRole:
+    return GroupRole(declared)
+
+
 def measures(*, at_most: float, at_least: float | None = None) -> Declared:
     """A count the run measures with, bounded here where no schema field states the bound (null: off, or the
     house's default)."""
@@ -156,198 +169,3 @@ CADENCE_MINUTES = 60  # a minute cadence from a handed-over file: at most an hou
 # ... and at least a minute: a cadence of 0.001 minutes validates (or checkpoints, or probes) after every update, and
 # a run that does nothing else is stopped as surely as one that is never checkpointed (issue 72.6)
 FLOOR_MINUTES = 1
-
-# The keys only conf/ holds (and Lightning Trainer arguments), declared beside the schema: exact keys first, then
-# patterns (``*`` one part, ``**`` any depth), the most specific winning. A schema field is declared in schema.py. A
-# section (a mapping of settings) has the role declared for it here (logger: every key below is an output), else
-# none of its own: each setting below it has one, and removing it removes what they protect.
-CONF_ROLES: dict[str, Declared] = {
-    # Hydra's instantiation: what a section builds is code; only the house's own targets are carried.
-    "**._target_": CODE,
-    "**._partial_": CODE,
-    "defaults": LAUNCH,
-    "run_dir": OUTPUT,
-    "hydra": LAUNCH,
-    "hydra.**": LAUNCH,
-    "cluster": LAUNCH,
-    "logger": OUTPUT,
-    "logger.**": OUTPUT,
-    "strategy": LAUNCH,
-    "strategy.**": LAUNCH,
-    # A recipe's own inputs, interpolated into the keys that read them (recipes/tacl.yaml: teacher, simcse: start).
-    "teacher": INPUT,
-    "start": INPUT,
-    # callbacks (conf/callbacks/default.yaml) not typed in the schema
-    "callbacks.checkpoint.dirpath": OUTPUT,
-    "callbacks.checkpoint.filename": OUTPUT,
-    "callbacks.checkpoint.auto_insert_metric_name": OUTPUT,
-    "callbacks.checkpoint.monitor": protection(CHECKPOINTS, keeps=("step",)),
-    "callbacks.checkpoint.mode": protection(CHECKPOINTS, keeps=("max",)),
-    "callbacks.checkpoint.save_last": protection(CHECKPOINTS, keeps=(True,)),
-    "callbacks.preemption.requeue": protection("the requeue of a preempted cluster job", keeps=(True,)),
-    "callbacks.preemption.requeue_signal": protection("the cluster's warning signal", keeps=("SIGUSR1", "SIGUSR2")),
-    "callbacks.cadence.validation_minutes": protection(VALIDATION, keeps=(None,), at_least=FLOOR_MINUTES,
-                                                      at_most=CADENCE_MINUTES),
-    "callbacks.cadence.checkpoint_minutes": protection(CHECKPOINTS, keeps=(None,), at_least=FLOOR_MINUTES,
-                                                      at_most=CADENCE_MINUTES),
-    "callbacks.cadence.isotropy_minutes": measures(at_least=FLOOR_MINUTES, at_most=24 * 60),
-    "callbacks.isotropy.at_end": MEASURES,
-    "callbacks.throughput.window": measures(at_most=10_000),
-    "callbacks.throughput.peak_flops": MEASURES,
-    "callbacks.throughput.count_total_flops": MEASURES,
-    "callbacks.progress_bar.refresh_rate": PRESENTATION,
-    "callbacks.lr_monitor.logging_interval": PRESENTATION,
-    "callbacks.best_by_sts.sts": INPUT,  # an STS file the run reads every few steps
-    "callbacks.best_by_sts.*": TRAINS,  # the weights it keeps are the run's result
-    "callbacks.weight_averaging.*": TRAINS,
-    # eval.finetune (conf/finetune.yaml): the fine-tuning protocol of eval.glue, checked by finetune/settings.py
-    "eval.finetune.**": MEASURES,
-    "eval.finetune.seeds": measures(at_most=100),  # a count or a list of seeds: its length
-    "eval.finetune.run_glue.seeds": measures(at_most=100),
-    "eval.finetune.epochs": measures(at_most=100),
-    "eval.finetune.learning_rates": measures(at_most=64),
-    "eval.finetune.run_glue.learning_rates": measures(at_most=64),
-    "eval.finetune.max_length": measures(at_most=8192),
-    "eval.finetune.max_train_examples": measures(at_most=10_000_000),
-    **{f"eval.finetune.{kind}": measures(at_most=65_536)
-       for kind in ("batch_size", "eval_batch_size", "run_glue.batch_size", "run_glue.eval_batch_size")},
-    # optimizer keys only conf/optimizer/ holds
-    "optimizer.fused": TRAINS,
-    "optimizer.muon_nesterov": TRAINS,
-    "optimizer.muon_ns_coefficients": TRAINS,
-    # loss terms: their options are what the run trains, except the files a term reads, which it names in ``reads``
-    # (losses/tacl.py: teacher; tests/unit/test_roles.py holds each term's ``reads`` to an input here)
-    "objective.*.*": TRAINS,
-    "regularizer.*.*": TRAINS,
-    "objective.*.teacher": INPUT,
-    "regularizer.*.teacher": INPUT,
-    # lightning.pytorch.Trainer's arguments (trainer.KEY=VALUE opens every one: config/overrides.py)
-    "trainer.precision": TRAINS,
-    "trainer.deterministic": TRAINS,
-    "trainer.benchmark": TRAINS,
-    "trainer.min_steps": TRAINS,
-    "trainer.gradient_clip_algorithm": TRAINS,
-    "trainer.use_distributed_sampler": TRAINS,
-    "trainer.sync_batchnorm": TRAINS,
-    "trainer.inference_mode": TRAINS,
-    "trainer.detect_anomaly": TRAINS,
-    "trainer.reload_dataloaders_every_n_epochs": TRAINS,
-    "trainer.accelerator": LAUNCH,
-    "trainer.devices": LAUNCH,
-    "trainer.num_nodes": LAUNCH,
-    "trainer.strategy": LAUNCH,
-    "trainer.plugins": LAUNCH,
-    "trainer.num_sanity_val_steps": LAUNCH,
-    "trainer.barebones": LAUNCH,
-    "trainer.default_root_dir": OUTPUT,
-    "trainer.logger": OUTPUT,
-    "trainer.profiler": OUTPUT,
-    "trainer.profiler.**": OUTPUT,
-    "trainer.model_registry": OUTPUT,
-    "trainer.callbacks": CODE,
-    "trainer.enable_progress_bar": PRESENTATION,
-    "trainer.enable_model_summary": PRESENTATION,
-    "trainer.limit_val_batches": protection(VALIDATION, above=0),
-    "trainer.check_val_every_n_epoch": protection(VALIDATION, keeps=(None,)),
-    "trainer.limit_test_batches": MEASURES,
-    "trainer.limit_predict_batches": MEASURES,
-    # Trainer switches that change what the run is: only the value that leaves the run as it is
-    "trainer.fast_dev_run": protection("the run's steps and checkpoints", keeps=(False, 0)),
-    "trainer.limit_train_batches": protection("the run's steps", keeps=(None, 1.0, 1)),
-    "trainer.overfit_batches": protection("the run's data", keeps=(0, 0.0)),
-    "trainer.enable_checkpointing": protection(CHECKPOINTS, keeps=(None, True)),
-    "trainer.max_epochs": protection("the run's steps (degen-train counts steps: -1)", keeps=(None, -1)),
-    "trainer.min_epochs": protection("the run's steps", keeps=(None,)),
-    "trainer.max_time": protection("the run's steps (a clock would end it early)", keeps=(None,)),
-}
-# Config groups (a choice in a parent's overrides, ``recipe=tacl``): the role of what the choice decides.
-GROUP_ROLES: dict[str, Declared] = {
-    "recipe": TRAINS,
-    "model": TRAINS,
-    "model/family": TRAINS,
-    "objective": TRAINS,
-    "regularizer": TRAINS,
-    "method": TRAINS,
-    "data": TRAINS,
-    "optimizer": TRAINS,
-    "scheduler": TRAINS,
-    "speed": TRAINS,
-    "trainer": LAUNCH,
-    "strategy": LAUNCH,
-    "cluster": LAUNCH,
-    "hydra": LAUNCH,
-    "logger": OUTPUT,
-    "callbacks": protection("every callback", keeps=("default",)),
-    "debug": protection("the run's steps, checkpoints and validation", keeps=(None,)),  # no choice keeps them
-}
-
-
-def group_role(group: str) -> Declared | None:
-    """The role of a config group's choice (``hydra/job_logging`` is Hydra's)."""
-    return GROUP_ROLES.get(group) or GROUP_ROLES.get(group.split("/")[0])
-
-
-@functools.cache
-def role_of(key: str) -> Declared | None:
-    """The role declared for the dotted ``key`` (a list's items as ``KEY[]``): the schema field's own marker, else
-    CONF_ROLES (an exact key, else the most specific pattern); None when nothing declares one (refused by every
-    door)."""
-    from degen_train.config.house_keys import schema_fields
-
-    field = schema_fields().get(key)
-    if field is not None:
-        return next((m for m in field.metadata if isinstance(m, Declared)), None)
-    if key in CONF_ROLES:
-        return CONF_ROLES[key]
-    if key.endswith("[]"):  # a list's items: the list's role
-        return role_of(key[:-2])
-    matches = [(_specificity(p), p) for p in CONF_ROLES if "*" in p and _pattern(p).fullmatch(key)]
-    return CONF_ROLES[max(matches)[1]] if matches else None
-
-
-@functools.cache
-def _pattern(pattern: str) -> re.Pattern[str]:
-    """``*`` stands for one part of a dotted key, ``**`` for one or more."""
-    parts = [r".+" if p == "**" else re.escape(p).replace(r"\*", r"[^.]+") for p in pattern.split(".")]
-    return re.compile(r"\.".join(parts))
-
-
-def _specificity(pattern: str) -> tuple[int, int]:
-    """(literal parts, literal parts before the first wildcard): ``callbacks.checkpoint.*`` before ``**._target_``."""
-    parts = pattern.split(".")
-    literal = [p for p in parts if "*" not in p]
-    prefix = next((i for i, p in enumerate(parts) if "*" in p), len(parts))
-    return len(literal), prefix
-
-
-def inputs_named(tree: Any, prefix: str = "") -> list[str]:
-    """'KEY=VALUE' for every setting of ``tree`` (a resolved config) whose role is an input and that names one (not
-    null, not empty): what a run with this config reads besides this package."""
-    found: list[str] = []
-    items = tree.items() if isinstance(tree, dict) else ()
-    for key, value in items:
-        path = f"{prefix}.{key}" if prefix else str(key)
-        declared = role_of(path)
-        if declared is not None and declared.role == Role.INPUT and value not in (None, "", [], {}):
-            found.append(f"{path}={value}")
-        elif isinstance(value, dict):
-            found.extend(inputs_named(value, path))
-    return found
-
-
-def declared_keys() -> list[str]:
-    """Every setting the house names: each field of the schema and every key of conf/ that is not a section."""
-    from degen_train.config.house_keys import house_keys, schema_fields
-
-    keys = house_keys()
-    return sorted(k for k in set(keys) | set(schema_fields()) if not (k in keys and keys[k].kinds == {"dict"}))
-
-
-def role_counts() -> dict[Role, int]:
-    """How many settings declare each role (docs/runs.md's table)."""
-    counts = dict.fromkeys(Role, 0)
-    for key in declared_keys():
-        declared = role_of(key)
-        if declared is not None:
-            counts[declared.role] += 1
-    return counts

@@ -15,18 +15,15 @@ from __future__ import annotations
 import difflib
 import logging
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from degen_train.config.callback_sections import CallbacksConfig
 from degen_train.config.roles import (
-    CHECKPOINTS,
     CODE,
-    DIVERGENCE,
-    HOUSE_CHECKPOINT_STEPS,
-    HOUSE_VALIDATION_STEPS,
     INPUT,
     LAUNCH,
     MEASURES,
@@ -34,19 +31,15 @@ from degen_train.config.roles import (
     PRESENTATION,
     TRAINS,
     VALIDATION,
+    Declared,
+    group,
+    measures,
     protection,
 )
+from degen_train.config.section import MAX_ITEMS, MAX_PROMPTS, MAX_TOKENS, Closed, Instantiated, Open, given_only
+from degen_train.config.trainer_section import TrainerConfig
 
-# Every number a config gives is finite: an inf or NaN (optimizer.lr=inf) would pass the range checks and fail
-# after data preparation, in a linear-algebra routine.
-Open = ConfigDict(extra="allow", allow_inf_nan=False)
 Section = TypeVar("Section", bound=BaseModel)
-# The bounds of what a run measures (roles.py: a handed-over file's measure is held to them like the user's own):
-# prompts to continue (SimCTG's WikiText-103 test set has 1,314 documents), tokens of a prefix or continuation, items
-# of an evaluation.
-MAX_PROMPTS = 10_000
-MAX_TOKENS = 8192
-MAX_ITEMS = 1_000_000
 
 
 class MaskingConfig(BaseModel):
@@ -63,11 +56,6 @@ class MaskingConfig(BaseModel):
                 f"the rest of the selected tokens is kept, so the two must add up to at most 1"
             )
         return self
-
-
-# Closed sections: every key a component reads is listed with its type, so the section reaches the component as a
-# typed object (data.prepare_data, models.build_hf_model) and a misspelt key is refused, naming the nearest one.
-Closed = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class TokenizerConfig(BaseModel):
@@ -204,22 +192,7 @@ class ModelConfig(BaseModel):
         return value
 
 
-class TrainerConfig(BaseModel):
-    model_config = Open
-    max_steps: Annotated[int, TRAINS] = Field(ge=1)
-    accumulate_grad_batches: Annotated[int, TRAINS] = Field(ge=1)
-    log_every_n_steps: Annotated[int, PRESENTATION] = Field(ge=1)
-    gradient_clip_val: Annotated[float | None, TRAINS] = Field(default=None, ge=0)
-    val_check_interval: Annotated[
-        Annotated[int | float, Field(gt=0)] | Literal["auto"] | None,
-        # a file may keep "auto" or validate every N ≤ 100 updates; null (periodic validation off) and a float (a
-        # fraction of an epoch the endless loader never ends) are no such cadence (issue 72.6)
-        protection(VALIDATION, keeps=("auto",), at_most=HOUSE_VALIDATION_STEPS, whole=True),
-    ] = None
-
-
-class OptimizerConfig(BaseModel):
-    model_config = Open
+class OptimizerConfig(Instantiated):
     lr: Annotated[float, TRAINS] = Field(gt=0)
     weight_decay: Annotated[float, TRAINS] = Field(ge=0)
     eps: Annotated[float, TRAINS] = Field(gt=0)
@@ -231,6 +204,9 @@ class OptimizerConfig(BaseModel):
     muon_ns_steps: Annotated[int | None, TRAINS] = Field(default=None, ge=1, lt=100)
     muon_adjust_lr: Annotated[Literal["original", "match_rms_adamw"] | None, TRAINS] = None
     muon_ns_dtype: Annotated[Literal["bfloat16", "float32"] | None, TRAINS] = None
+    muon_nesterov: Annotated[bool | None, TRAINS] = given_only()
+    muon_ns_coefficients: Annotated[list[float] | None, TRAINS] = given_only()
+    fused: Annotated[bool | None, TRAINS] = given_only()  # null: fused on a GPU and for FSDP2's sharded parameters
 
     @model_validator(mode="after")
     def betas_in_range(self) -> OptimizerConfig:
@@ -239,8 +215,7 @@ class OptimizerConfig(BaseModel):
         return self
 
 
-class SchedulerConfig(BaseModel):
-    model_config = Open
+class SchedulerConfig(Instantiated):
     schedule: Annotated[Literal["linear", "cosine", "constant", "wsd"], TRAINS]
     warmup_steps: Annotated[int, TRAINS] = Field(ge=0)
     total_steps: Annotated[int, TRAINS] = Field(ge=1)
@@ -261,37 +236,42 @@ class SchedulerConfig(BaseModel):
         return self
 
 
-class CheckpointCallbackConfig(BaseModel):
+class RunGlueProtocolConfig(BaseModel):
+    """eval.finetune.run_glue: the run_glue protocol's own values (conf/finetune.yaml)."""
+
     model_config = Open
-    every_n_train_steps: Annotated[int | None, protection(CHECKPOINTS, at_most=HOUSE_CHECKPOINT_STEPS)] = Field(
-        default=None, ge=1
-    )
-    save_top_k: Annotated[int, protection(CHECKPOINTS, keeps=(-1,), at_least=2)] = Field(default=1, ge=-1)
-    background: Annotated[bool | Literal["auto"], LAUNCH] = "auto"
+    learning_rates: Annotated[list[float] | None, measures(at_most=64)] = given_only()
+    seeds: Annotated[int | list[int] | None, measures(at_most=100)] = given_only()  # a count, or the seeds
+    batch_size: Annotated[int | None, measures(at_most=65_536)] = given_only()
+    eval_batch_size: Annotated[int | None, measures(at_most=65_536)] = given_only()
+    padding: Annotated[str | None, MEASURES] = given_only()
+    warmup_ratio: Annotated[float | None, MEASURES] = given_only()
+    weight_decay: Annotated[float | None, MEASURES] = given_only()
 
 
-class IsotropyCallbackConfig(BaseModel):
+class FinetuneConfig(RunGlueProtocolConfig):
+    """eval.finetune: the fine-tuning protocol of eval.glue (conf/finetune.yaml says each key); unknown keys and
+    protocols are refused by finetune/settings.py, which merges these over the file's defaults."""
+
+    protocol: Annotated[str | None, MEASURES] = given_only()
+    epochs: Annotated[int | float | None, measures(at_most=100)] = given_only()
+    max_length: Annotated[int | None, measures(at_most=8192)] = given_only()
+    max_train_examples: Annotated[int | None, measures(at_most=10_000_000)] = given_only()
+    adam_eps: Annotated[float | None, MEASURES] = given_only()
+    max_grad_norm: Annotated[float | None, MEASURES] = given_only()
+    precision: Annotated[str | None, MEASURES] = given_only()
+    fused_adamw: Annotated[bool | None, MEASURES] = given_only()
+    run_glue: RunGlueProtocolConfig | None = given_only()
+
+
+class TermSection(BaseModel):
+    """objective.NAME / regularizer.NAME: a loss term's options, checked by the term's own declaration
+    (losses/declarations.py). Every option is what the run trains (OTHER_KEYS), except those that name a file a term
+    reads, declared here (a term names them in ``reads``; tests/unit/test_roles.py holds the two to each other)."""
+
     model_config = Open
-    every_n_steps: Annotated[int, MEASURES] = Field(ge=1, le=MAX_ITEMS)
-    probe_size: Annotated[int, MEASURES] = Field(ge=1, le=4096)
-
-
-class DivergenceCallbackConfig(BaseModel):
-    model_config = Open
-    on_nonfinite: Annotated[Literal["stop", "skip"], protection(DIVERGENCE, keeps=("stop",))]
-    max_skips: Annotated[int, protection(DIVERGENCE, at_most=10)] = Field(ge=0)
-    # a handed-over spike guard, off (null) or within 2–10 σ over 8–10,000 steps: "tighter" has a floor too, since a
-    # guard that skips every step stops a run as surely as none protects it (issue 72.6)
-    spike_sigma: Annotated[float | None, protection(DIVERGENCE, keeps=(None,), at_least=2, at_most=10)] = Field(
-        default=None, gt=0)
-    spike_window: Annotated[int, protection(DIVERGENCE, at_least=8, at_most=10_000)] = Field(ge=2)
-
-
-class CallbacksConfig(BaseModel):
-    model_config = Open
-    checkpoint: CheckpointCallbackConfig | None = None
-    isotropy: IsotropyCallbackConfig | None = None
-    divergence: DivergenceCallbackConfig | None = None
+    OTHER_KEYS: ClassVar[Declared] = TRAINS
+    teacher: Annotated[str | None, INPUT] = given_only()  # TaCL's frozen teacher (losses/tacl.py)
 
 
 class EvalConfig(BaseModel):
@@ -309,8 +289,8 @@ class EvalConfig(BaseModel):
     # task names, checked with their files by finetune/tasks.py
     glue: Annotated[list[str], MEASURES] = Field(default_factory=list, max_length=16)
     glue_dir: Annotated[str | None, INPUT] = None
-    # conf/finetune.yaml, checked by finetune/grid.py
-    finetune: Annotated[dict[str, Any], MEASURES] = Field(default_factory=dict)
+    # conf/finetune.yaml, checked with its protocols by finetune/settings.py
+    finetune: FinetuneConfig = Field(default_factory=lambda: FinetuneConfig())
     w8a8: Annotated[str | None, INPUT] = None
     # held-out text: degen-eval --generate on a decoder's export (evaluation/generation.py)
     generate: Annotated[str | None, INPUT] = None
@@ -388,13 +368,29 @@ class TrainConfig(BaseModel):
     search: SearchConfig = Field(default_factory=SearchConfig)
     plan: PlanConfig = Field(default_factory=PlanConfig)
     masking: MaskingConfig
-    data: DataConfig
-    model: ModelConfig
-    trainer: TrainerConfig
-    optimizer: OptimizerConfig
-    scheduler: SchedulerConfig
-    callbacks: CallbacksConfig | None = None
-    objective: Annotated[dict[str, Any], TRAINS] = Field(default_factory=dict)
+    data: Annotated[DataConfig, group(TRAINS)]
+    model: Annotated[ModelConfig, group(TRAINS)]
+    trainer: Annotated[TrainerConfig, group(LAUNCH)]
+    optimizer: Annotated[OptimizerConfig, group(TRAINS)]
+    scheduler: Annotated[SchedulerConfig, group(TRAINS)]
+    callbacks: Annotated[CallbacksConfig | None, group(protection("every callback", keeps=("default",)))] = None
+    objective: Annotated[dict[str, TermSection], TRAINS, group(TRAINS)] = Field(default_factory=dict)
+    regularizer: Annotated[dict[str, TermSection] | None, TRAINS, group(TRAINS)] = given_only()
+    # where the run writes, and how it is launched: this run's own, never a handed-over file's
+    run_dir: Annotated[str | None, OUTPUT] = given_only()
+    logger: Annotated[dict[str, Any] | None, OUTPUT, group(OUTPUT)] = given_only()
+    strategy: Annotated[dict[str, Any] | str | None, LAUNCH, group(LAUNCH)] = given_only()
+    cluster: Annotated[dict[str, Any] | None, LAUNCH, group(LAUNCH)] = given_only()
+    hydra: Annotated[dict[str, Any] | None, LAUNCH, group(LAUNCH)] = given_only()
+    defaults: Annotated[list[Any] | None, LAUNCH] = given_only()  # a config file's own defaults list: its composition
+    # a recipe's own inputs, interpolated into the keys that read them (recipes/tacl.yaml: teacher, simcse: start)
+    teacher: Annotated[str | None, INPUT] = given_only()
+    start: Annotated[str | None, INPUT] = given_only()
+    # Groups whose files set keys across sections (``# @package _global_``): the role of choosing one of their files
+    GLOBAL_GROUPS: ClassVar[dict[str, Declared]] = {
+        "recipe": TRAINS, "method": TRAINS, "speed": TRAINS,
+        "debug": protection("the run's steps, checkpoints and validation", keeps=(None,)),  # no choice keeps them
+    }  # fmt: skip
 
     @field_validator("threads")
     @classmethod
@@ -420,7 +416,8 @@ class TrainConfig(BaseModel):
                 f"data.tokenize_part={self.data.tokenize_part} tokenizes one node's share of the corpus and stops: "
                 f"give prepare_only=true with it, then train without it once every part is in the cache"
             )
-        nsp = [key for key, term in self.objective.items() if key == "nsp" or (term or {}).get("term") == "nsp"]
+        nsp = [key for key, term in self.objective.items()
+               if key == "nsp" or ((term.model_extra or {}) if term else {}).get("term") == "nsp"]
         if self.data.examples == "sentences" and nsp:
             raise ValueError("data.examples=sentences cannot make NSP pairs: use data.examples=packed with NSP")
         if self.model.init_from is None and self.data.block_size > self.model.max_position:
@@ -464,7 +461,8 @@ def checked_plan_config(cfg: DictConfig) -> tuple[DictConfig, TrainConfig]:
     """(``checked_config``'s DictConfig, the typed config it was rebuilt from): the one check of a run's settings,
     its typed sections handed down to each package (run/checks.py)."""
     checked = validate_config(cfg)
-    runs = OmegaConf.create(_filled(checked.model_dump(), checked.model_dump(exclude_unset=True)))
+    full, given = checked.model_dump(by_alias=True), checked.model_dump(exclude_unset=True, by_alias=True)
+    runs = OmegaConf.create(_filled(full, given))
     OmegaConf.set_struct(runs, True)  # as Hydra's: reading a key nobody set raises instead of returning None
     return runs, checked
 

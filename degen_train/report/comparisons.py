@@ -20,7 +20,8 @@ from typing import Any
 import pandas as pd
 
 from degen_train.config.records import SUMMARY_ITEMS, Summary, read_record
-from degen_train.config.roles import Role, role_of
+from degen_train.config.role_lookup import role_of
+from degen_train.config.roles import Role
 from degen_train.core.handed_files import HandedOverFileError
 from degen_train.core.trees import flatten
 from degen_train.metrics.verdicts import SWEEP_WORDS, Comparison, compare, decide

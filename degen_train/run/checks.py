@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from degen_train.callbacks.weight_averaging import check_weight_averaging_fits
-from degen_train.config.roles import inputs_named
+from degen_train.config.role_lookup import inputs_named
 from degen_train.config.schema import TrainConfig
 from degen_train.core.handed_files import printable
 from degen_train.core.paths import check_output_folder, refuse_links_in
@@ -68,6 +68,14 @@ class RunPlan:
     checkpoint: Path | None = None  # what the run resumes from
     saved: dict[str, Any] = field(default_factory=dict)  # the checkpoint's own record
     finished: dict[str, Any] | None = None  # the summary of a run that finished before: nothing to do
+
+    @property
+    def starting_branch(self) -> str | None:
+        """branch_from's value when the run starts a new branch from its parent's checkpoint (its refusals then name
+        the parent's file and say what a branch may change), None for a fresh run or a resume (a branch's own too)."""
+        if self.branch is None or self.checkpoint != Path(self.branch["checkpoint"]):
+            return None
+        return str(self.cfg.branch_from)
 
 
 def check(cfg: DictConfig, *, model_choice: str = "model",
@@ -199,12 +207,13 @@ def check_resume_or_branch(plan: RunPlan) -> None:
     plan.checkpoint = resolve_checkpoint(cfg.ckpt_path, plan.run_dir)
     if plan.checkpoint is None:
         return
-    header = check_checkpoint_matches(plan.checkpoint, cfg, list(plan.terms))
+    branch_from = plan.starting_branch
+    header = check_checkpoint_matches(plan.checkpoint, cfg, list(plan.terms), branch_from=branch_from)
     plan.saved = {**header["degen_train"], "global_step": header.get("global_step", 0)}
     recorded = (plan.saved.get("provenance") or {}).get("config")
     free = BRANCH_MAY_CHANGE if plan.branch else ()
-    changes = check_resume(recorded, resolved_config(cfg), plan.checkpoint, also_free=free)
-    if plan.branch is not None and plan.checkpoint == Path(plan.branch["checkpoint"]):  # its parent plus these
+    changes = check_resume(recorded, resolved_config(cfg), plan.checkpoint, also_free=free, branch_from=branch_from)
+    if branch_from is not None:  # its parent plus these
         inputs = inputs_named(OmegaConf.to_container(cfg, resolve=True))
         log.info("branch of %s@%s reads: %s", plan.branch["run"], plan.branch["step"], printable("; ".join(inputs)))
         changes = branch_changes(changes)

@@ -157,8 +157,9 @@ def build(plan: RunPlan, data: PreparedData) -> Built:
     module = build_module(cfg, data, plan.terms, plan.weights, family=plan.family,
                           with_nsp_head=plan.data_format == "mlm_nsp")  # fmt: skip
     if plan.checkpoint is not None:  # only the built model knows its vocabulary size
-        check_signature(plan.checkpoint, plan.saved.get("signature"), module.checkpoint_identity["signature"])
-        check_tokenizer(plan.checkpoint, plan.saved, data.tokenizer)
+        check_signature(plan.checkpoint, plan.saved.get("signature"), module.checkpoint_identity["signature"],
+                        branch_from=plan.starting_branch)  # fmt: skip
+        check_tokenizer(plan.checkpoint, plan.saved, data.tokenizer, branch_from=plan.starting_branch)
     collator = make_collator(
         data.tokenizer, data_format=plan.data_format, masking=cfg.masking, vocab_size=len(data.tokenizer)
     )

@@ -86,30 +86,62 @@ def resolve_checkpoint(ckpt_path: str | None, run_dir: Path) -> Path | None:
     return path
 
 
-def check_checkpoint_matches(path: Path, cfg: DictConfig, term_names: list[str]) -> dict[str, Any]:
-    """Refuse a checkpoint written by another model shape or another set of loss terms; returns it (weights only)."""
+class Refusal:
+    """How a refusal of the start checkpoint is worded: a resume of this run, or a new branch from its parent's
+    checkpoint (``branch_from``), which names the parent's file and says what a branch may change (issue 72.8)."""
+
+    def __init__(self, path: Path, branch_from: str | None) -> None:
+        self.branch_from = branch_from
+        if branch_from is None:
+            self.subject, self.this = f"checkpoint {path}", "this run"
+            self.export = "its export (model.init_from=RUN/hf)"
+        else:
+            parent = branch_from.rpartition("@")[0]
+            self.subject = f"branch_from={branch_from}: the parent's checkpoint {path}"
+            self.this, self.export = "this branch", f"the parent's export (model.init_from={parent}/hf)"
+
+    def keep(self, what: str, resume_advice: str) -> str:
+        """What to do: a resume's own advice, or what a branch may change and that it keeps its parent's WHAT."""
+        if self.branch_from is None:
+            return f"{resume_advice}, or start a new run from {self.export}"
+        return f"{BRANCH_MAY}: keep the parent's {what}, or start a new run from {self.export}"
+
+
+# What a branch may change (branching.BRANCH_MAY_CHANGE with what any resume may), in a refusal's words.
+BRANCH_MAY = ("a branch may change only its schedule (scheduler.*), its length (trainer.max_steps), a term's weight "
+              "and how it logs, checkpoints and evaluates")  # fmt: skip
+
+
+def check_checkpoint_matches(
+    path: Path, cfg: DictConfig, term_names: list[str], *, branch_from: str | None = None
+) -> dict[str, Any]:
+    """Refuse a checkpoint written by another model shape or another set of loss terms; returns it (weights only).
+    ``branch_from``: the checkpoint is a new branch's parent's, and the refusal says so."""
     loaded = checkpoint_header(path)
     saved = loaded.get("degen_train")
     if saved is None:
         raise CheckpointError(f"{path} is not a degen_train checkpoint (no 'degen_train' entry)")
+    says = Refusal(path, branch_from)
     for key in CHECKPOINT_MODEL_KEYS:
         before, now = saved["model"].get(key), cfg.model.get(key)
         if key == "arch" and before is None:  # written before model.arch existed: the family's architecture
             before = DEFAULT_ARCH.get(saved["model"].get("family"))
         if before != now:
             raise ValueError(
-                f"checkpoint {path} was written with model.{key}={before}, this run has model.{key}={now}: "
-                f"use the run's model settings, or start a new run from its export (model.init_from=RUN/hf)"
+                f"{says.subject} was written with model.{key}={before}, {says.this} has model.{key}={now}: "
+                + says.keep(f"model.{key}", "use the run's model settings")
             )
     if sorted(saved["terms"]) != sorted(term_names):
         raise ValueError(
-            f"checkpoint {path} was trained with loss terms {sorted(saved['terms'])}, this run has "
-            f"{sorted(term_names)}: resume with the same terms, or start a new run from model.init_from=RUN/hf"
+            f"{says.subject} was trained with loss terms {sorted(saved['terms'])}, {says.this} has "
+            f"{sorted(term_names)}: " + says.keep("loss terms", "resume with the same terms")
         )
     return loaded
 
 
-def check_signature(path: Path, saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
+def check_signature(
+    path: Path, saved: dict[str, Any] | None, current: dict[str, Any], *, branch_from: str | None = None
+) -> None:
     """Refuse a checkpoint whose model shape (vocabulary size, widths, class) differs from the model just built.
 
     The config keys are checked before any data is read; this catches what only the built model shows,
@@ -119,22 +151,28 @@ def check_signature(path: Path, saved: dict[str, Any] | None, current: dict[str,
         raise CheckpointError(f"{path} has no model signature: it was not written by degen_train")
     differing = [f"{k}: checkpoint {saved.get(k)!r}, this run {v!r}" for k, v in current.items() if saved.get(k) != v]
     if differing:
+        says = Refusal(path, branch_from)
         raise ValueError(
-            f"checkpoint {path} does not fit this run's model ({'; '.join(differing)}): resume with the run's own "
-            f"data and tokenizer settings, or start a new run from its export (model.init_from=RUN/hf)"
+            f"{says.subject} does not fit {says.this}'s model ({'; '.join(differing)}): "
+            + says.keep("data and tokenizer settings", "resume with the run's own data and tokenizer settings")
         )
 
 
-def check_tokenizer(path: Path, saved: dict[str, Any], tokenizer: Any) -> None:
-    """Refuse to resume with another tokenizer than the checkpoint was trained with (its recorded hash)."""
+def check_tokenizer(path: Path, saved: dict[str, Any], tokenizer: Any, *, branch_from: str | None = None) -> None:
+    """Refuse to resume (or branch) with another tokenizer than the checkpoint was trained with (its recorded hash)."""
     from degen_train.data.tokenizer import tokenizer_identity
 
     recorded = (saved.get("provenance") or {}).get("tokenizer_sha")
     now = tokenizer_identity(tokenizer)
     if recorded and recorded != now:
+        says = Refusal(path, branch_from)
+        advice = "resume with the run's own tokenizer (RUN/tokenizer/, or data.tokenizer.path=RUN/tokenizer)"
+        if branch_from is not None:
+            advice = (f"branch with the parent's own tokenizer ({branch_from.rpartition('@')[0]}/tokenizer/, which a "
+                      f"branch reads when data.tokenizer.path is unset)")  # fmt: skip
         raise ValueError(
-            f"checkpoint {path} was trained with tokenizer {recorded}, this run has {now} (the same vocabulary size, "
-            f"other tokens): resume with the run's own tokenizer (RUN/tokenizer/, or data.tokenizer.path=RUN/tokenizer)"
+            f"{says.subject} was trained with tokenizer {recorded}, {says.this} has {now} (the same vocabulary size, "
+            f"other tokens): {advice}"
         )
 
 
@@ -218,20 +256,30 @@ def resume_changes(
 def _changes_no_result(key: str) -> bool:
     """A setting whose declared role is where the run writes, how it is launched or shown (config/roles.py): a resume
     or a branch may change it, as a branch leaves its parent's out."""
-    from degen_train.config.roles import Role, role_of
+    from degen_train.config.role_lookup import role_of
+    from degen_train.config.roles import Role
 
     declared = role_of(key)
     return declared is not None and declared.role in (Role.OUTPUT, Role.LAUNCH, Role.PRESENTATION)
 
 
 def check_resume(
-    recorded: dict[str, Any] | None, current: dict[str, Any], checkpoint: Any, *, also_free: tuple[str, ...] = ()
+    recorded: dict[str, Any] | None, current: dict[str, Any], checkpoint: Any, *, also_free: tuple[str, ...] = (),
+    branch_from: str | None = None,
 ) -> list[str]:
-    """Raise naming every refused change; return the allowed ones (to warn about and record)."""
+    """Raise naming every refused change; return the allowed ones (to warn about and record). ``branch_from``: the
+    checkpoint is a new branch's parent's, and the refusal says what a branch may change."""
     if not recorded:  # a checkpoint from before configs were recorded in it
         return []
     recorded = current_targets(recorded)  # a run recorded before a module moved names its old path
     refused, allowed = resume_changes(recorded, current, also_free=also_free)
+    if refused and branch_from is not None:
+        says = Refusal(checkpoint, branch_from)
+        raise ValueError(
+            f"{says.subject} was trained with other settings than this branch has:\n  " + "\n  ".join(refused)
+            + f"\n{BRANCH_MAY[0].upper()}{BRANCH_MAY[1:]}: keep the parent's values above (drop them from the "
+            f"branch's command line), or start a new run from {says.export} into another folder"
+        )
     if refused:
         raise ValueError(
             f"resuming from {checkpoint} with settings that change what the run trains:\n  "

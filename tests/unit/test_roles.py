@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from degen_train.config import roles
 from degen_train.config.handed_over import Door, HandedOverError, read_config_file, read_overrides_file
 from degen_train.config.house_keys import house_keys, schema_fields
-from degen_train.config.roles import CONF_ROLES, DOOR, GROUP_ROLES, Declared, Role, declared_keys, role_counts, role_of
+from degen_train.config.role_lookup import declared_keys, group_role, role_counts, role_of
+from degen_train.config.roles import DOOR, Declared, Role
 
 
 def leaves() -> list[str]:
@@ -26,7 +28,7 @@ def leaves() -> list[str]:
 
 def test_every_schema_field_and_conf_key_declares_a_role() -> None:
     missing = [key for key in leaves() if role_of(key) is None]
-    assert not missing, f"declare a role (schema.py's field, or config/roles.py CONF_ROLES) for: {missing}"
+    assert not missing, f"declare a role on the field of the section that holds it (config/schema.py) for: {missing}"
     assert set(DOOR) == set(Role)  # every role says what a handed-over file may do with it
 
 
@@ -43,8 +45,9 @@ def test_the_manuals_table_counts_every_role() -> None:
 
 
 def test_a_schema_field_is_declared_once() -> None:
-    """A schema field's role is its annotation's; CONF_ROLES naming it too would be a second place to keep."""
-    assert not [key for key in CONF_ROLES if key in schema_fields()]
+    """A setting's role is its field's annotation, and nothing else names one (issue 70.3: CONF_ROLES and GROUP_ROLES,
+    lists beside the definitions, are gone)."""
+    assert not [name for name in vars(roles) if name.endswith("_ROLES")]
     for key, info in schema_fields().items():
         assert sum(isinstance(m, Declared) for m in info.metadata) == 1, key
 
@@ -70,7 +73,8 @@ def test_every_count_a_run_measures_has_a_bound() -> None:
         info = schema_fields().get(key)
         if info is not None:
             ints = int in typing.get_args(info.annotation) or info.annotation is int
-            bounded = any(hasattr(m, "le") or hasattr(m, "lt") or hasattr(m, "max_length") for m in info.metadata)
+            bounded = declared.at_most is not None or any(hasattr(m, "le") or hasattr(m, "lt") or
+                                                          hasattr(m, "max_length") for m in info.metadata)
             if ints and not bounded:
                 unbounded.append(key)
         elif "int" in house_keys()[key].kinds and declared.at_most is None:
@@ -81,8 +85,7 @@ def test_every_count_a_run_measures_has_a_bound() -> None:
 def test_every_group_declares_a_role() -> None:
     from degen_train.config.house_keys import house_groups
 
-    assert not [group for group in house_groups() if group not in GROUP_ROLES and group.split("/")[0] not in
-                GROUP_ROLES]  # fmt: skip
+    assert not [group for group in house_groups() if group_role(group) is None]
 
 
 # One setting of each role, a value a stranger's file might give it, and what each door must do with it:

@@ -1,0 +1,123 @@
+"""callbacks: each callback's typed section (conf/callbacks/default.yaml gives their values), every setting with its
+role. Each section is what its callback's constructor receives (degen_train/callbacks/); the constructor checks what
+needs the run itself."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from degen_train.config.roles import (
+    CADENCE_MINUTES,
+    CHECKPOINTS,
+    DIVERGENCE,
+    FLOOR_MINUTES,
+    HOUSE_CHECKPOINT_STEPS,
+    INPUT,
+    LAUNCH,
+    MEASURES,
+    OUTPUT,
+    PRESENTATION,
+    TRAINS,
+    VALIDATION,
+    measures,
+    protection,
+)
+from degen_train.config.section import MAX_ITEMS, Instantiated, Open, given_only
+
+
+class CheckpointCallbackConfig(Instantiated):
+    every_n_train_steps: Annotated[int | None, protection(CHECKPOINTS, at_most=HOUSE_CHECKPOINT_STEPS)] = Field(
+        default=None, ge=1
+    )
+    save_top_k: Annotated[int, protection(CHECKPOINTS, keeps=(-1,), at_least=2)] = Field(default=1, ge=-1)
+    background: Annotated[bool | Literal["auto"], LAUNCH] = "auto"
+    dirpath: Annotated[str | None, OUTPUT] = given_only()
+    filename: Annotated[str | None, OUTPUT] = given_only()
+    auto_insert_metric_name: Annotated[bool | None, OUTPUT] = given_only()
+    monitor: Annotated[str | None, protection(CHECKPOINTS, keeps=("step",))] = given_only()
+    mode: Annotated[str | None, protection(CHECKPOINTS, keeps=("max",))] = given_only()
+    save_last: Annotated[bool | Literal["link"] | None, protection(CHECKPOINTS, keeps=(True,))] = given_only()
+
+
+class PreemptionCallbackConfig(Instantiated):
+    requeue: Annotated[bool | None, protection("the requeue of a preempted cluster job", keeps=(True,))] = given_only()
+    # null leaves the signal alone
+    requeue_signal: Annotated[str | None, protection("the cluster's warning signal", keeps=("SIGUSR1", "SIGUSR2"))] = (
+        given_only())  # fmt: skip
+
+
+class ThroughputCallbackConfig(Instantiated):
+    window: Annotated[int | None, measures(at_most=10_000)] = given_only()
+    peak_flops: Annotated[float | None, MEASURES] = given_only()
+    count_total_flops: Annotated[bool | None, MEASURES] = given_only()
+
+
+class ProgressBarCallbackConfig(Instantiated):
+    refresh_rate: Annotated[int | None, PRESENTATION] = given_only()
+
+
+class LearningRateMonitorConfig(Instantiated):
+    logging_interval: Annotated[str | None, PRESENTATION] = given_only()
+
+
+class CadenceCallbackConfig(Instantiated):
+    """Validation, checkpoints and the isotropy probe every so many minutes of training (callbacks/cadence.py)."""
+
+    validation_minutes: Annotated[float | None, protection(VALIDATION, keeps=(None,), at_least=FLOOR_MINUTES,
+                                                           at_most=CADENCE_MINUTES)] = given_only()  # fmt: skip
+    checkpoint_minutes: Annotated[float | None, protection(CHECKPOINTS, keeps=(None,), at_least=FLOOR_MINUTES,
+                                                           at_most=CADENCE_MINUTES)] = given_only()  # fmt: skip
+    isotropy_minutes: Annotated[float | None, measures(at_least=FLOOR_MINUTES, at_most=24 * 60)] = given_only()
+
+
+class IsotropyCallbackConfig(Instantiated):
+    every_n_steps: Annotated[int, MEASURES] = Field(ge=1, le=MAX_ITEMS)
+    probe_size: Annotated[int, MEASURES] = Field(ge=1, le=4096)
+    at_end: Annotated[bool | None, MEASURES] = given_only()
+
+
+class BestBySTSCallbackConfig(Instantiated):
+    """The weights of the best STS score are the run's result (callbacks/best_sts.py)."""
+
+    sts: Annotated[str | None, INPUT] = given_only()  # an STS file the run reads every few steps
+    every_n_steps: Annotated[int | None, TRAINS] = given_only()
+    pooling: Annotated[str | None, TRAINS] = given_only()
+
+
+class WeightAveragingCallbackConfig(Instantiated):
+    """An average of the weights beside the model: what it exports is the run's result (callbacks/weight_averaging)."""
+
+    kind: Annotated[str | None, TRAINS] = given_only()
+    decay: Annotated[float | None, TRAINS] = given_only()
+    start_step: Annotated[int | None, TRAINS] = given_only()
+    every_n_steps: Annotated[int | None, TRAINS] = given_only()
+    window: Annotated[int | None, TRAINS] = given_only()
+    dtype: Annotated[str | None, TRAINS] = given_only()
+    validate_with: Annotated[str | None, TRAINS] = given_only(alias="validate")  # pydantic's own name: aliased
+    export: Annotated[str | None, TRAINS] = given_only()
+
+
+class DivergenceCallbackConfig(Instantiated):
+    on_nonfinite: Annotated[Literal["stop", "skip"], protection(DIVERGENCE, keeps=("stop",))]
+    max_skips: Annotated[int, protection(DIVERGENCE, at_most=10)] = Field(ge=0)
+    # a handed-over spike guard, off (null) or within 2–10 σ over 8–10,000 steps: "tighter" has a floor too, since a
+    # guard that skips every step stops a run as surely as none protects it (issue 72.6)
+    spike_sigma: Annotated[float | None, protection(DIVERGENCE, keeps=(None,), at_least=2, at_most=10)] = Field(
+        default=None, gt=0)
+    spike_window: Annotated[int, protection(DIVERGENCE, at_least=8, at_most=10_000)] = Field(ge=2)
+
+
+class CallbacksConfig(BaseModel):
+    model_config = Open
+    checkpoint: CheckpointCallbackConfig | None = None
+    isotropy: IsotropyCallbackConfig | None = None
+    divergence: DivergenceCallbackConfig | None = None
+    preemption: PreemptionCallbackConfig | None = given_only()
+    throughput: ThroughputCallbackConfig | None = given_only()
+    progress_bar: ProgressBarCallbackConfig | None = given_only()
+    lr_monitor: LearningRateMonitorConfig | None = given_only()
+    cadence: CadenceCallbackConfig | None = given_only()
+    best_by_sts: BestBySTSCallbackConfig | None = given_only()
+    weight_averaging: WeightAveragingCallbackConfig | None = given_only()

@@ -1,0 +1,86 @@
+"""trainer: lightning.pytorch.Trainer's arguments (conf/trainer/ gives the house's), each with its role.
+
+``trainer.KEY=VALUE`` opens any Trainer argument on the command line (config/overrides.py); the ones declared here are
+those a run's record or a handed-over file may hold, typed as Lightning takes them. What degen-train decides itself
+(the callbacks, loggers, strategy and plugins it builds) is passed by run/build.py, never read from here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from degen_train.config.roles import (
+    CHECKPOINTS,
+    CODE,
+    HOUSE_VALIDATION_STEPS,
+    LAUNCH,
+    OUTPUT,
+    PRESENTATION,
+    TRAINS,
+    VALIDATION,
+    measures,
+    protection,
+)
+from degen_train.config.section import MAX_ITEMS, Instantiated, given_only
+
+Count = int | float | None  # Lightning's limits: a count of batches or a fraction of them
+
+
+class TrainerConfig(Instantiated):
+    max_steps: Annotated[int, TRAINS] = Field(ge=1)
+    accumulate_grad_batches: Annotated[int, TRAINS] = Field(ge=1)
+    log_every_n_steps: Annotated[int, PRESENTATION] = Field(ge=1)
+    gradient_clip_val: Annotated[float | None, TRAINS] = Field(default=None, ge=0)
+    val_check_interval: Annotated[
+        Annotated[int | float, Field(gt=0)] | Literal["auto"] | None,
+        # a file may keep "auto" or validate every N ≤ 100 updates; null (periodic validation off) and a float (a
+        # fraction of an epoch the endless loader never ends) are no such cadence (issue 72.6)
+        protection(VALIDATION, keeps=("auto",), at_most=HOUSE_VALIDATION_STEPS, whole=True),
+    ] = None
+    # what the run trains
+    precision: Annotated[int | str | None, TRAINS] = given_only()
+    deterministic: Annotated[bool | Literal["warn"] | None, TRAINS] = given_only()
+    benchmark: Annotated[bool | None, TRAINS] = given_only()
+    min_steps: Annotated[int | None, TRAINS] = given_only()
+    gradient_clip_algorithm: Annotated[Literal["norm", "value"] | None, TRAINS] = given_only()
+    use_distributed_sampler: Annotated[bool | None, TRAINS] = given_only()
+    sync_batchnorm: Annotated[bool | None, TRAINS] = given_only()
+    inference_mode: Annotated[bool | None, TRAINS] = given_only()
+    detect_anomaly: Annotated[bool | None, TRAINS] = given_only()
+    reload_dataloaders_every_n_epochs: Annotated[int | None, TRAINS] = given_only()
+    # how and where it starts
+    accelerator: Annotated[str | None, LAUNCH] = given_only()
+    devices: Annotated[int | str | list[int] | None, LAUNCH] = given_only()
+    num_nodes: Annotated[int | str | None, LAUNCH] = given_only()
+    strategy: Annotated[Any, LAUNCH] = given_only()
+    plugins: Annotated[Any, LAUNCH] = given_only()
+    num_sanity_val_steps: Annotated[int | None, LAUNCH] = given_only()
+    barebones: Annotated[bool | None, LAUNCH] = given_only()
+    # where it writes
+    default_root_dir: Annotated[str | None, OUTPUT] = given_only()
+    logger: Annotated[Any, OUTPUT] = given_only()
+    profiler: Annotated[Any, OUTPUT] = given_only()  # a name or a section (trainer.profiler._target_, ...)
+    model_registry: Annotated[str | None, OUTPUT] = given_only()
+    callbacks: Annotated[Any, CODE] = given_only()
+    # how it is shown
+    enable_progress_bar: Annotated[bool | None, PRESENTATION] = given_only()
+    enable_model_summary: Annotated[bool | None, PRESENTATION] = given_only()
+    # what it protects: validation, and the switches that change what the run is (only the value that leaves the run
+    # as it is)
+    limit_val_batches: Annotated[Count, protection(VALIDATION, above=0)] = given_only()
+    check_val_every_n_epoch: Annotated[int | None, protection(VALIDATION, keeps=(None,))] = given_only()
+    fast_dev_run: Annotated[bool | int | None, protection("the run's steps and checkpoints", keeps=(False, 0))] = (
+        given_only())  # fmt: skip
+    limit_train_batches: Annotated[Count, protection("the run's steps", keeps=(None, 1.0, 1))] = given_only()
+    overfit_batches: Annotated[Count, protection("the run's data", keeps=(0, 0.0))] = given_only()
+    enable_checkpointing: Annotated[bool | None, protection(CHECKPOINTS, keeps=(None, True))] = given_only()
+    max_epochs: Annotated[int | None, protection("the run's steps (degen-train counts steps: -1)",
+                                                 keeps=(None, -1))] = given_only()  # fmt: skip
+    min_epochs: Annotated[int | None, protection("the run's steps", keeps=(None,))] = given_only()
+    max_time: Annotated[str | dict[str, Any] | None, protection("the run's steps (a clock would end it early)",
+                                                               keeps=(None,))] = given_only()  # fmt: skip
+    # what it measures
+    limit_test_batches: Annotated[Count, measures(at_most=MAX_ITEMS)] = given_only()
+    limit_predict_batches: Annotated[Count, measures(at_most=MAX_ITEMS)] = given_only()
