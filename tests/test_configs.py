@@ -11,6 +11,7 @@ import torch
 from hydra.errors import ConfigCompositionException
 
 from degen_train.config import load_config
+from degen_train.config.schema import validate_config
 from degen_train.core.paths import config_dir
 from degen_train.data.tokenizer import train_wordpiece
 from degen_train.models.backbone import build_hf_model, model_family
@@ -70,7 +71,7 @@ def test_every_group_option_composes_and_builds(group: str, option: str, tmp_pat
     elif group in ("trainer", "logger", "callbacks"):
         if group == "trainer" and cfg.trainer.accelerator == "gpu" and not torch.cuda.is_available():
             pytest.skip("trainer=gpu needs a CUDA device")
-        build_trainer(cfg)
+        build_trainer(validate_config(cfg))
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -97,7 +98,7 @@ def test_any_trainer_argument_is_reachable(tmp_path: Path) -> None:
     cfg = load_config(
         ["trainer.max_steps=7", "+trainer.fast_dev_run=false", "trainer.precision=bf16-mixed"], run_dir=tmp_path
     )
-    trainer = build_trainer(cfg)
+    trainer = build_trainer(validate_config(cfg))
     assert trainer.max_steps == 7 and "bf16" in str(trainer.precision)
     assert cfg.scheduler.total_steps == 7
 

@@ -14,6 +14,7 @@ from transformers import AutoModelForMaskedLM
 
 from degen_train.cli.report import report
 from degen_train.config import load_config
+from degen_train.config.schema import validate_config
 from degen_train.core.io import atomic_directory, atomic_write_json, current_umask
 from degen_train.run.build import build_trainer
 from tests.conftest import FAST
@@ -133,7 +134,7 @@ def test_parameter_counts_are_in_the_log_and_the_summary(logged_run: tuple[Path,
 def test_any_trainer_argument_not_in_the_yaml_is_settable(tmp_path: Path) -> None:
     cfg = load_config(["trainer.fast_dev_run=true", "trainer.max_time=00:00:05:00", "trainer.detect_anomaly=false"],
                       run_dir=tmp_path)  # fmt: skip
-    trainer = build_trainer(cfg)
+    trainer = build_trainer(validate_config(cfg))
     assert trainer.fast_dev_run is True and cfg.trainer.max_time == "00:00:05:00"
     summary = run(tmp_path / "dev", "trainer.fast_dev_run=true", "data.tokenizer.vocab_size=1000")
     assert summary["final_step"] == 1
@@ -179,7 +180,8 @@ def test_non_tty_detection_is_what_decides(tmp_path: Path) -> None:
     from degen_train.callbacks.plain_progress import PlainProgress
 
     cfg = load_config(QUIET, run_dir=tmp_path)
-    on_terminal, in_a_file = build_trainer(cfg, interactive=True), build_trainer(cfg, interactive=False)
+    config = validate_config(cfg)
+    on_terminal, in_a_file = build_trainer(config, interactive=True), build_trainer(config, interactive=False)
     assert any(isinstance(c, ProgressBar) for c in on_terminal.callbacks)
     assert not any(isinstance(c, ProgressBar) for c in in_a_file.callbacks)
     assert any(isinstance(c, PlainProgress) for c in in_a_file.callbacks)

@@ -392,6 +392,15 @@ class TrainConfig(BaseModel):
         "debug": protection("the run's steps, checkpoints and validation", keeps=(None,)),  # no choice keeps them
     }  # fmt: skip
 
+    def plain_settings(self) -> dict[str, Any]:
+        """The config that runs, as plain values: every listed key with its checked value or the schema's default,
+        except that a section Hydra builds (``_target_``: the optimizer, the scheduler, each callback, the trainer)
+        keeps only the keys given, as its constructor receives them. What run/build.py instantiates from and what
+        the run records (config.json, config.yaml); derived from this typed config, never carried beside it."""
+        # JSON's types (a tuple as a list), as OmegaConf held them and every recorded config.json has them
+        return _filled(self.model_dump(by_alias=True, mode="json"),
+                       self.model_dump(exclude_unset=True, by_alias=True, mode="json"))  # fmt: skip
+
     @field_validator("threads")
     @classmethod
     def threads_is_auto_or_a_count(cls, value: Any) -> Any:
@@ -461,8 +470,7 @@ def checked_plan_config(cfg: DictConfig) -> tuple[DictConfig, TrainConfig]:
     """(``checked_config``'s DictConfig, the typed config it was rebuilt from): the one check of a run's settings,
     its typed sections handed down to each package (run/checks.py)."""
     checked = validate_config(cfg)
-    full, given = checked.model_dump(by_alias=True), checked.model_dump(exclude_unset=True, by_alias=True)
-    runs = OmegaConf.create(_filled(full, given))
+    runs = OmegaConf.create(checked.plain_settings())
     OmegaConf.set_struct(runs, True)  # as Hydra's: reading a key nobody set raises instead of returning None
     return runs, checked
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import platform
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,18 +78,19 @@ def precision_verdict(
     return PrecisionVerdict("warn", f"{rates}: slower than float32, so trainer.precision=32-true would be faster")
 
 
-def compute_dtype(cfg: Any) -> torch.dtype:
-    """The dtype the run's matrix products use: the trainer's precision, or FSDP2's bf16 parameters."""
-    dtype = COMPUTE_DTYPE.get(str(cfg.trainer.get("precision", "32-true")), torch.float32)
+def compute_dtype(cfg: Mapping[str, Any]) -> torch.dtype:
+    """The dtype the run's matrix products use: the trainer's precision, or FSDP2's bf16 parameters. ``cfg``: the
+    run's settings as a mapping (TrainConfig.plain_settings(), or a composed config)."""
+    dtype = COMPUTE_DTYPE.get(str(cfg["trainer"].get("precision", "32-true")), torch.float32)
     strategy = cfg.get("strategy") or {}
     if dtype == torch.float32 and strategy.get("mixed_precision") == "bf16":
         return torch.bfloat16
     return dtype
 
 
-def run_device(cfg: Any) -> str | None:
+def run_device(cfg: Mapping[str, Any]) -> str | None:
     """Where the run's products will run: cpu, cuda, or None where it cannot be told here (mps, tpu, ...)."""
-    accelerator = str(cfg.trainer.get("accelerator", "auto"))
+    accelerator = str(cfg["trainer"].get("accelerator", "auto"))
     if accelerator == "cpu":
         return "cpu"
     if accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
@@ -96,13 +98,13 @@ def run_device(cfg: Any) -> str | None:
     return "cpu" if accelerator == "auto" else None
 
 
-def check_precision(cfg: Any) -> PrecisionVerdict | None:
+def check_precision(cfg: Mapping[str, Any]) -> PrecisionVerdict | None:
     """Measure float32 beside the run's lower precision (if any) and refuse or warn as precision_verdict says."""
     dtype, device = compute_dtype(cfg), run_device(cfg)
     if dtype == torch.float32 or device is None:
         return None
-    setting = f"trainer.precision={cfg.trainer.get('precision')}"
-    if str(cfg.trainer.get("precision")) not in COMPUTE_DTYPE:
+    setting = f"trainer.precision={cfg['trainer'].get('precision')}"
+    if str(cfg["trainer"].get("precision")) not in COMPUTE_DTYPE:
         setting = "strategy.mixed_precision=bf16"
     if device == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported(including_emulation=False):
         low, fp32 = 0.0, 1.0  # torch says so itself: no native bf16 on this GPU
@@ -113,7 +115,7 @@ def check_precision(cfg: Any) -> PrecisionVerdict | None:
         dtype=str(dtype).removeprefix("torch."),
         low_rate=low,
         fp32_rate=fp32,
-        allowed=cfg.allow_slow_precision,
+        allowed=bool(cfg["allow_slow_precision"]),
         device=device,
     )
     if verdict.action == "refuse":

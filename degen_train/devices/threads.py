@@ -11,8 +11,10 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -97,9 +99,10 @@ def threads_per_process(setting: int | str, cpus: int, local_processes: int) -> 
     return max(1, cpus // max(1, local_processes))
 
 
-def local_process_count(trainer_cfg: dict) -> int:
-    """How many processes of the run share this node: trainer.devices when it counts them (an int or a list)."""
-    devices = trainer_cfg.get("devices")
+def local_process_count(trainer: Any) -> int:
+    """How many processes of the run share this node: trainer.devices when it counts them (an int or a list);
+    ``trainer``: the typed section (config/trainer_section.TrainerConfig) or a mapping of its keys."""
+    devices = trainer.get("devices") if isinstance(trainer, Mapping) else trainer.devices
     if isinstance(devices, int) and devices > 0:
         return devices
     if isinstance(devices, list | tuple):

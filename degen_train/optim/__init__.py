@@ -4,7 +4,7 @@ constant, and warm-up–stable–decay (WSD: the rate held, then decayed over th
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -104,16 +104,19 @@ def lr_factor(
 
 
 def factor_of(scheduler: Any, step: int) -> float:
-    """``lr_factor`` at ``step`` of a house scheduler config (conf/scheduler/*.yaml), its WSD decay length included."""
-    total, warmup = int(scheduler.total_steps), int(scheduler.warmup_steps)
+    """``lr_factor`` at ``step`` of a house scheduler config (conf/scheduler/*.yaml), its WSD decay length included;
+    ``scheduler``: the typed section (config/schema.SchedulerConfig) or a mapping of its keys."""
+    def setting(key: str, default: Any = None) -> Any:
+        return scheduler.get(key, default) if isinstance(scheduler, Mapping) else getattr(scheduler, key, default)
+
+    total, warmup = int(setting("total_steps")), int(setting("warmup_steps"))
     decay = 0
-    if scheduler.schedule == "wsd":
-        fraction = float(scheduler.get("decay_fraction", 0.2))
-        decay = wsd_decay_steps(total, warmup, scheduler.get("decay_steps"), fraction)
-    return lr_factor(step, warmup_steps=warmup, total_steps=total, schedule=str(scheduler.schedule),
-                     min_ratio=float(scheduler.min_ratio), decay_steps=decay,
-                     decay_shape=str(scheduler.get("decay_shape", "linear")),
-                     warmup_init_div=scheduler.get("warmup_init_div"))  # fmt: skip
+    if setting("schedule") == "wsd":
+        decay = wsd_decay_steps(total, warmup, setting("decay_steps"), float(setting("decay_fraction", 0.2)))
+    return lr_factor(step, warmup_steps=warmup, total_steps=total, schedule=str(setting("schedule")),
+                     min_ratio=float(setting("min_ratio")), decay_steps=decay,
+                     decay_shape=str(setting("decay_shape", "linear")),
+                     warmup_init_div=setting("warmup_init_div"))  # fmt: skip
 
 
 def decayed(progress: float, shape: str, min_ratio: float) -> float:
@@ -185,12 +188,13 @@ def build_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def steps_past_the_schedule(scheduler: Any, max_steps: int) -> str | None:
-    """Why steps beyond scheduler.total_steps would not train (the rate has decayed to 0 there), or None."""
+def steps_past_the_schedule(scheduler: Mapping[str, Any], max_steps: int) -> str | None:
+    """Why steps beyond scheduler.total_steps would not train (the rate has decayed to 0 there), or None;
+    ``scheduler``: the section's keys (a mapping)."""
     if "schedule" not in scheduler or scheduler.get("total_steps") is None:  # another scheduler than the house's
         return None
-    total = int(scheduler.total_steps)
-    if max_steps <= total or scheduler.schedule == "constant":
+    total = int(scheduler["total_steps"])
+    if max_steps <= total or scheduler["schedule"] == "constant":
         return None
     factor = factor_of(scheduler, total)
     if factor > 0:

@@ -19,8 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, open_dict
-
+from degen_train.config.schema import TrainConfig
 from degen_train.core.paths import links_in, shown_links
 from degen_train.storage.checkpoints import CheckpointError, checkpoint_header
 
@@ -96,62 +95,62 @@ def _readable_steps(branch_from: str, parent: Path) -> dict[int, Path]:
                                                                if (m := STEP_FILE.match(p.name))]) from None
 
 
-def refuse_a_decay_before_the_branch(cfg: DictConfig, step: int) -> None:
+def refuse_a_decay_before_the_branch(config: TrainConfig, step: int) -> None:
     """A WSD branch's decay starts at the branch step or later. With scheduler.decay_steps unset, the decay is a
     fraction of the whole run (0.2 × 1400 = 280 steps from step 1120): a branch at step 1200 would take its first
     update at 0.465× the rate, without a word. Refused, naming the key that says where the decay starts."""
-    scheduler = cfg.scheduler
-    if scheduler.get("schedule") != "wsd":
+    scheduler = config.scheduler
+    if scheduler.schedule != "wsd":
         return
     from degen_train.optim import factor_of, wsd_decay_steps
 
-    total, warmup = int(scheduler.total_steps), int(scheduler.warmup_steps)
-    decay = wsd_decay_steps(total, warmup, scheduler.get("decay_steps"), float(scheduler.get("decay_fraction", 0.2)))
+    total, warmup = scheduler.total_steps, scheduler.warmup_steps
+    decay = wsd_decay_steps(total, warmup, scheduler.decay_steps, scheduler.decay_fraction)
     start = total - decay
     if start >= step:
         return
     rate = factor_of(scheduler, step)
-    given = ("scheduler.decay_steps=" + str(scheduler.decay_steps)) if scheduler.get("decay_steps") is not None else (
-        f"scheduler.decay_fraction={scheduler.get('decay_fraction', 0.2)} of total_steps={total}")  # fmt: skip
+    given = ("scheduler.decay_steps=" + str(scheduler.decay_steps)) if scheduler.decay_steps is not None else (
+        f"scheduler.decay_fraction={scheduler.decay_fraction} of total_steps={total}")  # fmt: skip
     raise ValueError(
-        f"branch_from={cfg.branch_from}: the WSD decay ({given}: {decay} steps) would start at step {start}, before "
+        f"branch_from={config.branch_from}: the WSD decay ({given}: {decay} steps) would start at step {start}, before "
         f"the branch step {step}, so the branch's first update would run at {rate:.3g}× the rate. Set "
         f"scheduler.decay_steps={total - step} to decay over the whole branch (steps {step}..{total}), or fewer for "
         f"a stable stretch first"
     )
 
 
-def start_branch(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
-    """Point ``cfg`` at the parent's checkpoint and tokenizer (or at the branch's own checkpoints when it is being
-    resumed); returns what summary.json records, or None when ``branch_from`` is not set."""
-    if not cfg.branch_from:
+def start_branch(config: TrainConfig, run_dir: Path) -> dict[str, Any] | None:
+    """Point the typed ``config`` at the parent's checkpoint and tokenizer (or at the branch's own checkpoints when it
+    is being resumed): what every later stage reads; returns what summary.json records, or None when ``branch_from``
+    is not set."""
+    if not config.branch_from:
         return None
-    parent, step = parse_branch(cfg.branch_from)
-    if cfg.ckpt_path not in (None, "", "null", "auto", "last"):  # last/auto: the branch's own, if any
-        raise ValueError(f"branch_from={cfg.branch_from} and ckpt_path={cfg.ckpt_path}: give one of them")
+    parent, step = parse_branch(config.branch_from)
+    if config.ckpt_path not in (None, "", "null", "auto", "last"):  # last/auto: the branch's own, if any
+        raise ValueError(f"branch_from={config.branch_from} and ckpt_path={config.ckpt_path}: give one of them")
     if not (parent / "checkpoints").is_dir():
-        raise FileNotFoundError(f"branch_from={cfg.branch_from}: {parent} is not a run folder (no checkpoints/)")
+        raise FileNotFoundError(f"branch_from={config.branch_from}: {parent} is not a run folder (no checkpoints/)")
     if parent == run_dir.resolve():
         raise ValueError(
-            f"branch_from={cfg.branch_from} into the parent's own folder: give the branch another hydra.run.dir"
+            f"branch_from={config.branch_from} into the parent's own folder: give the branch another hydra.run.dir"
         )
-    _refuse_links(cfg.branch_from, parent)
-    steps = _readable_steps(cfg.branch_from, parent)
+    _refuse_links(config.branch_from, parent)
+    steps = _readable_steps(config.branch_from, parent)
     if step not in steps:
         listed = ", ".join(map(str, sorted(steps))) or "none"
         raise FileNotFoundError(
-            f"branch_from={cfg.branch_from}: {parent} has no checkpoint at step {step}; steps with one: {listed} "
+            f"branch_from={config.branch_from}: {parent} has no checkpoint at step {step}; steps with one: {listed} "
             f"(a parent keeps them with callbacks.checkpoint.every_n_train_steps and save_top_k=-1)"
         )
     try:  # its header read now (its tensors are not): a torn step=N file is the parent's, named before any work
         checkpoint_header(steps[step])
     except CheckpointError as error:
-        raise _parents_checkpoint_refusal(cfg.branch_from, error, [s for s in steps if s != step]) from None
-    refuse_a_decay_before_the_branch(cfg, step)
+        raise _parents_checkpoint_refusal(config.branch_from, error, [s for s in steps if s != step]) from None
+    refuse_a_decay_before_the_branch(config, step)
     own = sorted((run_dir / "checkpoints").glob("*.ckpt")) if (run_dir / "checkpoints").is_dir() else []
-    with open_dict(cfg):
-        cfg.ckpt_path = "auto" if own else str(steps[step])
-        if not cfg.data.tokenizer.path:
-            cfg.data.tokenizer.path = str(parent / "tokenizer")
+    config.ckpt_path = "auto" if own else str(steps[step])
+    if not config.data.tokenizer.path:  # the parent's tokenizer, read as it is (not trained again)
+        config.data.tokenizer.path = str(parent / "tokenizer")
     log.info("branch_from: %s", "resuming the branch from its own checkpoints" if own else f"{parent} at step {step}")
     return {"run": str(parent), "step": step, "checkpoint": str(steps[step])}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import hydra
@@ -12,9 +13,10 @@ import lightning.pytorch as pl
 import torch
 from hydra.errors import InstantiationException
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
-from omegaconf import DictConfig, OmegaConf
 
 from degen_train.callbacks.plain_progress import PlainProgress
+from degen_train.config.schema import TrainConfig
+from degen_train.config.trainer_section import TrainerConfig
 from degen_train.losses.contract import LossTerm, TermContext
 from degen_train.storage.checkpoints import AtomicCheckpointIO, BackgroundCheckpointIO
 
@@ -52,38 +54,42 @@ def instantiate(cfg: Any, **kwargs: Any) -> Any:
         raise
 
 
-def build_strategy(cfg: DictConfig) -> Any:
-    if cfg.get("_target_"):
-        return instantiate(cfg)
-    return cfg.name
+def build_strategy(section: Mapping[str, Any]) -> Any:
+    """strategy: a strategy Hydra builds (``_target_``), or the name Lightning knows it by."""
+    if section.get("_target_"):
+        return instantiate(section)
+    return section["name"]
 
 
-def build_trainer(cfg: DictConfig, *, interactive: bool | None = None) -> pl.Trainer:
-    """The Trainer with our callbacks, loggers and checkpoint IO.
+def build_trainer(config: TrainConfig, *, interactive: bool | None = None) -> pl.Trainer:
+    """The Trainer with our callbacks, loggers and checkpoint IO, built from the typed config's plain settings (the
+    sections Hydra instantiates keep only their given keys: TrainConfig.plain_settings).
 
     ``interactive``: is the output a terminal (default: ask stderr)? If not, the progress bar becomes plain
     log lines every ``trainer.log_every_n_steps`` steps (a bar in a file is carriage returns and escapes).
     """
-    callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]
-    bar_wanted = cfg.trainer.get("enable_progress_bar", True) and any(isinstance(c, ProgressBar) for c in callbacks)
+    settings = config.plain_settings()
+    trainer = settings["trainer"]
+    callbacks = [instantiate(c) for c in (settings.get("callbacks") or {}).values() if c is not None]
+    bar_wanted = trainer.get("enable_progress_bar", True) and any(isinstance(c, ProgressBar) for c in callbacks)
     interactive = sys.stderr.isatty() if interactive is None else interactive
     overrides: dict[str, Any] = {}
-    if not cfg.trainer.get("enable_progress_bar", True) or not interactive:
+    if not trainer.get("enable_progress_bar", True) or not interactive:
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
         overrides["enable_progress_bar"] = False
     if bar_wanted and not interactive:
-        callbacks.append(PlainProgress(every_n_steps=cfg.trainer.log_every_n_steps))
-    if cfg.trainer.val_check_interval == "auto":  # the schema says its type and default (config/schema.py)
-        overrides["val_check_interval"] = validation_interval(cfg.trainer)
-    loggers = [instantiate(c) for c in (cfg.logger or {}).values() if c is not None]
+        callbacks.append(PlainProgress(every_n_steps=trainer["log_every_n_steps"]))
+    if trainer.get("val_check_interval") == "auto":  # the schema says its type and default (config/trainer_section)
+        overrides["val_check_interval"] = validation_interval(config.trainer)
+    loggers = [instantiate(c) for c in (settings.get("logger") or {}).values() if c is not None]
     if not loggers:  # logger=none: nothing for a learning-rate monitor to write to
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
     return instantiate(
-        cfg.trainer,
+        trainer,
         callbacks=callbacks,
         logger=loggers or False,
-        strategy=build_strategy(cfg.strategy),
-        plugins=[checkpoint_io(cfg), *slurm_without_auto_requeue()],  # staged, verified, weights-only checkpoints
+        strategy=build_strategy(settings["strategy"]),
+        plugins=[checkpoint_io(config), *slurm_without_auto_requeue()],  # staged, verified, weights-only checkpoints
         **overrides,
     )
 
@@ -91,34 +97,34 @@ def build_trainer(cfg: DictConfig, *, interactive: bool | None = None) -> pl.Tra
 AUTO_VALIDATIONS, LONGEST_INTERVAL = 5, 100
 
 
-def validation_interval(trainer: DictConfig) -> int:
+def validation_interval(trainer: TrainerConfig) -> int:
     """trainer.val_check_interval=auto: the training batches between validations, every max_steps / 5 updates and at
     most every 100 (a 60-step run validates at 12, 24, ... instead of once at its end)."""
     updates = min(LONGEST_INTERVAL, max(1, int(trainer.max_steps) // AUTO_VALIDATIONS))
     return updates * int(trainer.accumulate_grad_batches)
 
 
-def on_gpu(cfg: DictConfig) -> bool:
+def on_gpu(trainer: TrainerConfig) -> bool:
     """Whether this run trains on CUDA devices (trainer.accelerator gpu/cuda, or auto with one present)."""
-    accelerator = str(cfg.trainer.get("accelerator", "auto"))
+    accelerator = str(trainer.accelerator or "auto")
     return accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
 
 
-def deterministic_environment(cfg: DictConfig) -> None:
+def deterministic_environment(trainer: TrainerConfig) -> None:
     """trainer.deterministic=true: cuBLAS's fixed workspace (CUBLAS_WORKSPACE_CONFIG=:4096:8, torch's documented
     value), set before the first CUDA matmul. Lightning sets the same when the Trainer is made, but the precision
     check has run a matmul on the device by then, and cuBLAS reads the variable once, when its handle is made."""
-    if cfg.trainer.get("deterministic") in (True, "warn") and "CUBLAS_WORKSPACE_CONFIG" not in os.environ:
+    if trainer.deterministic in (True, "warn") and "CUBLAS_WORKSPACE_CONFIG" not in os.environ:
         os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
         log.info("trainer.deterministic: CUBLAS_WORKSPACE_CONFIG=:4096:8 (cuBLAS's reproducible workspace)")
 
 
-def checkpoint_io(cfg: DictConfig) -> Any:
+def checkpoint_io(config: TrainConfig) -> Any:
     """Staged, verified, weights-only checkpoint files, written on a writer thread when callbacks.checkpoint.background
     says so (auto: on a GPU)."""
-    setting = (cfg.callbacks or {}).get("checkpoint", {}) or {}
-    background = setting.get("background", "auto")
-    if background is True or (background == "auto" and on_gpu(cfg)):
+    checkpoint = config.callbacks.checkpoint if config.callbacks is not None else None
+    background = checkpoint.background if checkpoint is not None else "auto"
+    if background is True or (background == "auto" and on_gpu(config.trainer)):
         return BackgroundCheckpointIO()
     return AtomicCheckpointIO()
 
@@ -133,6 +139,3 @@ def slurm_without_auto_requeue() -> list[Any]:
 
     return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
 
-
-def resolved_config(cfg: DictConfig) -> dict[str, Any]:
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]

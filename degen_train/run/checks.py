@@ -3,8 +3,8 @@
 ``check(cfg)`` validates the config against the typed schema once (config/schema.py), then asks each section the
 questions only its component can answer, in the order a user meets them: the losses, the hardware, the inputs the
 run reads, the schedule, the folders it writes, and what it resumes or branches from. It returns a ``RunPlan``: the
-checked config (typed, and as the DictConfig Hydra instantiates from) and every fact the later stages need. Nothing
-is written; a failure is one message naming the key and what to do.
+checked config, typed (the one form below the command line: the DictConfig Hydra composed ends here), and every fact
+the later stages need. Nothing is written; a failure is one message naming the key and what to do.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from degen_train.callbacks.weight_averaging import check_weight_averaging_fits
 from degen_train.config.role_lookup import inputs_named
 from degen_train.config.schema import TrainConfig
+from degen_train.config.trainer_section import TrainerConfig
 from degen_train.core.handed_files import printable
 from degen_train.core.paths import check_output_folder, refuse_links_in
 from degen_train.data.mixture import mixture_sources
@@ -35,7 +36,7 @@ from degen_train.models.backbone import model_family
 from degen_train.models.compile import check_compile_available
 from degen_train.optim import steps_past_the_schedule
 from degen_train.run.branching import BRANCH_MAY_CHANGE, branch_changes, start_branch
-from degen_train.run.build import data_format_for, deterministic_environment, resolved_config
+from degen_train.run.build import data_format_for, deterministic_environment
 from degen_train.run.config_alone import check_config_alone
 from degen_train.run.hub import check_push
 from degen_train.run.resume import (
@@ -56,8 +57,9 @@ log = logging.getLogger("degen_train")
 class RunPlan:
     """What the check stage found: the run's settings, checked, and what the later stages start from."""
 
-    cfg: DictConfig  # the checked config, every listed key present (what Hydra instantiates the trainer parts from)
-    config: TrainConfig  # the same, typed: the sections handed to the components (config.data, config.model, ...)
+    # the checked config, typed: the one form below the command line. Its sections go to the components as they are
+    # (config.data, config.model, ...); what Hydra instantiates and the run records is its plain_settings()
+    config: TrainConfig
     run_dir: Path
     terms: dict[str, LossTerm]
     weights: dict[str, float]
@@ -75,61 +77,65 @@ class RunPlan:
         the parent's file and say what a branch may change), None for a fresh run or a resume (a branch's own too)."""
         if self.branch is None or self.checkpoint != Path(self.branch["checkpoint"]):
             return None
-        return str(self.cfg.branch_from)
+        return str(self.config.branch_from)
 
 
 def check(cfg: DictConfig, *, model_choice: str = "model",
-          alone: tuple[DictConfig, TrainConfig] | None = None) -> RunPlan:  # fmt: skip
+          alone: TrainConfig | None = None) -> RunPlan:  # fmt: skip
     """Stage 1: the checked config and every fact the other stages need; raises naming the first problem found.
     ``alone``: what the command checked before the frameworks loaded (run/config_alone.py), taken as it is."""
     # checked once: from here on every listed key is present with its checked value (schema.py), and the typed
     # sections go down the stages (plan.config), never validated again
-    cfg, config = alone if alone is not None else check_config_alone(cfg)
-    run_dir = Path(cfg.run_dir)
-    deterministic_environment(cfg)  # before any CUDA work
-    use_threads(cfg.threads, local_process_count(cfg.trainer) * jobs_side_by_side())  # a joblib sweep: N at once
-    objective = with_compiled_heads(cfg.objective) if cfg.model.compile_head else cfg.objective
-    terms, weights = build_terms({"objective": objective, "regularizer": cfg.regularizer}, checked=True)
+    # the DictConfig Hydra composed ends here: the stages below read the typed config, and its plain values where a
+    # helper asks the settings as a mapping
+    config = alone if alone is not None else check_config_alone(cfg)
+    settings = config.plain_settings()
+    run_dir = Path(str(config.run_dir))
+    deterministic_environment(config.trainer)  # before any CUDA work
+    use_threads(config.threads, local_process_count(config.trainer) * jobs_side_by_side())  # a joblib sweep: N at once
+    objective = with_compiled_heads(settings["objective"]) if config.model.compile_head else settings["objective"]
+    terms, weights = build_terms({"objective": objective, "regularizer": settings.get("regularizer")}, checked=True)
     family = model_family(config.model)
     data_format = data_format_for(terms, family, model_choice)
-    plan = RunPlan(cfg, config, run_dir, terms, weights, family, data_format)
+    plan = RunPlan(config, run_dir, terms, weights, family, data_format)
     if config.prepare_only or config.plan.only:  # the cache only, or nothing: no run folder to check
         return plan
     check_losses(plan)
-    check_hardware(cfg)
-    plan.glue_tasks = check_inputs(cfg, family)
-    check_schedule_and_data(cfg)
-    check_folders(cfg, run_dir)
+    check_hardware(config)
+    plan.glue_tasks = check_inputs(config, family)
+    check_schedule_and_data(config)
+    check_folders(config, run_dir)
     check_resume_or_branch(plan)
     return plan
 
 
 def check_losses(plan: RunPlan) -> None:
     """objective, regularizer: what accumulation cannot give a term that mixes samples, said at start."""
-    for warning in accumulation_warnings(plan.terms, plan.weights, int(plan.cfg.trainer.accumulate_grad_batches)):
+    for warning in accumulation_warnings(plan.terms, plan.weights, plan.config.trainer.accumulate_grad_batches):
         log.warning(warning)
 
 
-def check_hardware(cfg: DictConfig) -> None:
+def check_hardware(config: TrainConfig) -> None:
     """trainer.accelerator, model.compile, trainer.precision, callbacks.weight_averaging × strategy: what this
     machine can run."""
-    check_accelerator_present(cfg)
-    if cfg.model.compile:
-        check_compile_available("cuda" if cfg.trainer.get("accelerator") in ("gpu", "cuda") else "cpu")
-    check_precision(cfg)  # a precision this hardware emulates is refused here, not after hours of slow steps
-    check_weight_averaging_fits(cfg.callbacks, cfg.get("strategy"))
+    check_accelerator_present(config.trainer, sizing_only=config.plan.only or config.prepare_only)
+    if config.model.compile:
+        check_compile_available("cuda" if config.trainer.accelerator in ("gpu", "cuda") else "cpu")
+    settings = config.plain_settings()
+    check_precision(settings)  # a precision this hardware emulates is refused here, not after hours of slow steps
+    check_weight_averaging_fits(settings.get("callbacks"), settings.get("strategy"))
 
 
-def check_accelerator_present(cfg: DictConfig) -> None:
+def check_accelerator_present(trainer: TrainerConfig, *, sizing_only: bool) -> None:
     """trainer.accelerator=gpu (trainer=gpu) on a machine without a CUDA device is refused in one line, before the
     tokenizer, the data or the model are built (Lightning would say 'No supported gpu backend found!' after them).
     A plan (debug=plan) and a data-only job (prepare_only=true) need no device and pass."""
     import torch
 
-    accelerator = str(cfg.trainer.get("accelerator") or "auto")
+    accelerator = str(trainer.accelerator or "auto")
     if accelerator not in ("gpu", "cuda") or torch.cuda.is_available():
         return
-    if cfg.plan.only or cfg.prepare_only:
+    if sizing_only:
         return
     build = f"torch {torch.__version__}, " + (f"built for CUDA {torch.version.cuda}" if torch.version.cuda else
                                               "a CPU-only build")  # fmt: skip
@@ -140,81 +146,82 @@ def check_accelerator_present(cfg: DictConfig) -> None:
     )
 
 
-def check_inputs(cfg: DictConfig, family: str) -> list[Any]:
+def check_inputs(config: TrainConfig, family: str) -> list[Any]:
     """eval, push_to_hub: the files the run will read at its end, read now (a typo fails before training, not
     after); returns eval.glue's tasks, read and checked."""
-    for path in cfg.eval.sts:
+    for path in config.eval.sts:
         read_sts(path)
-    for path in cfg.eval.sts_whitening_fit:
+    for path in config.eval.sts_whitening_fit:
         read_sts(path, scored=False)
-    for wic in (cfg.eval.wic, cfg.eval.wic_fit):
+    for wic in (config.eval.wic, config.eval.wic_fit):
         if wic:
             read_wic(wic)
-    if cfg.eval.w8a8:  # too short for any tokenizer (a token covers at least a character): refused before data
-        check_w8a8_text(cfg, None, family)
-    generates = {"eval.generate": cfg.eval.generate, "eval.lm_eval": list(cfg.eval.lm_eval)}
+    if config.eval.w8a8:  # too short for any tokenizer (a token covers at least a character): refused before data
+        check_w8a8_text(config, None, family)
+    generates = {"eval.generate": config.eval.generate, "eval.lm_eval": list(config.eval.lm_eval)}
     asked = [key for key, value in generates.items() if value]
     if asked and family != "decoder":
         raise ValueError(f"{' and '.join(asked)} measure a decoder's generations; this run's model is an {family}: "
                          f"leave them out, or train a decoder (model=gpt2_tiny, objective=mle)")  # fmt: skip
-    if cfg.eval.generate:
+    if config.eval.generate:
         from degen_train.metrics.perplexity import read_documents
 
-        read_documents(cfg.eval.generate, "line", what="eval.generate text")
-        length = int(cfg.eval.generate_prefix_tokens) + int(cfg.eval.generate_new_tokens)
-        if length > int(cfg.model.max_position):
+        read_documents(config.eval.generate, "line", what="eval.generate text")
+        length = config.eval.generate_prefix_tokens + config.eval.generate_new_tokens
+        if length > config.model.max_position:
             raise ValueError(f"eval.generate_prefix_tokens + eval.generate_new_tokens = {length} tokens is longer than "
-                             f"model.max_position={cfg.model.max_position}: give fewer, e.g. "
-                             f"eval.generate_new_tokens={max(1, int(cfg.model.max_position) - 32)}")  # fmt: skip
-    if cfg.eval.lm_eval:  # the harness's task index read now: a misspelt task fails before training
+                             f"model.max_position={config.model.max_position}: give fewer, e.g. "
+                             f"eval.generate_new_tokens={max(1, config.model.max_position - 32)}")  # fmt: skip
+    if config.eval.lm_eval:  # the harness's task index read now: a misspelt task fails before training
         from degen_train.evaluation.lm_eval_tasks import checked_tasks
 
-        checked_tasks(list(cfg.eval.lm_eval), cfg.eval.lm_eval_include, key="eval.lm_eval",
+        checked_tasks(list(config.eval.lm_eval), config.eval.lm_eval_include, key="eval.lm_eval",
                       include_key="eval.lm_eval_include")  # fmt: skip
-    check_push(cfg.push_to_hub)
-    if not cfg.eval.glue:  # needs export_hf and eval.glue_dir: checked in schema.py
+    check_push(config.push_to_hub)
+    if not config.eval.glue:  # needs export_hf and eval.glue_dir: checked in schema.py
         return []
-    protocol_from(OmegaConf.to_container(cfg.eval.finetune, resolve=True))
-    return [load_glue_task(name, cfg.eval.glue_dir) for name in cfg.eval.glue]
+    protocol_from(config.eval.finetune.model_dump(by_alias=True, mode="json"))
+    return [load_glue_task(name, config.eval.glue_dir) for name in config.eval.glue]
 
 
-def check_schedule_and_data(cfg: DictConfig) -> None:
+def check_schedule_and_data(config: TrainConfig) -> None:
     """scheduler × trainer.max_steps, data.sources: a run past its schedule, a mixture's weights and labels."""
-    past = steps_past_the_schedule(cfg.scheduler, int(cfg.trainer.max_steps))
+    past = steps_past_the_schedule(config.scheduler.model_dump(), config.trainer.max_steps)
     if past:  # e.g. a finished run resumed with a larger trainer.max_steps: it would train at rate 0
         raise ValueError(past)
-    if cfg.data.sources:
-        mixture_sources(cfg.data)  # weights, labels and keys checked before any corpus is read
-        if cfg.data.overfit_batches:
+    if config.data.sources:
+        mixture_sources(config.data)  # weights, labels and keys checked before any corpus is read
+        if config.data.overfit_batches:
             raise ValueError("data.overfit_batches overfits the batches of one corpus: not with data.sources")
 
 
-def check_folders(cfg: DictConfig, run_dir: Path) -> None:
+def check_folders(config: TrainConfig, run_dir: Path) -> None:
     """run_dir and where the run writes: a folder that can be one, holding no links, not inside another run."""
     check_output_folder(run_dir, "run_dir")
     refuse_links_in(run_dir)  # a resumed folder is written and appended to: only its own regular files
-    refuse_writes_into_other_runs(cfg, run_dir)
+    refuse_writes_into_other_runs(config.plain_settings(), run_dir)
     refuse_lightning_hpc_checkpoints(run_dir)
 
 
 def check_resume_or_branch(plan: RunPlan) -> None:
     """ckpt_path, branch_from: what the run starts from, and that its settings continue that run."""
-    cfg = plan.cfg
-    plan.branch = start_branch(cfg, plan.run_dir)  # branch_from=RUN@STEP: the parent's checkpoint and tokenizer
-    plan.finished = finished_summary(plan.run_dir, cfg) if cfg.ckpt_path in RESUME_CHOICES else None
+    config = plan.config
+    plan.branch = start_branch(config, plan.run_dir)  # branch_from=RUN@STEP: the parent's checkpoint and tokenizer
+    settings = config.plain_settings()  # after the branch pointed the config at its parent
+    plan.finished = finished_summary(plan.run_dir, settings) if config.ckpt_path in RESUME_CHOICES else None
     if plan.finished is not None:
         return
-    plan.checkpoint = resolve_checkpoint(cfg.ckpt_path, plan.run_dir)
+    plan.checkpoint = resolve_checkpoint(config.ckpt_path, plan.run_dir)
     if plan.checkpoint is None:
         return
     branch_from = plan.starting_branch
-    header = check_checkpoint_matches(plan.checkpoint, cfg, list(plan.terms), branch_from=branch_from)
+    header = check_checkpoint_matches(plan.checkpoint, config.model, list(plan.terms), branch_from=branch_from)
     plan.saved = {**header["degen_train"], "global_step": header.get("global_step", 0)}
     recorded = (plan.saved.get("provenance") or {}).get("config")
     free = BRANCH_MAY_CHANGE if plan.branch else ()
-    changes = check_resume(recorded, resolved_config(cfg), plan.checkpoint, also_free=free, branch_from=branch_from)
+    changes = check_resume(recorded, settings, plan.checkpoint, also_free=free, branch_from=branch_from)
     if branch_from is not None:  # its parent plus these
-        inputs = inputs_named(OmegaConf.to_container(cfg, resolve=True))
+        inputs = inputs_named(settings)
         log.info("branch of %s@%s reads: %s", plan.branch["run"], plan.branch["step"], printable("; ".join(inputs)))
         changes = branch_changes(changes)
         what = f"branch of {plan.branch['run']}@{plan.branch['step']}: the parent's settings"
@@ -225,20 +232,20 @@ def check_resume_or_branch(plan: RunPlan) -> None:
             log.warning("resume changes %s (recorded in config_history/)", change)
 
 
-def check_w8a8_text(cfg: DictConfig, tokenizer: Any, family: str) -> None:
+def check_w8a8_text(config: TrainConfig, tokenizer: Any, family: str) -> None:
     """eval.w8a8's text holds enough blocks for the probe the export will get (degen-eval --w8a8's settings)."""
     import dataclasses
 
     from degen_train.metrics.quantization import SETTINGS
     from degen_train.metrics.w8a8_probe import enough_blocks, enough_tokens
 
-    documents = read_documents(cfg.eval.w8a8, what="eval.w8a8 text file")
+    documents = read_documents(config.eval.w8a8, what="eval.w8a8 text file")
     settings = SETTINGS["decoder" if family == "decoder" else "encoder"]
-    settings = dataclasses.replace(settings, block=min(settings.block, int(cfg.model.max_position)))
+    settings = dataclasses.replace(settings, block=min(settings.block, config.model.max_position))
     try:
         if tokenizer is None:  # at most one token per character, plus one per document: an upper bound
             enough_tokens(sum(map(len, documents)) + len(documents), settings=settings)
         else:
             enough_blocks(tokenizer, documents, decoder=family == "decoder", settings=settings)
     except ValueError as error:
-        raise ValueError(f"eval.w8a8={cfg.eval.w8a8}: {error}") from None
+        raise ValueError(f"eval.w8a8={config.eval.w8a8}: {error}") from None

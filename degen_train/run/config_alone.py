@@ -12,17 +12,18 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from degen_train.config.schema import TrainConfig, checked_plan_config
+from degen_train.config.schema import TrainConfig, validate_config
 from degen_train.losses.declarations import check_term_sections
 
 
-def check_config_alone(cfg: DictConfig) -> tuple[DictConfig, TrainConfig]:
-    """(the checked DictConfig, the typed config): the schema once, then every loss term's options by its
-    declaration; raises ValueError naming the first bad key."""
-    checked, config = checked_plan_config(cfg)
-    sections: dict[str, Any] = {"objective": checked.objective, "regularizer": checked.regularizer}
+def check_config_alone(cfg: DictConfig) -> TrainConfig:
+    """The typed config, the one form below the command line: the schema once, then every loss term's options by
+    its declaration; raises ValueError naming the first bad key."""
+    config = validate_config(cfg)
+    settings = config.plain_settings()
+    sections: dict[str, Any] = {"objective": settings["objective"], "regularizer": settings.get("regularizer")}
     check_term_sections(sections, plugins=_plugins_installed())
-    return checked, config
+    return config
 
 
 def _plugins_installed() -> bool:

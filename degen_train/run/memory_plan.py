@@ -22,9 +22,9 @@ from typing import Any
 
 import hydra
 import torch
-from omegaconf import DictConfig
 from torch import nn
 
+from degen_train.config.schema import TrainConfig
 from degen_train.losses.contract import TermContext, WeightedSum
 from degen_train.metrics.flops import body_and_head_parameters, model_flops
 from degen_train.models.activation_checkpointing import checkpoint_blocks, transformer_blocks
@@ -80,24 +80,24 @@ class StepMemory:
     hidden: int
 
 
-def fake_step_memory(cfg: DictConfig, terms: dict, weights: dict, *, data_format: str,
+def fake_step_memory(config: TrainConfig, terms: dict, weights: dict, *, data_format: str,
                      activation_checkpointing: str | int, fake: bool = True) -> StepMemory:  # fmt: skip
-    """The peak of one training step of ``cfg``'s model, batch and terms, on fake tensors (see the module doc);
+    """The peak of one training step of ``config``'s model, batch and terms, on fake tensors (see the module doc);
     ``fake=False``: the same step on real CPU tensors under the same tracker (what a test holds the plan against)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    batch_size, length = int(cfg.data.batch_size), int(cfg.data.block_size)
-    precision = str(cfg.trainer.precision)
-    vocabulary = int(cfg.data.tokenizer.vocab_size)
-    multiple = int(cfg.model.pad_vocab_to_multiple_of)
+    batch_size, length = config.data.batch_size, config.data.block_size
+    precision = str(config.trainer.precision)
+    vocabulary = config.data.tokenizer.vocab_size
+    multiple = config.model.pad_vocab_to_multiple_of
     # Real and small: its labelled positions are a data-dependent shape, which fake tensors cannot make.
     batch = plan_batch(batch_size, length, -(-vocabulary // multiple) * multiple, data_format)
     # A data-dependent op inside the step (a term's boolean mask) gets a made-up half-full result, as in run/step_check
     mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else None
     with mode or nullcontext(), StepWatch(fake=True) if fake else nullcontext():
         torch.manual_seed(0)
-        model = build_hf_model(cfg.model, tokenizer=PlanStandInTokenizer(vocabulary),
+        model = build_hf_model(config.model, tokenizer=PlanStandInTokenizer(vocabulary),
                                with_nsp_head=data_format == "mlm_nsp", sequence_length=length)  # fmt: skip
         if precision.endswith("-true") and not precision.startswith("32"):
             model.to(torch.bfloat16 if precision.startswith("bf16") else torch.float16)
@@ -106,7 +106,7 @@ def fake_step_memory(cfg: DictConfig, terms: dict, weights: dict, *, data_format
                                        batch_size=batch_size, backbone=backbone, block_size=length))  # fmt: skip
         loss = WeightedSum(terms, weights)
         checkpoint_blocks(model, activation_checkpointing)
-        optimizer = hydra.utils.instantiate(cfg.optimizer)([backbone, loss])
+        optimizer = hydra.utils.instantiate(config.plain_settings()["optimizer"])([backbone, loss])
         if mode is not None:
             batch = {k: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
         step = WholeStep(backbone, loss)
@@ -180,16 +180,20 @@ def plan_batch(batch_size: int, length: int, vocabulary: int, data_format: str) 
     return batch
 
 
-def as_on_a_card(cfg: DictConfig) -> DictConfig:
+def as_on_a_card(config: TrainConfig) -> TrainConfig:
     """The step as a card runs its attention: SDPA's flash and memory-efficient kernels keep no T x T scores, with
     dropout or without (the mask is drawn in the kernel), while the CPU's flash kernel takes no dropout, and the
     math kernel it falls back to keeps the scores and their mask. So the fake step runs SDPA attention without its
     dropout (the same memory as a card's kernel with it); eager attention keeps the scores on a card too, unchanged."""
-    from omegaconf import OmegaConf
+    if config.model.attention == "eager" or not config.model.attention_dropout:
+        return config
+    return changed(config, {"model": {"attention_dropout": 0.0}})
 
-    if cfg.model.attention == "eager" or not cfg.model.attention_dropout:
-        return cfg
-    return OmegaConf.merge(cfg, {"model": {"attention_dropout": 0.0}})
+
+def changed(config: TrainConfig, change: dict[str, dict[str, Any]]) -> TrainConfig:
+    """``config`` with some sections' fields replaced (``{"data": {"batch_size": 8}}``): a what-if of the plan."""
+    sections = {key: getattr(config, key).model_copy(update=values) for key, values in change.items()}
+    return config.model_copy(update=sections)
 
 
 def per_device_peak(step: StepMemory, *, strategy: str, devices: int) -> float:
@@ -202,50 +206,53 @@ def per_device_peak(step: StepMemory, *, strategy: str, devices: int) -> float:
     return step.peak
 
 
-def strategy_name(cfg: DictConfig) -> str:
+def strategy_name(config: TrainConfig) -> str:
     """fsdp, deepspeed or ddp, from the strategy section (its ``_target_`` names the class) or its name."""
-    text = str(cfg.get("strategy")).lower()
+    text = str(config.strategy).lower()
     return "fsdp" if "fsdp" in text else "deepspeed" if "deepspeed" in text else "ddp"
 
 
-def device_count(cfg: DictConfig) -> int:
+def device_count(config: TrainConfig) -> int:
     """plan.devices, or trainer.devices × trainer.num_nodes when both are numbers, else 1."""
-    if cfg.plan.devices:
-        return int(cfg.plan.devices)
-    devices, nodes = cfg.trainer.get("devices", 1), cfg.trainer.get("num_nodes", 1)
+    if config.plan.devices:
+        return int(config.plan.devices)
+    trainer = config.trainer
+    devices = 1 if trainer.devices is None else trainer.devices
+    nodes = 1 if trainer.num_nodes is None else trainer.num_nodes
     return int(devices) * int(nodes) if isinstance(devices, int) and isinstance(nodes, int) else 1
 
 
-def make_plan(cfg: DictConfig, terms: dict, weights: dict, *, data_format: str) -> dict[str, Any]:
+def make_plan(config: TrainConfig, terms: dict, weights: dict, *, data_format: str) -> dict[str, Any]:
     """The plan's numbers (also written by ``debug=plan`` as the last line's JSON)."""
-    card = CARDS[str(cfg.plan.card)]
-    if cfg.plan.memory_gib:
-        card = Card(f"{card.name.rsplit(' ', 1)[0]} {cfg.plan.memory_gib:g}GiB", cfg.plan.memory_gib * GIB, card.peak)
-    strategy, devices = strategy_name(cfg), device_count(cfg)
-    setting = cfg.model.activation_checkpointing
+    card = CARDS[str(config.plan.card)]
+    if config.plan.memory_gib:
+        card = Card(f"{card.name.rsplit(' ', 1)[0]} {config.plan.memory_gib:g}GiB", config.plan.memory_gib * GIB,
+                    card.peak)
+    strategy, devices = strategy_name(config), device_count(config)
+    setting = config.model.activation_checkpointing
     counted = {k: t for k, t in terms.items() if not t.frozen_modules() and k != "tacl"}
     left_out = sorted(set(terms) - set(counted))
-    step = fake_step_memory(as_on_a_card(cfg), counted, {k: weights[k] for k in counted}, data_format=data_format,
+    step = fake_step_memory(as_on_a_card(config), counted, {k: weights[k] for k in counted}, data_format=data_format,
                             activation_checkpointing=setting)  # fmt: skip
     peak = per_device_peak(step, strategy=strategy, devices=devices)
-    batch, length = int(cfg.data.batch_size), int(cfg.data.block_size)
-    accumulate = int(cfg.trainer.accumulate_grad_batches)
+    batch, length = config.data.batch_size, config.data.block_size
+    accumulate = config.trainer.accumulate_grad_batches
     predicted = batch * (length - 1) if data_format == "causal" else len(range(3, length, 7)) * batch
     flops = model_flops(body=step.body, head=step.head, layers=step.layers, hidden=step.hidden, batch=batch,
                         length=length, predicted=predicted)  # fmt: skip
-    precision = str(cfg.trainer.precision)
-    rate = card.peak["16-bit" if precision.startswith(("bf16", "16")) else "32"] * float(cfg.plan.mfu)
+    precision = str(config.trainer.precision)
+    rate = card.peak["16-bit" if precision.startswith(("bf16", "16")) else "32"] * float(config.plan.mfu)
     micro_step = flops / rate
     tokens_per_s = batch * length * devices / micro_step
-    budget = cfg.plan.token_budget
+    budget = config.plan.token_budget
     return {
-        "card": card.name, "card_memory_gib": card.memory / GIB, "headroom": float(cfg.plan.headroom),
+        "card": card.name, "card_memory_gib": card.memory / GIB, "headroom": float(config.plan.headroom),
         "strategy": strategy, "devices": devices, "precision": precision, "activation_checkpointing": setting,
         "batch": batch, "length": length, "accumulate": accumulate, "parameters": step.parameter_count,
         "peak_gib": peak / GIB, "one_process_peak_gib": step.peak / GIB,
         "parts_gib": {k: getattr(step, k) / GIB for k in ("parameters", "gradients", "optimizer", "activations")},
-        "fits": peak <= card.memory * float(cfg.plan.headroom),
-        "flops_per_token": flops / (batch * length), "mfu": float(cfg.plan.mfu),
+        "fits": peak <= card.memory * float(config.plan.headroom),
+        "flops_per_token": flops / (batch * length), "mfu": float(config.plan.mfu),
         "step_s": micro_step * accumulate, "tokens_per_s": tokens_per_s,
         "hours_to_budget": float(budget) / tokens_per_s / 3600 if budget else None, "token_budget": budget,
         "terms_left_out": left_out,
@@ -276,16 +283,14 @@ def describe(plan: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def what_would_fit(cfg: DictConfig, terms: dict, weights: dict, *, data_format: str) -> str:
+def what_would_fit(config: TrainConfig, terms: dict, weights: dict, *, data_format: str) -> str:
     """The first switch, in the order a user would try them, whose plan fits: checkpointing, then halving the
     batch (with accumulation to keep the global batch)."""
-    from omegaconf import OmegaConf
-
     tries = []
-    if cfg.model.activation_checkpointing != "full":
+    if config.model.activation_checkpointing != "full":
         tries.append(("model.activation_checkpointing=full", {"model": {"activation_checkpointing": "full"}}))
-    batch = int(cfg.data.batch_size)
-    accumulate = int(cfg.trainer.accumulate_grad_batches)
+    batch = config.data.batch_size
+    accumulate = config.trainer.accumulate_grad_batches
     while batch > 1:
         batch //= 2
         accumulate *= 2
@@ -294,7 +299,7 @@ def what_would_fit(cfg: DictConfig, terms: dict, weights: dict, *, data_format: 
         tries.append((f"{tries[-1][0]} model.activation_checkpointing=full",
                       {**change, "model": {"activation_checkpointing": "full"}}))  # fmt: skip
     for words, change in tries:
-        trial = OmegaConf.merge(cfg, change)
+        trial = changed(config, change)
         plan = make_plan(trial, terms, weights, data_format=data_format)
         if plan["fits"]:
             return f"{words} (peak {gib(plan['peak_gib'])})"
@@ -310,12 +315,12 @@ class PlanDoesNotFit(ValueError):
     """debug=plan: the run would not fit its card; the message names a switch that would."""
 
 
-def check_plan(cfg: DictConfig, terms: dict, weights: dict, *, data_format: str) -> dict[str, Any]:
+def check_plan(config: TrainConfig, terms: dict, weights: dict, *, data_format: str) -> dict[str, Any]:
     """Print the plan; raise PlanDoesNotFit naming a switch when it does not fit."""
-    plan = make_plan(cfg, terms, weights, data_format=data_format)
+    plan = make_plan(config, terms, weights, data_format=data_format)
     print(describe(plan))
     if not plan["fits"]:
-        would = what_would_fit(cfg, terms, weights, data_format=data_format)
+        would = what_would_fit(config, terms, weights, data_format=data_format)
         raise PlanDoesNotFit(
             f"plan: {gib(plan['peak_gib'])} per device does not fit {plan['card']} "
             f"({gib(plan['card_memory_gib'] * plan['headroom'])} usable); this would: {would}"

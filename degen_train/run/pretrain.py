@@ -23,6 +23,7 @@ from degen_train.callbacks.isotropy_monitor import IsotropyMonitor  # noqa: E402
 from degen_train.callbacks.preemption import deferring_until_training, stopping_before_training  # noqa: E402
 from degen_train.callbacks.throughput import Throughput  # noqa: E402
 from degen_train.callbacks.weight_averaging import AVERAGE_PREFIX, WeightAverage  # noqa: E402
+from degen_train.config.schema import TrainConfig  # noqa: E402
 from degen_train.core.io import atomic_directory, atomic_write_json, atomic_write_text  # noqa: E402
 from degen_train.core.own_runs import remember as remember_own_run  # noqa: E402
 from degen_train.core.quiet import silence_known_noise  # noqa: E402
@@ -42,7 +43,7 @@ from degen_train.evaluation.export_probes import evaluate  # noqa: E402
 from degen_train.finetune.grid import finetune_export  # noqa: E402
 from degen_train.losses.contract import TermContext, WeightedSum, perplexity_source  # noqa: E402
 from degen_train.models.backbone import Backbone, build_hf_model, shape_signature  # noqa: E402
-from degen_train.run.build import build_trainer, on_gpu, resolved_config, setup_terms  # noqa: E402
+from degen_train.run.build import build_trainer, on_gpu, setup_terms  # noqa: E402
 from degen_train.run.checks import RunPlan, check, check_w8a8_text  # noqa: E402
 from degen_train.run.end_of_run_table import end_of_run_table, human, parameter_counts  # noqa: E402
 from degen_train.run.export import export_pretrained  # noqa: E402
@@ -60,7 +61,7 @@ from degen_train.storage.runlock import is_launching_process, run_dir_lock  # no
 log = logging.getLogger("degen_train")
 
 
-def train(cfg: DictConfig, *, alone: tuple[DictConfig, Any] | None = None) -> dict[str, Any]:
+def train(cfg: DictConfig, *, alone: TrainConfig | None = None) -> dict[str, Any]:
     """Run one pretraining job; returns the summary written to RUN/summary.json. Five stages, each a function below:
     check (the config alone, nothing written), prepare (the data, cached), build (model, terms, trainer, the run's
     record), fit (train, then validate once more) and finish (summary, export, probes). ``alone``: the command's own
@@ -70,16 +71,16 @@ def train(cfg: DictConfig, *, alone: tuple[DictConfig, Any] | None = None) -> di
     plan = check(cfg, model_choice=_choice("model"), alone=alone)  # 1. check
     clock.mark("the check")
     if plan.config.plan.only:  # debug=plan: one step on fake tensors, printed; nothing prepared or written
-        return check_plan(plan.cfg, plan.terms, plan.weights, data_format=plan.data_format)
+        return check_plan(plan.config, plan.terms, plan.weights, data_format=plan.data_format)
     if plan.config.prepare_only:
-        with stopping_before_training(str(plan.cfg.data.cache_dir)):
+        with stopping_before_training(str(plan.config.data.cache_dir)):
             return prepare_only(plan)
     if plan.finished is not None:
         log.info("%s finished at step %d before: nothing to do (summary.json is kept)", plan.run_dir,
                  plan.finished["final_step"])  # fmt: skip
         return plan.finished
     with run_dir_lock(plan.run_dir) if is_launching_process() else nullcontext():
-        with stopping_before_training(str(plan.cfg.data.cache_dir)):  # a signal while preparing: exit 75, say so
+        with stopping_before_training(str(plan.config.data.cache_dir)):  # a signal while preparing: exit 75, say so
             data = prepare(plan)  # 2. prepare
             clock.mark("the data (tokenizer and examples, from the cache where built before)")
             built = build(plan, data)  # 3. build
@@ -147,86 +148,85 @@ def prepare(plan: RunPlan) -> PreparedData:
     data = prepare_data(plan.config.data, family=plan.family, data_format=plan.data_format, seed=plan.config.seed,
                         run_tokenizer=own if reuse else None)  # fmt: skip
     if plan.config.eval.w8a8:  # its length needs the tokenizer: checked now, not after training
-        check_w8a8_text(plan.cfg, data.tokenizer, plan.family)
+        check_w8a8_text(plan.config, data.tokenizer, plan.family)
     return data
 
 
 def build(plan: RunPlan, data: PreparedData) -> Built:
     """3. The model and its terms, the loader, the trainer, and the run's record."""
-    cfg = plan.cfg
-    module = build_module(cfg, data, plan.terms, plan.weights, family=plan.family,
+    config = plan.config
+    module = build_module(config, data, plan.terms, plan.weights, family=plan.family,
                           with_nsp_head=plan.data_format == "mlm_nsp")  # fmt: skip
     if plan.checkpoint is not None:  # only the built model knows its vocabulary size
         check_signature(plan.checkpoint, plan.saved.get("signature"), module.checkpoint_identity["signature"],
                         branch_from=plan.starting_branch)  # fmt: skip
         check_tokenizer(plan.checkpoint, plan.saved, data.tokenizer, branch_from=plan.starting_branch)
     collator = make_collator(
-        data.tokenizer, data_format=plan.data_format, masking=cfg.masking, vocab_size=len(data.tokenizer)
+        data.tokenizer, data_format=plan.data_format, masking=config.masking, vocab_size=len(data.tokenizer)
     )
-    gpu, local_processes = on_gpu(cfg), local_process_count(cfg.trainer)
-    workers = loader_workers(cfg.data.num_workers, on_gpu=gpu, local_processes=local_processes)
-    prefetch = prefetch_depth(plan.config.data.prefetch, on_gpu=gpu, training_threads=torch.get_num_threads(),
+    gpu, local_processes = on_gpu(config.trainer), local_process_count(config.trainer)
+    workers = loader_workers(config.data.num_workers, on_gpu=gpu, local_processes=local_processes)
+    prefetch = prefetch_depth(config.data.prefetch, on_gpu=gpu, training_threads=torch.get_num_threads(),
                               local_processes=local_processes)  # fmt: skip
     if workers == 0:
-        log.info("data.prefetch=%s: %s", plan.config.data.prefetch, f"{prefetch} training batches made ahead on a "
+        log.info("data.prefetch=%s: %s", config.data.prefetch, f"{prefetch} training batches made ahead on a "
                  "background thread" if prefetch else "batches collated on the training thread")  # fmt: skip
     datamodule = PretrainDataModule(
         data,
         collator,
-        batch_size=plan.config.data.batch_size,
+        batch_size=config.data.batch_size,
         num_workers=workers,
-        seed=plan.config.seed,
+        seed=config.seed,
         pin_memory=gpu,
-        overfit_batches=plan.config.data.overfit_batches,
+        overfit_batches=config.data.overfit_batches,
         window_counter=module.loss.window_counts,
         prefetch=prefetch,
     )
-    trainer = build_trainer(cfg)
-    record = run_provenance(
-        resolved_config(cfg), corpus=data.corpus, tokenizer=data.tokenizer, world_size=trainer.world_size
-    )
+    trainer = build_trainer(config)
+    settings = config.plain_settings()  # what the run records: the typed config's plain values
+    record = run_provenance(settings, corpus=data.corpus, tokenizer=data.tokenizer, world_size=trainer.world_size)
     module.provenance = record
     module.source_labels = [t.label for t in data.sources]
     for logger in trainer.loggers:  # the resolved config and the swept values, e.g. as wandb run config
-        logger.log_hyperparams({"config": resolved_config(cfg), "swept": swept_overrides()})
+        logger.log_hyperparams({"config": settings, "swept": swept_overrides()})
     return Built(data, module, datamodule, trainer, record)
 
 
 def finish(plan: RunPlan, built: Built, train_metrics: dict, val_metrics: dict) -> dict[str, Any]:
     """5. The summary; rank 0: the export, its upload, the probes and GLUE, summary.json and the end-of-run table."""
-    cfg = plan.cfg
-    summary = _summary(cfg, built.trainer, train_metrics, val_metrics, terms=plan.terms, weights=plan.weights)
-    _add_run_facts(cfg, summary, built, plan.branch)
+    config = plan.config
+    summary = _summary(config, built.trainer, train_metrics, val_metrics, terms=plan.terms, weights=plan.weights)
+    _add_run_facts(config, summary, built, plan.branch)
     summary["time_to_first_step_s"] = built.clock.time_to_first_step if built.clock is not None else None
     if summary["val_perplexity"] is not None:  # every process: the record gathers their batches
         validation = built.module.validation_items.record()
         if validation is not None:
             summary["items"] = {"val_perplexity": validation}
-    gathered_weights = full_state_dict(built.module.backbone.model) if cfg.export_hf else None  # FSDP2: all ranks
+    gathered_weights = full_state_dict(built.module.backbone.model) if config.export_hf else None  # FSDP2: all ranks
     if built.trainer.is_global_zero:
-        if cfg.export_hf:
-            _export_and_probe(cfg, plan.run_dir, plan.family, built, summary, plan.glue_tasks, gathered_weights)
+        if config.export_hf:
+            _export_and_probe(config, plan.run_dir, plan.family, built, summary, plan.glue_tasks, gathered_weights)
         _finish(plan.run_dir, built.trainer, summary)
     return summary
 
 
 def _write_run_record(plan: RunPlan, built: Built) -> None:
     """The run folder's tokenizer (degen-convert --hf reads it), resolved config and this segment's config."""
-    cfg, run_dir = plan.cfg, plan.run_dir
+    run_dir, settings = plan.run_dir, plan.config.plain_settings()
     with atomic_directory(run_dir / "tokenizer", replace=True) as staging:
         built.data.tokenizer.save_pretrained(str(staging))
-    atomic_write_json(run_dir / "config.json", resolved_config(cfg))
+    atomic_write_json(run_dir / "config.json", settings)
     atomic_write_json(run_dir / "overrides.json", swept_overrides())
-    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))  # the latest segment's
+    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(settings))  # the latest segment's
     remember_own_run(run_dir, built.record["run_id"])  # degen-report trusts this config.yaml, by its hash (own_runs.py)
     history = run_dir / "config_history" / f"from_step_{int(plan.saved.get('global_step', 0)):08d}.yaml"
     history.parent.mkdir(exist_ok=True)
-    atomic_write_text(history, OmegaConf.to_yaml(cfg, resolve=True))  # every segment's, never overwritten
+    atomic_write_text(history, OmegaConf.to_yaml(settings))  # every segment's, never overwritten
 
 
 def fit(plan: RunPlan, built: Built) -> tuple[dict, dict]:
     """4. Train, then validate once more; (the last train metrics, the final validation's)."""
-    cfg, checkpoint = plan.cfg, plan.checkpoint
+    config, checkpoint = plan.config, plan.checkpoint
     trainer, module = built.trainer, built.module
     if plan.branch is not None and checkpoint == Path(plan.branch["checkpoint"]):  # a new branch: where it starts
         plan.branch["validation"] = _validated_start(built, checkpoint)
@@ -236,7 +236,7 @@ def fit(plan: RunPlan, built: Built) -> tuple[dict, dict]:
     train_metrics = {k: float(v) for k, v in train_metrics.items()}
     val_metrics = {}
     changed = [type(c).__name__ for c in trainer.callbacks if getattr(c, "changed_weights", False)]
-    if cfg.final_validation and module.validated_at == trainer.global_step and not changed:
+    if config.final_validation and module.validated_at == trainer.global_step and not changed:
         # the last periodic validation scored these very weights at this very step: its numbers are the final ones
         # (issue 67.5: the final validation repeated it, 20% of a researcher's 300-step run)
         val_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(VALIDATION_KEYS)}
@@ -248,7 +248,7 @@ def fit(plan: RunPlan, built: Built) -> tuple[dict, dict]:
         shown = ", ".join(f"{k} {v:.4f}" for k, v in sorted(val_metrics.items()) if k.count("/") == 1)
         log.info("final validation at step %d: %s (the periodic validation's: these weights, unchanged since)",
                  trainer.global_step, shown)  # fmt: skip
-    elif cfg.final_validation:
+    elif config.final_validation:
         for logger in trainer.loggers:  # a run killed after its final validation logged it once already
             if isinstance(logger, ResumingLogger):
                 logger.drop_validation_rows_from(trainer.global_step)
@@ -274,7 +274,7 @@ def _validated_start(built: Built, checkpoint: Path) -> dict[str, float]:
     return {key: float(value) for key, value in (metrics[0] if metrics else {}).items()}
 
 
-def _add_run_facts(cfg: DictConfig, summary: dict, built: Built, branch: dict[str, Any] | None) -> None:
+def _add_run_facts(config: TrainConfig, summary: dict, built: Built, branch: dict[str, Any] | None) -> None:
     """What the summary adds beyond the metrics: sizes, a mixture's shares, the branch and the provenance."""
     trainer = built.trainer
     summary["parameters"] = parameter_counts(built.module.backbone.model)
@@ -285,50 +285,50 @@ def _add_run_facts(cfg: DictConfig, summary: dict, built: Built, branch: dict[st
         if isinstance(callback, ClockCadence) and callback.chosen:
             summary["cadence"] = callback.chosen
     if built.data.sources:  # the proportions the run's batches held, beside the weights asked for
-        summary["data_mixture"] = mixture_seen(built.data.sources, int(cfg.data.batch_size) * trainer.world_size,
-                                               int(cfg.seed), trainer.global_step * trainer.accumulate_grad_batches)
+        summary["data_mixture"] = mixture_seen(built.data.sources, config.data.batch_size * trainer.world_size,
+                                               config.seed, trainer.global_step * trainer.accumulate_grad_batches)
     if branch is not None:  # provenance: the parent run and the step it was branched at
         summary["branched_from"] = branch
     summary["provenance"] = {k: v for k, v in built.record.items() if k != "config"}  # the config: summary["config"]
 
 
 def _export_and_probe(
-    cfg: DictConfig, run_dir: Path, family: str, built: Built, summary: dict, glue_tasks: list,
+    config: TrainConfig, run_dir: Path, family: str, built: Built, summary: dict, glue_tasks: list,
     gathered_weights: dict | None,
 ) -> None:  # fmt: skip
     """Rank 0: RUN/hf, its upload when asked, the probes (STS, WiC, W8A8) and GLUE after fine-tuning."""
     hf = run_dir / "hf"
     export_pretrained(built.module.backbone.model, built.data.tokenizer, hf, record=built.record,
                       state_dict=gathered_weights)  # fmt: skip
-    if cfg.push_to_hub.repo_id:
-        summary["push_to_hub"] = push_export(hf, cfg.push_to_hub)
-    probes = family == "encoder" and (cfg.eval.sts or cfg.eval.wic)
+    if config.push_to_hub.repo_id:
+        summary["push_to_hub"] = push_export(hf, config.push_to_hub)
+    probes = family == "encoder" and (config.eval.sts or config.eval.wic)
     from degen_train.metrics.decoding import DecodingSettings
 
-    generation = {"text": cfg.eval.generate, "limit": int(cfg.eval.generate_prompts),
-                  "prefix_tokens": int(cfg.eval.generate_prefix_tokens),
-                  "new_tokens": int(cfg.eval.generate_new_tokens), "decodings": list(cfg.eval.generate_decodings),
-                  "settings": DecodingSettings(end_of_text=str(cfg.eval.generate_end_of_text)),
-                  "featurizer": cfg.eval.featurizer, "coherence_encoder": cfg.eval.coherence_encoder,
-                  "coherence_model": cfg.eval.coherence_model} if cfg.eval.generate else None  # fmt: skip
-    lm_eval = {"tasks": list(cfg.eval.lm_eval), "include_path": cfg.eval.lm_eval_include,
-               "limit": cfg.eval.lm_eval_limit} if cfg.eval.lm_eval else None  # fmt: skip
-    if probes or cfg.eval.w8a8 or generation or lm_eval:
+    generation = {"text": config.eval.generate, "limit": int(config.eval.generate_prompts),
+                  "prefix_tokens": int(config.eval.generate_prefix_tokens),
+                  "new_tokens": int(config.eval.generate_new_tokens), "decodings": list(config.eval.generate_decodings),
+                  "settings": DecodingSettings(end_of_text=str(config.eval.generate_end_of_text)),
+                  "featurizer": config.eval.featurizer, "coherence_encoder": config.eval.coherence_encoder,
+                  "coherence_model": config.eval.coherence_model} if config.eval.generate else None  # fmt: skip
+    lm_eval = {"tasks": list(config.eval.lm_eval), "include_path": config.eval.lm_eval_include,
+               "limit": config.eval.lm_eval_limit} if config.eval.lm_eval else None  # fmt: skip
+    if probes or config.eval.w8a8 or generation or lm_eval:
         summary["eval"] = evaluate(
             hf,
-            sts=list(cfg.eval.sts) if probes else [],
-            wic=cfg.eval.wic if probes else None,
-            wic_fit=cfg.eval.wic_fit if probes else None,
-            sts_whitening_fit=list(cfg.eval.sts_whitening_fit) if probes else [],
+            sts=list(config.eval.sts) if probes else [],
+            wic=config.eval.wic if probes else None,
+            wic_fit=config.eval.wic_fit if probes else None,
+            sts_whitening_fit=list(config.eval.sts_whitening_fit) if probes else [],
             out=run_dir / "eval",
-            layer=cfg.eval.layer,
-            pooling=cfg.eval.pooling,
-            w8a8=cfg.eval.w8a8,
+            layer=config.eval.layer,
+            pooling=config.eval.pooling,
+            w8a8=config.eval.w8a8,
             generation=generation,
             lm_eval=lm_eval,
         )
     if glue_tasks:  # fine-tuned copies of the export, scored on GLUE dev (RUN/glue/, resumable)
-        settings = OmegaConf.to_container(cfg.eval.finetune, resolve=True)
+        settings = config.eval.finetune.model_dump(by_alias=True, mode="json")
         summary["glue"] = finetune_export(hf, glue_tasks, settings, run_dir / "glue")
 
 
@@ -342,12 +342,13 @@ def _finish(run_dir: Path, trainer: Any, summary: dict) -> None:
 
 
 def build_module(
-    cfg: DictConfig, data: Any, terms: dict, weights: dict, *, family: str, with_nsp_head: bool
+    config: TrainConfig, data: Any, terms: dict, weights: dict, *, family: str, with_nsp_head: bool
 ) -> PretrainModule:
-    """The HF model (seeded), its terms set up against it, and the LightningModule around both."""
-    torch.manual_seed(int(cfg.seed))
+    """The HF model (seeded), its terms set up against it, and the LightningModule around both, from the typed
+    sections the check stage validated (config.model goes to the model's build as it is, never validated again)."""
+    torch.manual_seed(config.seed)
     hf_model = build_hf_model(
-        cfg.model, tokenizer=data.tokenizer, with_nsp_head=with_nsp_head, sequence_length=cfg.data.block_size
+        config.model, tokenizer=data.tokenizer, with_nsp_head=with_nsp_head, sequence_length=config.data.block_size
     )
     backbone = Backbone(hf_model)
     setup_terms(
@@ -355,9 +356,9 @@ def build_module(
         TermContext(
             hidden_size=hf_model.config.hidden_size,
             vocab_size=backbone.vocabulary,  # the tokenizer's V: a term's per-token tables leave padding out
-            batch_size=int(cfg.data.batch_size),
+            batch_size=config.data.batch_size,
             backbone=backbone,
-            block_size=int(cfg.data.block_size),
+            block_size=config.data.block_size,
         ),
     )
     counts = parameter_counts(hf_model)
@@ -375,8 +376,9 @@ def build_module(
             "(data.tokenizer.vocab_size, %d entries) sets the step's cost more than the model does%s",
             human(head.weight.numel()), human(counts["total"]), 100 * head.weight.numel() / counts["total"], entries,
             smaller)  # fmt: skip
+    settings = config.plain_settings()
     identity = {
-        "model": OmegaConf.to_container(cfg.model, resolve=True),
+        "model": config.model.model_dump(by_alias=True, mode="json"),
         "terms": list(terms),
         "signature": shape_signature(hf_model),
         # What degen-convert needs to rebuild the HF model from the weights alone (plain values, no code).
@@ -386,17 +388,17 @@ def build_module(
     return PretrainModule(
         backbone,
         WeightedSum(terms, weights),
-        optimizer_factory=hydra.utils.instantiate(cfg.optimizer),
-        scheduler_factory=hydra.utils.instantiate(cfg.scheduler),
-        seed=int(cfg.seed),
+        optimizer_factory=hydra.utils.instantiate(settings["optimizer"]),  # the given keys: the constructor's
+        scheduler_factory=hydra.utils.instantiate(settings["scheduler"]),
+        seed=config.seed,
         checkpoint_identity=identity,
-        compile_model=cfg.model.compile,  # applied with FSDP2 in configure_model (parallel.parallelize)
-        activation_checkpointing=cfg.model.activation_checkpointing,  # applied there too, first
+        compile_model=config.model.compile,  # applied with FSDP2 in configure_model (parallel.parallelize)
+        activation_checkpointing=config.model.activation_checkpointing,  # applied there too, first
     )
 
 
 def _summary(
-    cfg: DictConfig, trainer: Any, train_metrics: dict, val_metrics: dict, *, terms: dict, weights: dict
+    config: TrainConfig, trainer: Any, train_metrics: dict, val_metrics: dict, *, terms: dict, weights: dict
 ) -> dict:
     """What the run measured, each number named for what it is."""
     throughput = next((c for c in trainer.callbacks if isinstance(c, Throughput)), None)
@@ -428,7 +430,7 @@ def _summary(
         "isotropy": isotropy,
         **({"best_by_sts": selection} if selection else {}),
         **({"weight_averaging": averaging} if averaging else {}),
-        "config": resolved_config(cfg),
+        "config": config.plain_settings(),
     }
 
 

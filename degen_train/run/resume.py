@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from degen_train.config.renamed import current_targets
 from degen_train.config.result_keys import has_no_effect_on_result
+from degen_train.config.schema import ModelConfig
 from degen_train.core.handed_files import HandedOverFileError, json_record
 from degen_train.core.trees import flatten
 from degen_train.models.architectures import DEFAULT_ARCH
@@ -113,7 +113,7 @@ BRANCH_MAY = ("a branch may change only its schedule (scheduler.*), its length (
 
 
 def check_checkpoint_matches(
-    path: Path, cfg: DictConfig, term_names: list[str], *, branch_from: str | None = None
+    path: Path, model: ModelConfig, term_names: list[str], *, branch_from: str | None = None
 ) -> dict[str, Any]:
     """Refuse a checkpoint written by another model shape or another set of loss terms; returns it (weights only).
     ``branch_from``: the checkpoint is a new branch's parent's, and the refusal says so."""
@@ -123,7 +123,7 @@ def check_checkpoint_matches(
         raise CheckpointError(f"{path} is not a degen_train checkpoint (no 'degen_train' entry)")
     says = Refusal(path, branch_from)
     for key in CHECKPOINT_MODEL_KEYS:
-        before, now = saved["model"].get(key), cfg.model.get(key)
+        before, now = saved["model"].get(key), getattr(model, key)
         if key == "arch" and before is None:  # written before model.arch existed: the family's architecture
             before = DEFAULT_ARCH.get(saved["model"].get("family"))
         if before != now:
@@ -290,20 +290,21 @@ def check_resume(
     return allowed
 
 
-def finished_summary(run_dir: Path, cfg: DictConfig) -> dict | None:
-    """RUN's summary when it finished with this config's steps and settings; None when it did not finish (or ran
-    fewer steps: it resumes). A finished run whose recorded config differs in a key that changes the result is
-    refused, naming each key and both values. Keys only one side has (added by a later version) are not compared."""
+def finished_summary(run_dir: Path, settings: Mapping[str, Any]) -> dict | None:
+    """RUN's summary when it finished with these settings' steps and values (the config as plain values); None when
+    it did not finish (or ran fewer steps: it resumes). A finished run whose recorded config differs in a key that
+    changes the result is refused, naming each key and both values. Keys only one side has (added by a later
+    version) are not compared."""
     path = run_dir / "summary.json"
     if not os.path.lexists(path):
         return None
     summary = json_record(path, what="run summary")  # a plain file, bounded: the folder may be handed over
     if not isinstance(summary, dict):
         raise HandedOverFileError(f"{path} is not a JSON mapping, as degen-train writes a run summary; remove it")
-    if summary.get("final_step") != int(cfg.trainer.max_steps):
+    if summary.get("final_step") != int(settings["trainer"]["max_steps"]):
         return None
     before = flatten(current_targets(summary.get("config") or {}))
-    after = flatten(OmegaConf.to_container(cfg, resolve=True))
+    after = flatten(dict(settings))
     changed = [f"{key}: {before[key]!r} -> {after[key]!r}" for key in sorted(set(before) & set(after))
                if before[key] != after[key] and not has_no_effect_on_result(key)]  # fmt: skip
     if changed:

@@ -190,7 +190,7 @@ def run_in_sweep(cfg: DictConfig, train: Callable[[DictConfig], dict[str, Any]])
     if in_worker():  # a joblib worker of a sweep that was stopped: no member starts after the signal
         log.info("%s not started: the sweep was stopped", run_dir)
         return None
-    done = finished_summary(run_dir, cfg)
+    done = finished_summary(run_dir, OmegaConf.to_container(cfg, resolve=True))  # type: ignore[arg-type]
     if done is not None:
         log.info("%s finished before: skipped", run_dir)
         SWEEP_OUTCOMES["skipped"].append(str(run_dir))

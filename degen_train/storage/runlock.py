@@ -7,7 +7,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -96,14 +96,15 @@ def refuse_run_inside_a_run(folder: Path, what: str) -> None:
             )
 
 
-def refuse_writes_into_other_runs(cfg: Any, run_dir: Path) -> None:
+def refuse_writes_into_other_runs(cfg: Mapping[str, Any], run_dir: Path) -> None:
     """A run writes its checkpoints and logs into its own folder, never into another run's (a folder with
-    config.yaml and checkpoints/): such a path, from a copied or handed-over config, is refused naming the key."""
+    config.yaml and checkpoints/): such a path, from a copied or handed-over config, is refused naming the key.
+    ``cfg``: the run's settings as a mapping (TrainConfig.plain_settings())."""
     own = run_dir.resolve()
     refuse_run_inside_a_run(own, "the run folder")
-    checkpoint = cfg.callbacks.checkpoint if cfg.callbacks else None
+    checkpoint = (cfg["callbacks"] or {}).get("checkpoint")
     places = {"callbacks.checkpoint.dirpath": checkpoint.get("dirpath") if checkpoint else None}
-    places["trainer.default_root_dir"] = cfg.trainer.get("default_root_dir")
+    places["trainer.default_root_dir"] = cfg["trainer"].get("default_root_dir")
     for name, logger in (cfg.get("logger") or {}).items():
         places[f"logger.{name}.save_dir"] = (logger or {}).get("save_dir")
     for key, value in places.items():
