@@ -24,10 +24,9 @@ import torch
 from bench.common import corpus_overrides, interleaved, save
 from bench.spine import batches, our_step
 from degen_train.config import load_config
-from degen_train.losses.catalog import build_terms
+from degen_train.losses.catalog import build_terms, data_format_for
 from degen_train.models.backbone import build_hf_model
 from degen_train.models.compile import compile_blocks
-from degen_train.run.build import data_format_for
 
 QUIET = ["trainer.enable_progress_bar=false", "export_hf=false", "final_validation=false",
          "trainer.limit_val_batches=0", "~callbacks.checkpoint", "logger=none", "~callbacks.isotropy",

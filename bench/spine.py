@@ -19,12 +19,11 @@ from bench.common import corpus_overrides, interleaved, matmul_peak, save
 from degen_train.config import load_config
 from degen_train.data.datamodule import PretrainDataModule, make_collator, prepare_data
 from degen_train.devices.matmul_peak import measured_matmul_peak
-from degen_train.losses.catalog import build_terms
+from degen_train.losses.catalog import build_terms, data_format_for
 from degen_train.losses.contract import WeightedSum
 from degen_train.metrics.flops import body_and_head_parameters, model_flops
 from degen_train.models.backbone import Backbone, build_hf_model
 from degen_train.optim import build_optimizer
-from degen_train.run.build import data_format_for
 from degen_train.run.pretrain import train
 
 

@@ -287,7 +287,7 @@ def terms_configured(overrides: list[str]) -> set[str]:
     conf/), the groups it chooses, and every term it sets an option of."""
     from omegaconf import OmegaConf
 
-    from degen_train.core.paths import config_dir
+    from degen_train.core.package_dir import config_dir
 
     conf, groups = config_dir(), {}
     for override in overrides:

@@ -12,7 +12,7 @@ from hydra.errors import ConfigCompositionException
 
 from degen_train.config import load_config
 from degen_train.config.schema import validate_config
-from degen_train.core.paths import config_dir
+from degen_train.core.package_dir import config_dir
 from degen_train.data.tokenizer import train_wordpiece
 from degen_train.models.backbone import build_hf_model, model_family
 from degen_train.run.build import build_strategy, build_trainer

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from degen_train.config import load_config
-from degen_train.core.paths import config_dir
+from degen_train.core.package_dir import config_dir
 from tests.helpers import checkpoint_weights, logged, run
 
 RECIPES = sorted(p.stem for p in (config_dir() / "recipe").glob("*.yaml"))

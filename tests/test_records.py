@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from degen_train.config import load_config
-from degen_train.core.paths import config_dir
+from degen_train.core.package_dir import config_dir
 from degen_train.data import corpus as corpus_module
 from degen_train.losses.catalog import discover_terms
 from tests.helpers import command, logged, run

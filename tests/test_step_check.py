@@ -14,12 +14,11 @@ from degen_train.config import load_config
 from degen_train.config.schema import checked_plan_config
 from degen_train.data.datamodule import make_collator, prepare_data
 from degen_train.data.sampling import PositionedExamples
-from degen_train.losses.catalog import build_terms
+from degen_train.losses.catalog import build_terms, data_format_for
 from degen_train.losses.contract import TermOutput
 from degen_train.losses.cosreg import CosineRegularizer
 from degen_train.losses.istar import isoscore_of_covariance
 from degen_train.models.backbone import model_family
-from degen_train.run.build import data_format_for
 from degen_train.run.pretrain import build_module
 from degen_train.run.step_check import (
     DeviceMixError,

@@ -20,7 +20,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from omegaconf import OmegaConf  # noqa: E402
 
 from degen_train.core.arguments import whole  # noqa: E402
-from degen_train.core.paths import config_dir, writable_folder  # noqa: E402
+from degen_train.core.package_dir import config_dir  # noqa: E402
+from degen_train.core.paths import writable_folder  # noqa: E402
 
 log = logging.getLogger("degen_train.finetune")
 DEFAULT_TASKS = ["rte", "sst2", "stsb"]  # the three tasks the seed papers' small-compute tables share

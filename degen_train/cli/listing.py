@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from degen_train.core.paths import config_dir
+from degen_train.core.package_dir import config_dir
 from degen_train.losses.declarations import NO_DEFAULT, TermDeclaration, declared_terms
 from degen_train.losses.options import allowed
 

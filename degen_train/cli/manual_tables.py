@@ -24,7 +24,7 @@ def count(role: str) -> str:
 
 
 def choices(group: str) -> str:
-    from degen_train.core.paths import config_dir
+    from degen_train.core.package_dir import config_dir
 
     names = sorted(path.stem for path in (config_dir() / group).glob("*.yaml"))
     return ", ".join(f"`{name}`" for name in names)

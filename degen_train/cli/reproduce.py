@@ -20,7 +20,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from degen_train.core.paths import config_dir  # noqa: E402
+from degen_train.core.package_dir import config_dir  # noqa: E402
 
 log = logging.getLogger("degen_train.reproduce")
 PARTS = ("gao", "tacl", "coco", "luo", "simctg", "unlikelihood", "agg", "spectrum_control", "istar", "simcse",

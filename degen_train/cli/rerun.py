@@ -32,7 +32,8 @@ from degen_train.config.role_lookup import inputs_named, role_of
 from degen_train.config.roles import TRAINS, Role
 from degen_train.core.handed_files import HandedOverFileError
 from degen_train.core.own_runs import is_own
-from degen_train.core.paths import config_dir, writable_folder
+from degen_train.core.package_dir import config_dir
+from degen_train.core.paths import writable_folder
 from degen_train.run.provenance import code_version
 
 log = logging.getLogger("degen_train")

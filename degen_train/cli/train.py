@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from degen_train.config.inherited import inherited_overrides  # noqa: E402
 from degen_train.config.overrides import open_trainer_keys, refuse_unquoted_equals  # noqa: E402
 from degen_train.core.exit_codes import PREEMPTED_EXIT  # noqa: E402
-from degen_train.core.paths import config_dir  # noqa: E402
+from degen_train.core.package_dir import config_dir  # noqa: E402
 from degen_train.core.quiet import silence_known_noise  # noqa: E402
 from degen_train.losses.declarations import refuse_unknown_term_options  # noqa: E402
 from degen_train.run.sweep_stop import STOPPED, end_workers  # noqa: E402

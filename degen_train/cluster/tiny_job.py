@@ -35,7 +35,7 @@ def key_of(word: str) -> str | None:
 
 
 def conf_root() -> Path:
-    from degen_train.core.paths import config_dir
+    from degen_train.core.package_dir import config_dir
 
     return config_dir()
 

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, open_dict
 
 from degen_train.config.inherited import inherited_overrides
 from degen_train.config.overrides import open_trainer_keys
-from degen_train.core.paths import config_dir
+from degen_train.core.package_dir import config_dir
 
 
 def load_config(overrides: Sequence[str] = (), *, run_dir: str | Path | None = None) -> DictConfig:

@@ -104,7 +104,7 @@ class Door:
 
 def _is_group(key: str) -> bool:
     """Whether ``key`` names a config group (a folder of conf/: trainer, callbacks, data, ...)."""
-    from degen_train.core.paths import config_dir
+    from degen_train.core.package_dir import config_dir
 
     return (config_dir() / key.replace(".", "/")).is_dir()
 

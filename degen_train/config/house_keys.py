@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from degen_train.core.paths import config_dir
+from degen_train.core.package_dir import config_dir
 
 PACKAGE_LINE = re.compile(r"^#\s*@package\s+(\S+)")
 # conf/ files that are not part of a training config: another application's config (degen-reproduce's, and its

@@ -1,19 +1,10 @@
-"""Where the config folder is: inside the wheel, or at the top of a source checkout."""
+"""The folders a command writes into: one that can be a folder, holds no links, and can be written."""
 
 from __future__ import annotations
 
 import os
 import stat
 from pathlib import Path
-
-PACKAGE_DIR = Path(__file__).resolve().parents[1]  # degen_train/, where the wheel keeps conf/
-
-
-def config_dir() -> Path:
-    for candidate in (PACKAGE_DIR / "conf", PACKAGE_DIR.parent / "conf"):
-        if (candidate / "train.yaml").exists():
-            return candidate
-    raise FileNotFoundError(f"no conf/train.yaml found in {PACKAGE_DIR} or its parent")
 
 
 def check_output_folder(path: str | Path, key: str) -> None:

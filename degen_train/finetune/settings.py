@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from degen_train.core.paths import config_dir
+from degen_train.core.package_dir import config_dir
 from degen_train.finetune.cell import Protocol
 
 PROTOCOLS = ("papers", "run_glue")

@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from degen_train.losses.contract import TERM_REGISTRY, LossTerm, register_term
+from degen_train.losses.contract import TERM_REGISTRY, LossTerm, TermContext, register_term
 from degen_train.losses.declarations import (  # noqa: F401 - the command line's light checks, said here too
     check_term_sections,
     declared_terms,
@@ -117,3 +117,25 @@ def with_compiled_heads(objective: Mapping[str, Mapping[str, Any] | None]) -> di
                 options["chunk_size"] = None
         out[key] = options
     return out
+
+
+def data_format_for(terms: dict[str, LossTerm], family: str, model_name: str) -> str:
+    """Check every term fits the model family and return the example layout the terms need."""
+    for key, term in terms.items():
+        if term.family is not None and term.family != family:
+            decoders, encoders = "model=gpt2_tiny, llama_tiny, qwen2_tiny, ...", "model=tiny, roberta_tiny, ..."
+            hint = decoders if term.family == "decoder" else encoders
+            raise ValueError(
+                f"loss term {key!r} needs the {term.family} family but model={model_name} is {family}: use {hint}"
+            )
+    formats = {term.data_format for term in terms.values() if term.data_format}
+    if "mlm_nsp" in formats:
+        return "mlm_nsp"
+    if formats:
+        return formats.pop()
+    return "mlm" if family == "encoder" else "causal"
+
+
+def setup_terms(terms: dict[str, LossTerm], context: TermContext) -> None:
+    for term in terms.values():
+        term.setup(context)

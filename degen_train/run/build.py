@@ -1,9 +1,9 @@
-"""Validate a config and build the pieces of a run, failing early with messages that name the value."""
+"""The Trainer of a run from its typed config: the callbacks, loggers, strategy and checkpoint IO Hydra builds from
+the config's plain settings, and the choices they depend on (the device, the validation interval)."""
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -17,32 +17,9 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from degen_train.callbacks.plain_progress import PlainProgress
 from degen_train.config.schema import TrainConfig
 from degen_train.config.trainer_section import TrainerConfig
-from degen_train.losses.contract import LossTerm, TermContext
 from degen_train.storage.checkpoints import AtomicCheckpointIO, BackgroundCheckpointIO
 
 log = logging.getLogger("degen_train")
-
-def data_format_for(terms: dict[str, LossTerm], family: str, model_name: str) -> str:
-    """Check every term fits the model family and return the example layout the terms need."""
-    for key, term in terms.items():
-        if term.family is not None and term.family != family:
-            decoders, encoders = "model=gpt2_tiny, llama_tiny, qwen2_tiny, ...", "model=tiny, roberta_tiny, ..."
-            hint = decoders if term.family == "decoder" else encoders
-            raise ValueError(
-                f"loss term {key!r} needs the {term.family} family but model={model_name} is {family}: use {hint}"
-            )
-    formats = {term.data_format for term in terms.values() if term.data_format}
-    if "mlm_nsp" in formats:
-        return "mlm_nsp"
-    if formats:
-        return formats.pop()
-    return "mlm" if family == "encoder" else "causal"
-
-
-def setup_terms(terms: dict[str, LossTerm], context: TermContext) -> None:
-    for term in terms.values():
-        term.setup(context)
-
 
 def instantiate(cfg: Any, **kwargs: Any) -> Any:
     """hydra.utils.instantiate, but our own input errors surface as themselves, not wrapped."""
@@ -108,15 +85,6 @@ def on_gpu(trainer: TrainerConfig) -> bool:
     """Whether this run trains on CUDA devices (trainer.accelerator gpu/cuda, or auto with one present)."""
     accelerator = str(trainer.accelerator or "auto")
     return accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-
-
-def deterministic_environment(trainer: TrainerConfig) -> None:
-    """trainer.deterministic=true: cuBLAS's fixed workspace (CUBLAS_WORKSPACE_CONFIG=:4096:8, torch's documented
-    value), set before the first CUDA matmul. Lightning sets the same when the Trainer is made, but the precision
-    check has run a matmul on the device by then, and cuBLAS reads the variable once, when its handle is made."""
-    if trainer.deterministic in (True, "warn") and "CUBLAS_WORKSPACE_CONFIG" not in os.environ:
-        os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
-        log.info("trainer.deterministic: CUBLAS_WORKSPACE_CONFIG=:4096:8 (cuBLAS's reproducible workspace)")
 
 
 def checkpoint_io(config: TrainConfig) -> Any:

@@ -23,12 +23,13 @@ from degen_train.config.trainer_section import TrainerConfig
 from degen_train.core.handed_files import printable
 from degen_train.core.paths import check_output_folder, refuse_links_in
 from degen_train.data.mixture import mixture_sources
+from degen_train.devices.determinism import deterministic_environment
 from degen_train.devices.precision import check_precision
 from degen_train.devices.threads import local_process_count, use_threads
 from degen_train.finetune.grid import protocol_from
 from degen_train.finetune.tasks import load_glue_task
 from degen_train.losses.accumulation import accumulation_warnings
-from degen_train.losses.catalog import build_terms, with_compiled_heads
+from degen_train.losses.catalog import build_terms, data_format_for, with_compiled_heads
 from degen_train.losses.contract import LossTerm
 from degen_train.metrics.perplexity import read_documents
 from degen_train.metrics.probes import read_sts, read_wic
@@ -36,7 +37,6 @@ from degen_train.models.backbone import model_family
 from degen_train.models.compile import check_compile_available
 from degen_train.optim import steps_past_the_schedule
 from degen_train.run.branching import BRANCH_MAY_CHANGE, branch_changes, start_branch
-from degen_train.run.build import data_format_for, deterministic_environment
 from degen_train.run.config_alone import check_config_alone
 from degen_train.run.hub import check_push
 from degen_train.run.resume import (
@@ -91,7 +91,7 @@ def check(cfg: DictConfig, *, model_choice: str = "model",
     config = alone if alone is not None else check_config_alone(cfg)
     settings = config.plain_settings()
     run_dir = Path(str(config.run_dir))
-    deterministic_environment(config.trainer)  # before any CUDA work
+    deterministic_environment(config.trainer.deterministic)  # before any CUDA work
     use_threads(config.threads, local_process_count(config.trainer) * jobs_side_by_side())  # a joblib sweep: N at once
     objective = with_compiled_heads(settings["objective"]) if config.model.compile_head else settings["objective"]
     terms, weights = build_terms({"objective": objective, "regularizer": settings.get("regularizer")}, checked=True)

@@ -25,11 +25,11 @@ import torch
 from torch import nn
 
 from degen_train.config.schema import TrainConfig
+from degen_train.losses.catalog import setup_terms
 from degen_train.losses.contract import TermContext, WeightedSum
 from degen_train.metrics.flops import body_and_head_parameters, model_flops
 from degen_train.models.activation_checkpointing import checkpoint_blocks, transformer_blocks
 from degen_train.models.backbone import Backbone, build_hf_model
-from degen_train.run.build import setup_terms
 from degen_train.run.step_check import StepWatch
 
 GIB = 2**30

@@ -41,9 +41,10 @@ from degen_train.data.mixture import mixture_seen  # noqa: E402
 from degen_train.devices.threads import local_process_count  # noqa: E402
 from degen_train.evaluation.export_probes import evaluate  # noqa: E402
 from degen_train.finetune.grid import finetune_export  # noqa: E402
+from degen_train.losses.catalog import setup_terms  # noqa: E402
 from degen_train.losses.contract import TermContext, WeightedSum, perplexity_source  # noqa: E402
 from degen_train.models.backbone import Backbone, build_hf_model, shape_signature  # noqa: E402
-from degen_train.run.build import build_trainer, on_gpu, setup_terms  # noqa: E402
+from degen_train.run.build import build_trainer, on_gpu  # noqa: E402
 from degen_train.run.checks import RunPlan, check, check_w8a8_text  # noqa: E402
 from degen_train.run.end_of_run_table import end_of_run_table, human, parameter_counts  # noqa: E402
 from degen_train.run.export import export_pretrained  # noqa: E402

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from degen_train.core.own_runs import new_run_id
-from degen_train.core.paths import PACKAGE_DIR
+from degen_train.core.package_dir import PACKAGE_DIR
 from degen_train.data.tokenizer import tokenizer_identity
 
 LIBRARIES = ("degen_train", "torch", "transformers", "lightning", "datasets", "tokenizers")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from degen_train.cli.listing import first_sentence, listing
-from degen_train.core.paths import config_dir
+from degen_train.core.package_dir import config_dir
 
 
 def test_the_first_sentence_runs_over_lines_and_stops_at_its_end(tmp_path: Path) -> None:
