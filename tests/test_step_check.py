@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from degen_train.config import load_config
-from degen_train.config.schema import checked_plan_config
+from degen_train.config.schema import validate_config
 from degen_train.data.datamodule import make_collator, prepare_data
 from degen_train.data.sampling import PositionedExamples
 from degen_train.losses.catalog import build_terms, data_format_for
@@ -42,15 +42,16 @@ STEP_WITHOUT_READS = ("bert_mlm", "gpt2_mle", "gao_cosreg", "electra", "simctg",
 
 def recipe_step(recipe_overrides: list[str], tmp_path: Path) -> tuple:
     """A freshly built PretrainModule of the recipe and one collated training batch (4 × 32)."""
-    cfg, config = checked_plan_config(load_config([*recipe_overrides, "data.batch_size=4", "data.block_size=32",
-                                      "model.max_position=64"], run_dir=tmp_path / "run"))  # fmt: skip
-    terms, weights = build_terms({"objective": cfg.objective, "regularizer": cfg.regularizer})
-    family = model_family(cfg.model)
+    config = validate_config(load_config([*recipe_overrides, "data.batch_size=4", "data.block_size=32",
+                                          "model.max_position=64"], run_dir=tmp_path / "run"))  # fmt: skip
+    settings = config.plain_settings()
+    terms, weights = build_terms({"objective": settings["objective"], "regularizer": settings.get("regularizer")})
+    family = model_family(config.model)
     data_format = data_format_for(terms, family, "model")
-    data = prepare_data(cfg.data, family=family, data_format=data_format, seed=0)
+    data = prepare_data(config.data, family=family, data_format=data_format, seed=0)
     module = build_module(config, data, terms, weights, family=family, with_nsp_head=data_format == "mlm_nsp")
     collator = make_collator(
-        data.tokenizer, data_format=data_format, masking=cfg.masking, vocab_size=len(data.tokenizer)
+        data.tokenizer, data_format=data_format, masking=config.masking, vocab_size=len(data.tokenizer)
     )
     examples = PositionedExamples(data.train, 0)
     return module.train(), collator([examples[(0, i)] for i in range(4)])

@@ -5,9 +5,10 @@ term's own options): those are checked where they are used. What is listed here 
 range and the constraints between sections, and every problem is reported at once, each naming the
 key, the value and what is allowed.
 
-This file is the one place a listed key's type, range and default are said. ``checked_config`` is
-the config that runs: the layers below the CLI receive it (the model section as a typed
-``ModelConfig``), read each listed key as an attribute, and never check or default it again.
+This file is the one place a listed key's type, range and default are said. ``validate_config``'s
+``TrainConfig`` is the config that runs: the layers below the CLI receive its typed sections (run/checks.py's
+``RunPlan``), read each listed key as an attribute, and never check or default it again; ``checked_config`` is the
+same as a DictConfig, for a config composed in Python (tests, notebooks, tools).
 """
 
 from __future__ import annotations
@@ -461,18 +462,12 @@ def validate_config(cfg: DictConfig) -> TrainConfig:
 
 
 def checked_config(cfg: DictConfig) -> DictConfig:
-    """The config that runs: ``cfg`` checked by ``validate_config`` and rebuilt from what the check returned, so
-    every listed key is present with its checked value or the schema's default (unlisted keys as given)."""
-    return checked_plan_config(cfg)[0]
-
-
-def checked_plan_config(cfg: DictConfig) -> tuple[DictConfig, TrainConfig]:
-    """(``checked_config``'s DictConfig, the typed config it was rebuilt from): the one check of a run's settings,
-    its typed sections handed down to each package (run/checks.py)."""
-    checked = validate_config(cfg)
-    runs = OmegaConf.create(checked.plain_settings())
+    """The config that runs, as a DictConfig: ``cfg`` checked by ``validate_config`` and rebuilt from its plain
+    settings, so every listed key is present with its checked value or the schema's default (unlisted keys as
+    given)."""
+    runs = OmegaConf.create(validate_config(cfg).plain_settings())
     OmegaConf.set_struct(runs, True)  # as Hydra's: reading a key nobody set raises instead of returning None
-    return runs, checked
+    return runs
 
 
 def _filled(full: Any, given: Any) -> Any:
