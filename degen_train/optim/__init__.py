@@ -103,20 +103,18 @@ def lr_factor(
     return decayed(min(1.0, (step - warmup_steps) / span), schedule, min_ratio)
 
 
-def factor_of(scheduler: Any, step: int) -> float:
+def factor_of(scheduler: Mapping[str, Any], step: int) -> float:
     """``lr_factor`` at ``step`` of a house scheduler config (conf/scheduler/*.yaml), its WSD decay length included;
-    ``scheduler``: the typed section (config/schema.SchedulerConfig) or a mapping of its keys."""
-    def setting(key: str, default: Any = None) -> Any:
-        return scheduler.get(key, default) if isinstance(scheduler, Mapping) else getattr(scheduler, key, default)
-
-    total, warmup = int(setting("total_steps")), int(setting("warmup_steps"))
+    ``scheduler``: the section's keys (a mapping)."""
+    total, warmup = int(scheduler["total_steps"]), int(scheduler["warmup_steps"])
     decay = 0
-    if setting("schedule") == "wsd":
-        decay = wsd_decay_steps(total, warmup, setting("decay_steps"), float(setting("decay_fraction", 0.2)))
-    return lr_factor(step, warmup_steps=warmup, total_steps=total, schedule=str(setting("schedule")),
-                     min_ratio=float(setting("min_ratio")), decay_steps=decay,
-                     decay_shape=str(setting("decay_shape", "linear")),
-                     warmup_init_div=setting("warmup_init_div"))  # fmt: skip
+    if scheduler["schedule"] == "wsd":
+        fraction = float(scheduler.get("decay_fraction", 0.2))
+        decay = wsd_decay_steps(total, warmup, scheduler.get("decay_steps"), fraction)
+    return lr_factor(step, warmup_steps=warmup, total_steps=total, schedule=str(scheduler["schedule"]),
+                     min_ratio=float(scheduler["min_ratio"]), decay_steps=decay,
+                     decay_shape=str(scheduler.get("decay_shape", "linear")),
+                     warmup_init_div=scheduler.get("warmup_init_div"))  # fmt: skip
 
 
 def decayed(progress: float, shape: str, min_ratio: float) -> float:

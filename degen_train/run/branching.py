@@ -109,7 +109,7 @@ def refuse_a_decay_before_the_branch(config: TrainConfig, step: int) -> None:
     start = total - decay
     if start >= step:
         return
-    rate = factor_of(scheduler, step)
+    rate = factor_of(scheduler.model_dump(), step)
     given = ("scheduler.decay_steps=" + str(scheduler.decay_steps)) if scheduler.decay_steps is not None else (
         f"scheduler.decay_fraction={scheduler.decay_fraction} of total_steps={total}")  # fmt: skip
     raise ValueError(

@@ -96,9 +96,9 @@ class Refusal:
             self.subject, self.this = f"checkpoint {path}", "this run"
             self.export = "its export (model.init_from=RUN/hf)"
         else:
-            parent = branch_from.rpartition("@")[0]
+            self.parent = branch_from.rpartition("@")[0]  # RUN of RUN@STEP (branching.parse_branch checked it)
             self.subject = f"branch_from={branch_from}: the parent's checkpoint {path}"
-            self.this, self.export = "this branch", f"the parent's export (model.init_from={parent}/hf)"
+            self.this, self.export = "this branch", f"the parent's export (model.init_from={self.parent}/hf)"
 
     def keep(self, what: str, resume_advice: str) -> str:
         """What to do: a resume's own advice, or what a branch may change and that it keeps its parent's WHAT."""
@@ -168,8 +168,8 @@ def check_tokenizer(path: Path, saved: dict[str, Any], tokenizer: Any, *, branch
         says = Refusal(path, branch_from)
         advice = "resume with the run's own tokenizer (RUN/tokenizer/, or data.tokenizer.path=RUN/tokenizer)"
         if branch_from is not None:
-            advice = (f"branch with the parent's own tokenizer ({branch_from.rpartition('@')[0]}/tokenizer/, which a "
-                      f"branch reads when data.tokenizer.path is unset)")  # fmt: skip
+            advice = (f"branch with the parent's own tokenizer ({says.parent}/tokenizer/, which a branch reads when "
+                      f"data.tokenizer.path is unset)")  # fmt: skip
         raise ValueError(
             f"{says.subject} was trained with tokenizer {recorded}, {says.this} has {now} (the same vocabulary size, "
             f"other tokens): {advice}"
