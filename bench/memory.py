@@ -33,12 +33,12 @@ overrides = json.loads(sys.argv[1])
 plan = check(load_config([*overrides, "data.tokenizer.vocab_size=8000", "model.max_position=512", "plan.only=true"],
                          run_dir="/tmp/degen-bench-memory"))
 common = dict(data_format=plan.data_format, activation_checkpointing=plan.config.model.activation_checkpointing)
-planned = fake_step_memory(plan.config, plan.terms, plan.weights, **common)
+planned = fake_step_memory(plan.config, plan.build_terms(), plan.weights, **common)
 baseline = psutil.Process().memory_info().rss
 times = []
 for _ in range(3):
     start = time.perf_counter()
-    measured = fake_step_memory(plan.config, plan.terms, plan.weights, **common, fake=False)
+    measured = fake_step_memory(plan.config, plan.build_terms(), plan.weights, **common, fake=False)
     times.append(time.perf_counter() - start)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps({"rss_added": peak - baseline, "planned_peak": planned.peak, "tracked_peak": measured.peak,

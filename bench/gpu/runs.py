@@ -120,7 +120,7 @@ def ours(run_dir: Path, *overrides: str, keep: bool = False, with_plan: bool = F
     planned = None
     if with_plan:
         plan = check(load_config([*common, *overrides, "plan.only=true"], run_dir=run_dir / "plan"))
-        planned = make_plan(plan.config, plan.terms, plan.weights, data_format=plan.data_format)["peak_gib"]
+        planned = make_plan(plan.config, plan.build_terms(), plan.weights, data_format=plan.data_format)["peak_gib"]
     cfg = load_config([*common, *overrides], run_dir=run_dir)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from degen_train.losses.contract import TERM_REGISTRY, LossTerm, TermContext, register_term
@@ -25,7 +26,7 @@ from degen_train.losses.declarations import (  # noqa: F401 - the command line's
     refuse_unknown_term_options,
     unknown_option_message,
 )
-from degen_train.losses.options import TermOptionError
+from degen_train.losses.options import TermOptionError, check_given
 
 ENTRY_POINT_GROUP = "degen_train.terms"
 import_term_modules()  # every term file of the folder registers its class
@@ -62,9 +63,41 @@ def signature_options(term: type[LossTerm]) -> list[str] | None:
     return ["weight", "term", *own]
 
 
-def build_terms(sections: Mapping[str, Mapping[str, Any] | None], *,
-                checked: bool = False) -> tuple[dict[str, LossTerm], dict[str, float]]:  # fmt: skip
-    """Build terms from config sections, e.g. {"objective": {"mlm": {"weight": 1}}, "regularizer": {}}.
+@dataclass(frozen=True)
+class TermSpec:
+    """A configured term before it is built: its key in the config, its class, its options (checked) and weight. The
+    check stage makes these (no module built); the build stage builds them (``build``)."""
+
+    section: str  # objective | regularizer
+    key: str  # its name in the section (a registered name, or any with ``term:`` inside)
+    term: type[LossTerm]
+    options: dict[str, Any]
+    weight: float
+
+    @property
+    def path(self) -> str:
+        return f"{self.section}.{self.key}"
+
+    def check(self) -> None:
+        """Each option against its annotation and the term's rules between them (LossTerm.check_options)."""
+        try:
+            check_given(self.term, self.options)
+            self.term.check_options(dict(self.options))
+        except TermOptionError as error:  # said under the key the config has, not the term's default one
+            raise error.at(self.path) from None
+
+    def build(self) -> LossTerm:
+        try:
+            return self.term(**self.options)
+        except TermOptionError as error:
+            raise error.at(self.path) from None
+        except TypeError as error:
+            raise ValueError(f"bad options for loss term {self.path}: {error}") from error
+
+
+def term_specs(sections: Mapping[str, Mapping[str, Any] | None], *, checked: bool = False) -> dict[str, TermSpec]:
+    """The configured terms from config sections, e.g. {"objective": {"mlm": {"weight": 1}}, "regularizer": {}},
+    each checked (``TermSpec.check``), none built.
 
     A key names a registered term, or any name with ``term: REGISTERED_NAME`` inside (to use one
     term twice with different settings). Every other key is a keyword argument of the term.
@@ -74,8 +107,7 @@ def build_terms(sections: Mapping[str, Mapping[str, Any] | None], *,
         plugins = set(registry) - set(declared_terms())
         check_term_sections({section: dict(entries or {}) for section, entries in sections.items()},
                             plugins=bool(plugins))  # fmt: skip
-    terms: dict[str, LossTerm] = {}
-    weights: dict[str, float] = {}
+    specs: dict[str, TermSpec] = {}
     for section, entries in sections.items():
         for key, options in (entries or {}).items():
             options = dict(options or {})
@@ -89,16 +121,22 @@ def build_terms(sections: Mapping[str, Mapping[str, Any] | None], *,
             for option in options:  # a plugin's term: its constructor's keywords (declared terms were checked above)
                 if allowed is not None and option not in allowed:
                     raise ValueError(unknown_option_message(section, key, registered, option, allowed))
-            try:
-                terms[key] = registry[registered](**options)
-            except TermOptionError as error:  # said under the key the config has, not the term's default one
-                raise error.at(f"{section}.{key}") from None
-            except TypeError as error:
-                raise ValueError(f"bad options for loss term {section}.{key}: {error}") from error
-            weights[key] = weight
-    if not terms:
+            specs[key] = TermSpec(section, key, registry[registered], options, weight)
+            specs[key].check()
+    if not specs:
         raise ValueError("no loss terms configured: choose an objective, e.g. objective=mlm")
-    return terms, weights
+    return specs
+
+
+def build_specs(specs: Mapping[str, TermSpec]) -> tuple[dict[str, LossTerm], dict[str, float]]:
+    """The terms built from their specs, and their weights."""
+    return {key: spec.build() for key, spec in specs.items()}, {key: spec.weight for key, spec in specs.items()}
+
+
+def build_terms(sections: Mapping[str, Mapping[str, Any] | None], *,
+                checked: bool = False) -> tuple[dict[str, LossTerm], dict[str, float]]:  # fmt: skip
+    """Build terms from config sections (``term_specs``, then each built): the terms and their weights."""
+    return build_specs(term_specs(sections, checked=checked))
 
 
 def with_compiled_heads(objective: Mapping[str, Mapping[str, Any] | None]) -> dict[str, dict[str, Any]]:
@@ -119,8 +157,9 @@ def with_compiled_heads(objective: Mapping[str, Mapping[str, Any] | None]) -> di
     return out
 
 
-def data_format_for(terms: dict[str, LossTerm], family: str, model_name: str) -> str:
-    """Check every term fits the model family and return the example layout the terms need."""
+def data_format_for(terms: Mapping[str, LossTerm | type[LossTerm] | TermSpec], family: str, model_name: str) -> str:
+    """Check every term (built, a class or a spec) fits the model family and return the example layout they need."""
+    terms = {key: term.term if isinstance(term, TermSpec) else term for key, term in terms.items()}
     for key, term in terms.items():
         if term.family is not None and term.family != family:
             decoders, encoders = "model=gpt2_tiny, llama_tiny, qwen2_tiny, ...", "model=tiny, roberta_tiny, ..."

@@ -77,6 +77,12 @@ class LossTerm(nn.Module):
         if "__init__" in cls.__dict__:
             cls.__init__ = checked(cls.__dict__["__init__"])  # type: ignore[method-assign]
 
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        """The rules a term's given ``options`` obey beyond each one's annotation (between two options; an input
+        named in ``reads`` that must exist), raising a ValueError that names the key. The check stage asks it with
+        no module built, before any data; the constructor asks it again. Default: none."""
+
     def forward(self, output: ForwardOutput) -> TermOutput:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -40,8 +40,6 @@ class GeneratorCorruption(LossTerm):
     ) -> None:
         super().__init__()
         self.sample_mode = generator_sample_mode or self.default_sample_mode
-        if generator_hidden_fraction != "auto" and not 0 < float(generator_hidden_fraction) <= 1:
-            raise ValueError(f"{self.name}: generator_hidden_fraction not in (0, 1]: {generator_hidden_fraction}")
         self.generator_options = {
             "layers": generator_layers,
             "fraction": generator_hidden_fraction,
@@ -50,6 +48,12 @@ class GeneratorCorruption(LossTerm):
         }
         self.generator_weight, self.sampling_temperature = generator_weight, sampling_temperature
         self.generator: AuxiliaryGenerator | None = None
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        fraction = options.get("generator_hidden_fraction", "auto")
+        if fraction != "auto" and not 0 < float(fraction) <= 1:
+            raise ValueError(f"{cls.name}: generator_hidden_fraction not in (0, 1]: {fraction}")
 
     def released_generator_shape(self, layers: int, hidden: int) -> tuple[int, float]:
         """(depth, width fraction) of the authors' generator for a main model of this depth and width."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import torch
 import torch.nn.functional as F
@@ -42,13 +42,17 @@ class TokenPredictionTerm(LossTerm):
 
     def __init__(self, *, chunk_size: Annotated[int, Ge(1)] | None = None, compiled: bool = False) -> None:
         super().__init__()
-        if compiled and chunk_size:
+        self.chunk_size, self.compiled = chunk_size, compiled
+        self.requires = frozenset() if chunk_size or compiled else frozenset({"logits"})
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        chunk_size = options.get("chunk_size")
+        if options.get("compiled") and chunk_size:
             raise ValueError(
                 f"compiled=true makes the head's logits in one compiled graph, chunk_size={chunk_size} a chunk at a "
                 f"time: set chunk_size=null with compiled=true (or compiled=false)"
             )
-        self.chunk_size, self.compiled = chunk_size, compiled
-        self.requires = frozenset() if chunk_size or compiled else frozenset({"logits"})
 
     def head_parameters(self, backbone: nn.Module) -> list[nn.Parameter]:
         """The vocabulary head but the input word matrix (tied or not, every term reads that one)."""

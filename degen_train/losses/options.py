@@ -41,14 +41,23 @@ def checked(init: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(init)
     def init_checked(self: Any, *args: Any, **kwargs: Any) -> None:
-        given = signature.bind(self, *args, **kwargs).arguments
-        hints = option_hints(init)
-        for option, value in given.items():
-            if option in hints and option != "self":
-                _check(type(self), option, value, hints[option])
+        given = dict(signature.bind(self, *args, **kwargs).arguments)
+        given.pop("self", None)
+        check_given(type(self), given, init)
+        type(self).check_options(given)  # the rules between options (LossTerm.check_options), asked at stage 1 too
         init(self, *args, **kwargs)
 
+    init_checked.__wrapped_init__ = init  # type: ignore[attr-defined]
     return init_checked
+
+
+def check_given(term: type, given: dict[str, Any], init: Callable[..., None] | None = None) -> None:
+    """Each option given to ``term`` against its constructor's annotation, with no module built."""
+    init = init or getattr(term.__init__, "__wrapped_init__", term.__init__)
+    hints = option_hints(init)
+    for option, value in given.items():
+        if option in hints:
+            _check(term, option, value, hints[option])
 
 
 @functools.cache

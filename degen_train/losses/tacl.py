@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -77,6 +77,10 @@ class TokenContrastiveTerm(LossTerm):
         # Kept outside the module tree on purpose: no parameters in the optimizer, nothing in
         # checkpoints or DDP buckets. It is reloaded from ``teacher_path`` on resume.
         self._teacher: list[nn.Module] = []
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        resolve_teacher_path(options.get("teacher"))  # an input: named and found at stage 1, loaded at setup
 
     @property
     def teacher(self) -> nn.Module | None:

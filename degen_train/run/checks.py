@@ -28,8 +28,7 @@ from degen_train.devices.precision import check_precision
 from degen_train.devices.threads import local_process_count, use_threads
 from degen_train.finetune.grid import protocol_from
 from degen_train.finetune.tasks import load_glue_task
-from degen_train.losses.accumulation import accumulation_warnings
-from degen_train.losses.catalog import build_terms, data_format_for, with_compiled_heads
+from degen_train.losses.catalog import TermSpec, build_specs, data_format_for, term_specs, with_compiled_heads
 from degen_train.losses.contract import LossTerm
 from degen_train.metrics.perplexity import read_documents
 from degen_train.metrics.probes import read_sts, read_wic
@@ -61,8 +60,7 @@ class RunPlan:
     # (config.data, config.model, ...); what Hydra instantiates and the run records is its plain_settings()
     config: TrainConfig
     run_dir: Path
-    terms: dict[str, LossTerm]
-    weights: dict[str, float]
+    terms: dict[str, TermSpec]  # the loss terms, checked and not built (``build_terms``)
     family: str  # encoder | decoder
     data_format: str  # mlm | mlm_nsp | causal
     glue_tasks: list[Any] = field(default_factory=list)  # eval.glue's tasks, read
@@ -70,6 +68,14 @@ class RunPlan:
     checkpoint: Path | None = None  # what the run resumes from
     saved: dict[str, Any] = field(default_factory=dict)  # the checkpoint's own record
     finished: dict[str, Any] | None = None  # the summary of a run that finished before: nothing to do
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return {key: spec.weight for key, spec in self.terms.items()}
+
+    def build_terms(self) -> dict[str, LossTerm]:
+        """The loss terms, built afresh from their checked specs (stage 3, or a memory plan's fake step)."""
+        return build_specs(self.terms)[0]
 
     @property
     def starting_branch(self) -> str | None:
@@ -94,25 +100,19 @@ def check(cfg: DictConfig, *, model_choice: str = "model",
     deterministic_environment(config.trainer.deterministic)  # before any CUDA work
     use_threads(config.threads, local_process_count(config.trainer) * jobs_side_by_side())  # a joblib sweep: N at once
     objective = with_compiled_heads(settings["objective"]) if config.model.compile_head else settings["objective"]
-    terms, weights = build_terms({"objective": objective, "regularizer": settings.get("regularizer")}, checked=True)
+    # each term's options and the inputs they name are checked here; no term is built (stage 3 builds them)
+    terms = term_specs({"objective": objective, "regularizer": settings.get("regularizer")}, checked=True)
     family = model_family(config.model)
     data_format = data_format_for(terms, family, model_choice)
-    plan = RunPlan(config, run_dir, terms, weights, family, data_format)
+    plan = RunPlan(config, run_dir, terms, family, data_format)
     if config.prepare_only or config.plan.only:  # the cache only, or nothing: no run folder to check
         return plan
-    check_losses(plan)
     check_hardware(config)
     plan.glue_tasks = check_inputs(config, family)
     check_schedule_and_data(config)
     check_folders(config, run_dir)
     check_resume_or_branch(plan)
     return plan
-
-
-def check_losses(plan: RunPlan) -> None:
-    """objective, regularizer: what accumulation cannot give a term that mixes samples, said at start."""
-    for warning in accumulation_warnings(plan.terms, plan.weights, plan.config.trainer.accumulate_grad_batches):
-        log.warning(warning)
 
 
 def check_hardware(config: TrainConfig) -> None:

@@ -41,6 +41,7 @@ from degen_train.data.mixture import mixture_seen  # noqa: E402
 from degen_train.devices.threads import local_process_count  # noqa: E402
 from degen_train.evaluation.export_probes import evaluate  # noqa: E402
 from degen_train.finetune.grid import finetune_export  # noqa: E402
+from degen_train.losses.accumulation import accumulation_warnings  # noqa: E402
 from degen_train.losses.catalog import setup_terms  # noqa: E402
 from degen_train.losses.contract import TermContext, WeightedSum, perplexity_source  # noqa: E402
 from degen_train.models.backbone import Backbone, build_hf_model, shape_signature  # noqa: E402
@@ -72,7 +73,7 @@ def train(cfg: DictConfig, *, alone: TrainConfig | None = None) -> dict[str, Any
     plan = check(cfg, model_choice=_choice("model"), alone=alone)  # 1. check
     clock.mark("the check")
     if plan.config.plan.only:  # debug=plan: one step on fake tensors, printed; nothing prepared or written
-        return check_plan(plan.config, plan.terms, plan.weights, data_format=plan.data_format)
+        return check_plan(plan.config, plan.build_terms(), plan.weights, data_format=plan.data_format)
     if plan.config.prepare_only:
         with stopping_before_training(str(plan.config.data.cache_dir)):
             return prepare_only(plan)
@@ -156,8 +157,10 @@ def prepare(plan: RunPlan) -> PreparedData:
 def build(plan: RunPlan, data: PreparedData) -> Built:
     """3. The model and its terms, the loader, the trainer, and the run's record."""
     config = plan.config
-    module = build_module(config, data, plan.terms, plan.weights, family=plan.family,
+    module = build_module(config, data, plan.build_terms(), plan.weights, family=plan.family,
                           with_nsp_head=plan.data_format == "mlm_nsp")  # fmt: skip
+    for warning in accumulation_warnings(module.loss.terms, plan.weights, config.trainer.accumulate_grad_batches):
+        log.warning(warning)  # what accumulation cannot give a term that mixes samples, said before the first step
     if plan.checkpoint is not None:  # only the built model knows its vocabulary size
         check_signature(plan.checkpoint, plan.saved.get("signature"), module.checkpoint_identity["signature"],
                         branch_from=plan.starting_branch)  # fmt: skip
@@ -196,7 +199,8 @@ def build(plan: RunPlan, data: PreparedData) -> Built:
 def finish(plan: RunPlan, built: Built, train_metrics: dict, val_metrics: dict) -> dict[str, Any]:
     """5. The summary; rank 0: the export, its upload, the probes and GLUE, summary.json and the end-of-run table."""
     config = plan.config
-    summary = _summary(config, built.trainer, train_metrics, val_metrics, terms=plan.terms, weights=plan.weights)
+    summary = _summary(config, built.trainer, train_metrics, val_metrics, terms=built.module.loss.terms,
+                       weights=plan.weights)  # fmt: skip
     _add_run_facts(config, summary, built, plan.branch)
     summary["time_to_first_step_s"] = built.clock.time_to_first_step if built.clock is not None else None
     if summary["val_perplexity"] is not None:  # every process: the record gathers their batches

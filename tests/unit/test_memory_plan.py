@@ -32,8 +32,8 @@ def test_the_fake_step_peak_is_the_real_steps(tmp_path: Path, overrides: list[st
     measures on a card): the fake step's peak within 1% (0.0 to 0.3% here; BERT's MLM step 0.0% too)."""
     plan = checked(tmp_path, *overrides)
     common = {"data_format": plan.data_format, "activation_checkpointing": plan.config.model.activation_checkpointing}
-    fake = fake_step_memory(plan.config, plan.terms, plan.weights, **common)
-    real = fake_step_memory(plan.config, plan.terms, plan.weights, **common, fake=False)
+    fake = fake_step_memory(plan.config, plan.build_terms(), plan.weights, **common)
+    real = fake_step_memory(plan.config, plan.build_terms(), plan.weights, **common, fake=False)
     assert fake.peak == pytest.approx(real.peak, rel=0.01)
     assert fake.parameter_count == real.parameter_count > 0
 
@@ -42,7 +42,7 @@ def test_checkpointing_lowers_the_planned_peak(tmp_path: Path) -> None:
     plain = checked(tmp_path, "recipe=gpt2_mle", "model=gpt2_tiny", "model.num_layers=4")
     full = checked(tmp_path, "recipe=gpt2_mle", "model=gpt2_tiny", "model.num_layers=4",
                    "model.activation_checkpointing=full")  # fmt: skip
-    peaks = [make_plan(p.config, p.terms, p.weights, data_format=p.data_format)["peak_gib"] for p in (plain, full)]
+    peaks = [make_plan(p.config, p.build_terms(), p.weights, data_format=p.data_format)["peak_gib"] for p in (plain, full)]
     assert peaks[1] < 0.7 * peaks[0], peaks
 
 
