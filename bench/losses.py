@@ -22,7 +22,7 @@ from degen_train.losses.contract import TermContext, WeightedSum
 from degen_train.losses.cosreg import cosine_regularizer
 from degen_train.models.backbone import Backbone, build_hf_model
 from degen_train.models.generator import sample_replacements
-from degen_train.optim import build_optimizer
+from degen_train.optim.optimizer import build_optimizer
 
 
 def make_loss(sections: dict, backbone: Backbone, batch_size: int) -> WeightedSum:

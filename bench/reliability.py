@@ -22,7 +22,7 @@ from degen_train.config import load_config
 from degen_train.losses.catalog import build_terms, data_format_for
 from degen_train.losses.contract import WeightedSum
 from degen_train.models.backbone import Backbone, build_hf_model
-from degen_train.optim import build_optimizer
+from degen_train.optim.optimizer import build_optimizer
 from degen_train.storage.checkpoints import save_checkpoint_file
 
 

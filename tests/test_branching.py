@@ -132,7 +132,7 @@ def test_a_branch_is_its_parent_plus_what_it_changes(tmp_path: Path, small_corpu
     said = next(m for m in (r.getMessage() for r in caplog.records) if "branch of" in m and " reads: " not in m)
     changed = [line.strip().split(":")[0] for line in said.splitlines()[1:]]
     # what it trains, and export_hf: a branch decides its own outputs (role output: the parent's run's
-    # export_hf=false, a test helper's, is not carried; config/roles.py)
+    # export_hf=false, a test helper's, is not carried; core/roles.py)
     assert sorted(changed) == ["export_hf", "regularizer.cosreg.weight", "scheduler.decay_steps",
                                "trainer.max_steps"], said  # fmt: skip
     assert not [r for r in caplog.records if r.getMessage().startswith("resume changes")]

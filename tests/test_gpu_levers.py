@@ -15,7 +15,7 @@ import torch
 from degen_train.data.datamodule import loader_workers
 from degen_train.devices.device_reads import DeferredRead
 from degen_train.losses.contract import WeightedSum
-from degen_train.optim import kernel_choice
+from degen_train.optim.optimizer import kernel_choice
 from degen_train.storage.checkpoints import BackgroundCheckpointIO, CheckpointWriteFailed, verified_step
 from tests.helpers import checkpoint_weights, logged, masked_batch, run, tiny_backbone
 

@@ -45,7 +45,7 @@ class DivergenceGuard(Callback):
         spike_sigma: float | None,
         spike_window: int,
     ) -> None:
-        # Checked, with their defaults, in schema.py (DivergenceCallbackConfig) and conf/callbacks/default.yaml.
+        # Checked, with their defaults, in sections.py (DivergenceCallbackConfig) and conf/callbacks/default.yaml.
         self.on_nonfinite, self.max_skips = on_nonfinite, max_skips
         self.spike_sigma, self.spike_window = spike_sigma, spike_window
         self.skipped = 0

@@ -18,7 +18,7 @@ MARKER = re.compile(r"<!-- generated: (\w+)(?: ([\w/]+))? -->")
 
 def count(role: str) -> str:
     from degen_train.config.role_lookup import role_counts
-    from degen_train.config.roles import Role
+    from degen_train.core.roles import Role
 
     return str(role_counts()[Role(role)])
 

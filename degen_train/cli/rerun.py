@@ -5,7 +5,7 @@ house's Hydra settings; later overrides still apply. The new run goes to RUN-rep
 hydra.run.dir says otherwise. A different code commit than the record's is warned about, not refused.
 
 A run folder may come from someone else, so its config is data, read through the one reader of handed-over files
-(config/handed_over.py), each key by the role it declares (config/roles.py): the house's keys, value types and
+(config/handed_over.py), each key by the role it declares (core/roles.py): the house's keys, value types and
 ``_target_``s only, no interpolation; every output location (checkpoints, logs, profiles, the Trainer's root, the data
 cache) is the house's own for the new folder, its loggers the house's default, its Hydra settings, launch and upload
 left out (said in one line); an input (a corpus, tokenizer, teacher, starting weights, probe files) is read only at the
@@ -29,11 +29,11 @@ from degen_train.config.house_keys import house_value
 from degen_train.config.inherited import given_keys
 from degen_train.config.records import Summary, read_record
 from degen_train.config.role_lookup import inputs_named, role_of
-from degen_train.config.roles import TRAINS, Role
 from degen_train.core.handed_files import HandedOverFileError
 from degen_train.core.own_runs import is_own
 from degen_train.core.package_dir import config_dir
 from degen_train.core.paths import writable_folder
+from degen_train.core.roles import TRAINS, Role
 from degen_train.run.provenance import code_version
 
 log = logging.getLogger("degen_train")

@@ -215,7 +215,7 @@ def _setting_differences(first: Path, second: Path) -> list[str]:
     """'KEY: a → b' for every setting two runs' recorded configs (summary.json) differ in, where the run folder is
     every run writes into (run_dir, checkpoint folders) left out."""
     from degen_train.config.role_lookup import role_of
-    from degen_train.config.roles import Role
+    from degen_train.core.roles import Role
     from degen_train.core.trees import flatten
 
     configs = []

@@ -2,7 +2,7 @@
 ``--reproduce`` (RUN/config.yaml), a run or sweep folder given to degen-report, degen-analyze or degen-finetune.
 
 Such a file is data, and every rule this reader applies comes from the role each setting declares where it is defined
-(config/roles.py; the schema's fields carry theirs): what the run trains or measures and how it is shown are carried,
+(core/roles.py; the schema's fields carry theirs): what the run trains or measures and how it is shown are carried,
 as checked values; where it writes and how it is launched are left out (this run decides them, said in one line); an
 input or code is carried only at the house's own value, else refused in one line naming the file, the entry and the
 command-line form (unless the user's command line gives that key); a protection only when it is no looser than the
@@ -28,7 +28,6 @@ from typing import Any
 from degen_train.config.house_keys import house_default, house_groups, house_keys, kind_of, schema_fields
 from degen_train.config.renamed import current_target
 from degen_train.config.role_lookup import group_role, role_of
-from degen_train.config.roles import MEANING, Declared, Role
 from degen_train.core.handed_files import (
     CONTROL,
     LYING,
@@ -39,6 +38,7 @@ from degen_train.core.handed_files import (
     plain_file_text,
     printable,
 )
+from degen_train.core.roles import MEANING, Declared, Role
 
 TERM_OPTION = re.compile(r"^(objective|regularizer)\.(\w+)\.(\w+)$")
 KEY = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
@@ -344,7 +344,7 @@ def _read_choice(reading: Reading, door: Door, group: str, value: Any, prefix: s
     choice = _checked_choice(reading.source, group, value, door.advice)
     if declared is None:
         raise HandedOverError(f"{reading.source}: {printable(text, 200)}: the group {group} declares no role "
-                              f"(config/roles.py), so a handed-over file may not choose it{door.advice}")  # fmt: skip
+                              f"(core/roles.py), so a handed-over file may not choose it{door.advice}")  # fmt: skip
     if declared.role in LEFT_OUT:
         reading.left_out[group] = value
         return

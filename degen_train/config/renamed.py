@@ -35,8 +35,17 @@ RENAMED_MODULES = {
 }  # fmt: skip
 
 
+# A name that moved out of a package's __init__ into a module of it (issue 70: optim's own typed sections beside it).
+RENAMED_TARGETS = {
+    "degen_train.optim.build_optimizer": "degen_train.optim.optimizer.build_optimizer",
+    "degen_train.optim.build_scheduler": "degen_train.optim.schedule.build_scheduler",
+}
+
+
 def current_target(target: str) -> str:
     """``target`` (``module.attribute``) with its module's path as it is now; unchanged when it never moved."""
+    if target in RENAMED_TARGETS:
+        return RENAMED_TARGETS[target]
     for old in sorted(RENAMED_MODULES, key=len, reverse=True):
         if target.startswith(old + "."):
             return RENAMED_MODULES[old] + target[len(old) :]

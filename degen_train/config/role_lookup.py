@@ -1,5 +1,5 @@
 """The role of a dotted key or a config group's choice, read from the typed sections' fields that declare them
-(config/roles.py says what the roles are). No list of keys is kept here: a field added to a section brings its role.
+(core/roles.py says what the roles are). No list of keys is kept here: a field added to a section brings its role.
 
 A key is looked up by walking the sections: a field that is a section goes on into it; a mapping of sections (the
 loss terms: ``objective.NAME.OPTION``) passes the name by; a field that is a value declares the role of everything
@@ -17,9 +17,9 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from degen_train.config.house_keys import house_keys, schema_fields
-from degen_train.config.roles import Declared, GroupRole, Role
 from degen_train.config.schema import TrainConfig
-from degen_train.config.section import Instantiated
+from degen_train.core.roles import Declared, GroupRole, Role
+from degen_train.core.section import Instantiated
 
 
 def declared_in(info: FieldInfo, kind: type = Declared) -> Any:

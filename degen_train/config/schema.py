@@ -1,11 +1,13 @@
-"""The typed schema of a training config, checked once before any data, model or file is touched.
+"""The run's typed config, ``TrainConfig``: the composition of every component's own section, checked once before
+any data, model or file is touched.
 
-Every section allows keys the schema does not list (any ``lightning.pytorch.Trainer`` argument, a
-term's own options): those are checked where they are used. What is listed here is checked for type,
-range and the constraints between sections, and every problem is reported at once, each naming the
-key, the value and what is allowed.
+Each component declares its section beside its code, every field with its type, range, default and role:
+data/section.py (data.*, data.tokenizer.*, masking.*), models/section.py (model.*), optim/section.py (optimizer.*,
+scheduler.*), callbacks/sections.py (callbacks.*), finetune/section.py (eval.finetune.*), config/trainer_section.py
+(Lightning's Trainer arguments). This file holds the sections no single component owns (eval, push_to_hub, search,
+plan, a loss term's options), the run's top-level keys, and the rules that span sections (``sections_agree``).
 
-This file is the one place a listed key's type, range and default are said. ``validate_config``'s
+Every problem is reported at once, each naming the key, the value and what is allowed. ``validate_config``'s
 ``TrainConfig`` is the config that runs: the layers below the CLI receive its typed sections (run/checks.py's
 ``RunPlan``), read each listed key as an attribute, and never check or default it again; ``checked_config`` is the
 same as a DictConfig, for a config composed in Python (tests, notebooks, tools).
@@ -13,256 +15,32 @@ same as a DictConfig, for a config composed in Python (tests, notebooks, tools).
 
 from __future__ import annotations
 
-import difflib
 import logging
-from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from degen_train.config.callback_sections import CallbacksConfig
-from degen_train.config.roles import (
+from degen_train.callbacks.sections import CallbacksConfig
+from degen_train.config.trainer_section import TrainerConfig
+from degen_train.core.roles import (
     CODE,
     INPUT,
     LAUNCH,
     MEASURES,
     OUTPUT,
-    PRESENTATION,
     TRAINS,
     VALIDATION,
     Declared,
     group,
-    measures,
     protection,
 )
-from degen_train.config.section import MAX_ITEMS, MAX_PROMPTS, MAX_TOKENS, Closed, Instantiated, Open, given_only
-from degen_train.config.trainer_section import TrainerConfig
-
-Section = TypeVar("Section", bound=BaseModel)
-
-
-class MaskingConfig(BaseModel):
-    model_config = Open
-    probability: Annotated[float, TRAINS] = Field(gt=0, le=1)
-    mask_fraction: Annotated[float, TRAINS] = Field(ge=0, le=1)
-    random_fraction: Annotated[float, TRAINS] = Field(ge=0, le=1)
-
-    @model_validator(mode="after")
-    def fractions_fit(self) -> MaskingConfig:
-        if self.mask_fraction + self.random_fraction > 1:
-            raise ValueError(
-                f"mask_fraction + random_fraction = {self.mask_fraction} + {self.random_fraction} > 1: "
-                f"the rest of the selected tokens is kept, so the two must add up to at most 1"
-            )
-        return self
-
-
-class TokenizerConfig(BaseModel):
-    model_config = Closed
-    path: Annotated[str | None, INPUT] = None  # a folder or hub name; null: trained on the corpus (cached)
-    vocab_size: Annotated[int, TRAINS] = Field(ge=10)
-    min_frequency: Annotated[int, TRAINS] = Field(ge=1)
-    lowercase: Annotated[bool, TRAINS] = True
-    max_documents: Annotated[int | None, TRAINS] = Field(default=None, ge=1)
-
-
-class DataConfig(BaseModel):
-    """data: where the corpus comes from and how it is cut (conf/data/builtin.yaml says each key)."""
-
-    model_config = Closed
-    source: Annotated[Literal["builtin", "text", "hub"], TRAINS]
-    path: Annotated[str | None, INPUT] = None  # text: a file or folder
-    validation_path: Annotated[str | None, INPUT] = None
-    text_column: Annotated[str, TRAINS] = "text"
-    document_unit: Annotated[Literal["line", "paragraph", "document"], TRAINS] = "paragraph"
-    on_decode_error: Annotated[Literal["error", "skip"], TRAINS] = "error"
-    streaming: Annotated[bool, TRAINS] = False
-    validation_documents: Annotated[int, TRAINS] = Field(default=200, ge=1)  # with streaming: the first N documents
-    split_seed: Annotated[int, TRAINS] = Field(default=0, ge=0)
-    cache_dir: Annotated[str, OUTPUT]
-    name: Annotated[str | None, INPUT] = None  # hub: the data set, its config, splits and revision
-    config: Annotated[str | None, INPUT] = None
-    split: Annotated[str, TRAINS] = "train"
-    validation_split: Annotated[str | None, TRAINS] = None
-    revision: Annotated[str | None, INPUT] = None
-    missing_hint: Annotated[str | None, PRESENTATION] = None  # said when a file is missing (data=wikitext2)
-    block_size: Annotated[int, TRAINS] = Field(ge=8)
-    batch_size: Annotated[int, TRAINS] = Field(ge=1)
-    num_workers: Annotated[Annotated[int, Field(ge=0)] | Literal["auto"], LAUNCH] = "auto"
-    num_proc: Annotated[int | None, LAUNCH] = Field(default=None, ge=1)
-    # training batches made ahead on a background thread when no worker process makes them (data/prefetch.py); auto:
-    # by the machine (data/datamodule.prefetch_depth)
-    prefetch: Annotated[Annotated[int, Field(ge=0, le=64)] | Literal["auto"], LAUNCH] = "auto"
-    # a weighted mixture, checked in data/mixture.py (mixture_sources)
-    sources: Annotated[list[Any] | None, INPUT] = None
-    overfit_batches: Annotated[int, protection("the run's data", keeps=(0,))] = Field(default=0, ge=0)
-    validation_fraction: Annotated[float, TRAINS] = Field(gt=0, lt=1)
-    examples: Annotated[Literal["packed", "sentences"], TRAINS] = "packed"
-    tokenize_parts: Annotated[int, LAUNCH] = Field(default=1, ge=1)
-    tokenize_part: Annotated[int | None, LAUNCH] = Field(default=None, ge=0)
-    tokenizer: TokenizerConfig
-
-    @model_validator(mode="after")
-    def part_within_parts(self) -> DataConfig:
-        if self.tokenize_part is not None and self.tokenize_part >= self.tokenize_parts:
-            raise ValueError(
-                f"data.tokenize_part={self.tokenize_part} must be in 0..{self.tokenize_parts - 1}: this node's "
-                f"index among data.tokenize_parts={self.tokenize_parts} nodes"
-            )
-        return self
-
-
-class AttentionVariantConfig(BaseModel):
-    """model.attention_variant: how heads may do nothing (degen_train/models/attention_variants.py)."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    name: Annotated[Literal["softmax", "clipped_softmax", "gated", "output_gate", "kv_bias"], TRAINS] = "softmax"
-    # clipped softmax: γ = −α/T; null = the family's released α
-    alpha: Annotated[float | None, TRAINS] = Field(default=None, ge=0)
-    eta: Annotated[float, TRAINS] = Field(default=1.0, ge=1)  # clipped softmax: ζ, the stretch above 1
-    # gated: G_h's form; null = the family's released one
-    gate: Annotated[Literal["linear", "mlp"] | None, TRAINS] = None
-    # gated: π_init; null = the family's released one
-    gate_init: Annotated[float | None, TRAINS] = Field(default=None, gt=0, lt=1)
-    granularity: Annotated[Literal["headwise", "elementwise"], TRAINS] = "elementwise"  # output gate
-
-
-class ModelConfig(BaseModel):
-    # Closed: every key a model preset or architecture reads is listed, so `+model.hiden_size=64` is refused
-    # (naming the nearest setting) instead of training the preset's width in silence.
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    family: Annotated[Literal["encoder", "decoder"], TRAINS]
-    arch: Annotated[str | None, TRAINS] = None  # checked against models.architectures where the model is built
-    hidden_size: Annotated[int, TRAINS] = Field(ge=1)
-    num_layers: Annotated[int, TRAINS] = Field(ge=1)
-    num_heads: Annotated[int, TRAINS] = Field(ge=1)
-    num_kv_heads: Annotated[int | None, TRAINS] = Field(default=None, ge=1)
-    intermediate_size: Annotated[int | None, TRAINS] = Field(default=None, ge=1)
-    max_position: Annotated[int, TRAINS] = Field(ge=8)
-    dropout: Annotated[float, TRAINS] = Field(ge=0, lt=1)
-    attention_dropout: Annotated[float, TRAINS] = Field(default=0.1, ge=0, lt=1)
-    tie_embeddings: Annotated[bool, TRAINS] = True
-    # transformers' attention implementation (eager, sdpa, flash_attention_2, ...), checked where the model is built;
-    # a Hub kernel (namespace/repo) is code downloaded and run, which degen-train never does (issue 72.6)
-    attention: Annotated[str, TRAINS] = "sdpa"
-    init_from: Annotated[str | None, INPUT] = None
-    compile: Annotated[bool, TRAINS] = False
-    # every objective's head + cross-entropy compiled (losses/catalog.with_compiled_heads)
-    compile_head: Annotated[bool, TRAINS] = False
-    # models/activation_checkpointing.py: none, full, or every k-th block (an integer k >= 1)
-    activation_checkpointing: Annotated[Literal["none", "full"] | Annotated[int, Field(ge=1)], LAUNCH] = "none"
-    # models/vocabulary.py: 1 = the tokenizer's size
-    pad_vocab_to_multiple_of: Annotated[int, TRAINS] = Field(default=1, ge=1)
-    # none: the absolute table zeroed and frozen
-    position_embeddings: Annotated[Literal["learned", "none"], TRAINS] = "learned"
-    local_attention: Annotated[int, TRAINS] = Field(default=128, ge=1)  # ModernBERT's sliding window (its released 128)
-    # Llama / Qwen2's RoPE base (Llama's released 10,000)
-    rope_theta: Annotated[float, TRAINS] = Field(default=10000.0, gt=0)
-    norm_eps: Annotated[float, TRAINS] = Field(default=1e-6, gt=0)  # Llama / Qwen2's RMSNorm ε (both released at 1e-6)
-    attention_variant: AttentionVariantConfig = Field(default_factory=AttentionVariantConfig)
-
-    @model_validator(mode="after")
-    def clipped_softmax_runs_eager(self) -> ModelConfig:
-        if self.attention_variant.name == "clipped_softmax" and self.attention != "eager":
-            raise ValueError(
-                f"attention_variant.name=clipped_softmax needs the score matrix, which attention={self.attention} "
-                f"never forms: set model.attention=eager"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def heads_divide_width(self) -> ModelConfig:
-        if self.hidden_size % self.num_heads:
-            raise ValueError(f"hidden_size={self.hidden_size} is not a multiple of num_heads={self.num_heads}")
-        if self.num_kv_heads and self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}: each key/value "
-                f"head serves a whole number of query heads"
-            )
-        return self
-
-    @field_validator("attention")
-    @classmethod
-    def no_hub_kernel(cls, value: str) -> str:
-        if "/" in value:
-            raise ValueError(f"{value!r} names a kernel on the Hugging Face Hub: code downloaded and run, which "
-                             f"degen-train never does (as it never passes trust_remote_code); choose a transformers "
-                             f"implementation: eager, sdpa, flash_attention_2, flex_attention")  # fmt: skip
-        return value
-
-
-class OptimizerConfig(Instantiated):
-    lr: Annotated[float, TRAINS] = Field(gt=0)
-    weight_decay: Annotated[float, TRAINS] = Field(ge=0)
-    eps: Annotated[float, TRAINS] = Field(gt=0)
-    betas: Annotated[tuple[float, float], TRAINS]
-    # optimizer=muon (degen_train.optim.muon): Muon's own settings; the four above are its AdamW part's
-    muon_lr: Annotated[float | None, TRAINS] = Field(default=None, gt=0)
-    muon_weight_decay: Annotated[float | None, TRAINS] = Field(default=None, ge=0)
-    muon_momentum: Annotated[float | None, TRAINS] = Field(default=None, ge=0, lt=1)
-    muon_ns_steps: Annotated[int | None, TRAINS] = Field(default=None, ge=1, lt=100)
-    muon_adjust_lr: Annotated[Literal["original", "match_rms_adamw"] | None, TRAINS] = None
-    muon_ns_dtype: Annotated[Literal["bfloat16", "float32"] | None, TRAINS] = None
-    muon_nesterov: Annotated[bool | None, TRAINS] = given_only()
-    muon_ns_coefficients: Annotated[list[float] | None, TRAINS] = given_only()
-    fused: Annotated[bool | None, TRAINS] = given_only()  # null: fused on a GPU and for FSDP2's sharded parameters
-
-    @model_validator(mode="after")
-    def betas_in_range(self) -> OptimizerConfig:
-        if not all(0 <= beta < 1 for beta in self.betas):
-            raise ValueError(f"betas={list(self.betas)}: each must be in [0, 1)")
-        return self
-
-
-class SchedulerConfig(Instantiated):
-    schedule: Annotated[Literal["linear", "cosine", "constant", "wsd"], TRAINS]
-    warmup_steps: Annotated[int, TRAINS] = Field(ge=0)
-    total_steps: Annotated[int, TRAINS] = Field(ge=1)
-    min_ratio: Annotated[float, TRAINS] = Field(ge=0, le=1)
-    # wsd: the decay's length (wins over decay_fraction)
-    decay_steps: Annotated[int | None, TRAINS] = Field(default=None, ge=1)
-    decay_fraction: Annotated[float, TRAINS] = Field(default=0.2, gt=0, le=1)  # wsd: the decay's share of total_steps
-    decay_shape: Annotated[Literal["linear", "cosine", "one_minus_sqrt"], TRAINS] = "linear"
-    # the warm-up starts at lr / this (wsd: 100, released)
-    warmup_init_div: Annotated[float | None, TRAINS] = Field(default=None, ge=1)
-
-    @model_validator(mode="after")
-    def decay_fits_the_run(self) -> SchedulerConfig:
-        if self.schedule == "wsd":
-            from degen_train.optim import wsd_decay_steps
-
-            wsd_decay_steps(self.total_steps, self.warmup_steps, self.decay_steps, self.decay_fraction)
-        return self
-
-
-class RunGlueProtocolConfig(BaseModel):
-    """eval.finetune.run_glue: the run_glue protocol's own values (conf/finetune.yaml)."""
-
-    model_config = Open
-    learning_rates: Annotated[list[float] | None, measures(at_most=64)] = given_only()
-    seeds: Annotated[int | list[int] | None, measures(at_most=100)] = given_only()  # a count, or the seeds
-    batch_size: Annotated[int | None, measures(at_most=65_536)] = given_only()
-    eval_batch_size: Annotated[int | None, measures(at_most=65_536)] = given_only()
-    padding: Annotated[str | None, MEASURES] = given_only()
-    warmup_ratio: Annotated[float | None, MEASURES] = given_only()
-    weight_decay: Annotated[float | None, MEASURES] = given_only()
-
-
-class FinetuneConfig(RunGlueProtocolConfig):
-    """eval.finetune: the fine-tuning protocol of eval.glue (conf/finetune.yaml says each key); unknown keys and
-    protocols are refused by finetune/settings.py, which merges these over the file's defaults."""
-
-    protocol: Annotated[str | None, MEASURES] = given_only()
-    epochs: Annotated[int | float | None, measures(at_most=100)] = given_only()
-    max_length: Annotated[int | None, measures(at_most=8192)] = given_only()
-    max_train_examples: Annotated[int | None, measures(at_most=10_000_000)] = given_only()
-    adam_eps: Annotated[float | None, MEASURES] = given_only()
-    max_grad_norm: Annotated[float | None, MEASURES] = given_only()
-    precision: Annotated[str | None, MEASURES] = given_only()
-    fused_adamw: Annotated[bool | None, MEASURES] = given_only()
-    run_glue: RunGlueProtocolConfig | None = given_only()
+from degen_train.core.section import MAX_ITEMS, MAX_PROMPTS, MAX_TOKENS, Open, describe_error, given_only
+from degen_train.data.section import DataConfig, MaskingConfig
+from degen_train.finetune.section import FinetuneConfig
+from degen_train.models.section import ModelConfig
+from degen_train.optim.section import OptimizerConfig, SchedulerConfig
 
 
 class TermSection(BaseModel):
@@ -451,7 +229,8 @@ def validate_config(cfg: DictConfig) -> TrainConfig:
     try:
         checked = TrainConfig.model_validate(raw)
     except ValidationError as error:
-        raise ValueError("invalid config:\n" + "\n".join(_describe(e, raw) for e in error.errors())) from None
+        lines = [describe_error(e, raw, TrainConfig) for e in error.errors()]
+        raise ValueError("invalid config:\n" + "\n".join(lines)) from None
     scheduler = checked.scheduler
     if scheduler.warmup_steps >= scheduler.total_steps:
         # A log line as every other caution of a run (train.log keeps it), not a Python warning.
@@ -480,64 +259,3 @@ def _filled(full: Any, given: Any) -> Any:
     return {key: _filled(value, given.get(key) if isinstance(given, dict) else None) for key, value in full.items()}
 
 
-def model_section(cfg: ModelConfig | DictConfig | Mapping[str, Any]) -> ModelConfig:
-    """The model section typed; a section composed in Python (tests, notebooks, tools) is checked here."""
-    if isinstance(cfg, ModelConfig):
-        return cfg
-    raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    return _checked_section(ModelConfig, raw, "model")
-
-
-def data_section(cfg: DataConfig | DictConfig | Mapping[str, Any], *, where: str = "data") -> DataConfig:
-    """The data section typed; a section composed in Python, or a mixture's source (``where``: data.sources[i]),
-    is checked here."""
-    if isinstance(cfg, DataConfig):
-        return cfg
-    raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    return _checked_section(DataConfig, raw, "data", where=where)
-
-
-def _checked_section(kind: type[Section], raw: Any, key: str, *, where: str | None = None) -> Section:
-    """``raw`` validated as the section ``key`` of the config; every problem named under ``where`` (default key)."""
-    try:
-        return kind.model_validate(raw)
-    except ValidationError as error:
-        lines = [_describe({**e, "loc": (key, *e["loc"])}, {key: raw}) for e in error.errors()]
-        lines = [f"  {where or key}{line.removeprefix('  ' + key)}" for line in lines]
-        raise ValueError("invalid config:\n" + "\n".join(lines)) from None
-
-
-def _describe(error: dict[str, Any], raw: dict[str, Any]) -> str:
-    location = [str(part) for part in error["loc"] if not str(part).startswith("function-after")]
-    key = ".".join(location)
-    message = error["msg"].removeprefix("Value error, ")
-    if error["type"] == "missing":
-        return f"  {key}: missing"
-    if error["type"] == "extra_forbidden":
-        return f"  {key}: {_unknown_setting(location)}"
-    value = _lookup(raw, location)
-    if isinstance(value, dict):  # a cross-field rule: the message names the keys and values itself
-        return f"  {key}: {message}"
-    return f"  {key}={value!r}: {message}"
-
-
-def _unknown_setting(location: list[str]) -> str:
-    """What to say of a key a closed section does not have: the nearest known key, and all of them."""
-    section: Any = TrainConfig
-    for part in location[:-1]:
-        section = section.model_fields[part].annotation
-    known = sorted(section.model_fields)
-    near = difflib.get_close_matches(location[-1], known, n=1)
-    hint = f" (did you mean {'.'.join([*location[:-1], near[0]])}?)" if near else ""
-    return f"not a setting of {'.'.join(location[:-1])}{hint}; its settings: {', '.join(known)}"
-
-
-def _lookup(tree: Any, path: list[str]) -> Any:
-    for part in path:
-        if isinstance(tree, dict) and part in tree:
-            tree = tree[part]
-        elif isinstance(tree, list | tuple) and part.isdigit() and int(part) < len(tree):
-            tree = tree[int(part)]
-        else:
-            return None
-    return tree

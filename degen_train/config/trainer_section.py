@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from degen_train.config.roles import (
+from degen_train.core.roles import (
     CHECKPOINTS,
     CODE,
     HOUSE_VALIDATION_STEPS,
@@ -23,7 +23,7 @@ from degen_train.config.roles import (
     measures,
     protection,
 )
-from degen_train.config.section import MAX_ITEMS, Instantiated, given_only
+from degen_train.core.section import MAX_ITEMS, Instantiated, given_only
 
 Count = int | float | None  # Lightning's limits: a count of batches or a fraction of them
 

@@ -18,10 +18,10 @@ import datasets
 import numpy as np
 import pyarrow.compute
 
-from degen_train.config.schema import DataConfig, data_section
 from degen_train.core.handed_files import not_a_plain_file
 from degen_train.core.io import atomic_write_text, cache_key, file_sha256
 from degen_train.data.builtin_corpus import builtin_documents
+from degen_train.data.section import DataConfig, data_section
 from degen_train.data.text_files import UNIT_MEANS, check_each_file, text_documents
 from degen_train.data.unreadable import unreadable_corpus_error
 

@@ -15,7 +15,6 @@ import torch
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
-from degen_train.config.schema import DataConfig, data_section
 from degen_train.core.io import cache_key
 from degen_train.core.rng import VALIDATION_SEED_OFFSET
 from degen_train.data.collate import CausalLMCollator, MaskedLMCollator
@@ -32,6 +31,7 @@ from degen_train.data.mixture import (
 from degen_train.data.node_parts import missing_parts, parts_folder, tokenize_part
 from degen_train.data.prefetch import Prefetched
 from degen_train.data.sampling import PositionedExamples, ShardedBatches, StepBatchSampler
+from degen_train.data.section import DataConfig, data_section
 from degen_train.data.tokenizer import get_tokenizer, load_tokenizer, tokenizer_identity, vocabulary_too_large
 from degen_train.data.validation_items import BATCH_ID_KEY, batch_text_hash
 from degen_train.data.windows import AccumulationWindows

@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from degen_train.config.schema import DataConfig, data_section
 from degen_train.core.rng import EPOCH_ORDER_SALT, mix_seed
 from degen_train.data.sampling import PositionedExamples, equal_share_end
+from degen_train.data.section import DataConfig, data_section
 
 MIXTURE_SALT = 0x6D6978  # "mix": the sources' draws, apart from every other stream of the seed
 SOURCE_KEYS = ("source", "path", "validation_path", "name", "config", "split", "validation_split", "revision",
@@ -62,7 +62,7 @@ def mixture_sources(section: DataConfig | DictConfig) -> list[MixtureSource]:
             raise ValueError(f"{where}: two sources are labelled {label!r}; give each a distinct label")
         labels.add(label)
         merged = {**cfg.model_dump(), **settings, "sources": None}
-        data = data_section(merged, where=where)  # the source's own keys checked as data.KEY's are (schema.py)
+        data = data_section(merged, where=where)  # the source's own keys checked as data.KEY's are (data/section.py)
         sources.append(MixtureSource(label, float(weight), data))
     total = sum(s.weight for s in sources)
     if not total > 0:

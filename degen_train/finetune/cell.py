@@ -30,7 +30,7 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-import degen_train.models  # noqa: F401 - registers the degen_<arch> types of exports with an attention variant
+import degen_train.models.attention_variants  # noqa: F401 - registers the degen_<arch> types of exports with an attention variant
 from degen_train.core.handed_files import no_remote_code
 from degen_train.core.io import atomic_directory
 from degen_train.finetune.baselines import predicted_classes, task_baselines

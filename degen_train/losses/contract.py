@@ -67,7 +67,7 @@ class LossTerm(nn.Module):
     mixes_samples: str | None = None
     paper_metrics: ClassVar[tuple[str, ...]] = ()  # the metrics its paper reports, named in summary.json
     # The options that name a file, folder or model the term loads (TaCL's teacher): their role is an input, not what
-    # the run trains (config/roles.py declares them so; tests/unit/test_roles.py holds the two together), so a
+    # the run trains (core/roles.py declares them so; tests/unit/test_roles.py holds the two together), so a
     # handed-over file never chooses one.
     reads: ClassVar[tuple[str, ...]] = ()
 

@@ -55,7 +55,7 @@ class TokenContrastiveTerm(LossTerm):
     """InfoNCE between student tokens at masked positions and the frozen teacher's tokens of the same sequence."""
 
     averages_over = ("targets",)  # the anchors: the MLM-selected positions
-    reads = ("teacher",)  # a run folder or model the term loads (config/roles.py: an input)
+    reads = ("teacher",)  # a run folder or model the term loads (core/roles.py: an input)
 
     def __init__(
         self,

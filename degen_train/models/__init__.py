@@ -1,5 +1,6 @@
-"""Backbones built from transformers configs, returning ForwardOutput."""
+"""Backbones built from transformers configs, returning ForwardOutput; the model's typed section (section.py).
 
-# Importing any model module teaches transformers' Auto classes the degen_<arch> types that exports with an
-# attention variant declare, so every degen_train loader reads them (attention_variants.register_exported_classes).
-from degen_train.models import attention_variants as _attention_variants  # noqa: F401, E402
+This file imports nothing, so the typed section loads without torch. The degen_<arch> types that exports with an
+attention variant declare are taught to transformers' Auto classes by importing attention_variants, which
+loading.py and architectures.py do, and so every degen_train loader (attention_variants.register_exported_classes).
+"""

@@ -29,7 +29,8 @@ from transformers import (
     RobertaForMaskedLM,
 )
 
-from degen_train.config.schema import ModelConfig
+from degen_train.models import attention_variants  # noqa: F401 - registers the exports' degen_<arch> types
+from degen_train.models.section import ModelConfig
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
-from degen_train.config.schema import AttentionVariantConfig
+from degen_train.models.section import AttentionVariantConfig
 
 # The module each architecture calls its attention function from (it receives the attention input as hidden_states).
 ATTENTION_MODULES = {
@@ -213,7 +213,7 @@ def variant_settings(
     variant: AttentionVariantConfig | Mapping[str, Any], *, family: str, arch: str, length: int | None
 ) -> dict:
     """The settings a variant runs with, the family's released defaults where the config leaves null (the options
-    themselves are checked by AttentionVariantConfig in schema.py)."""
+    themselves are checked by AttentionVariantConfig in models/section.py)."""
     if not isinstance(variant, AttentionVariantConfig):  # a plain mapping from Python callers: checked here
         variant = AttentionVariantConfig.model_validate(dict(variant))
     name = variant.name

@@ -20,7 +20,6 @@ from transformers import (
     PreTrainedModel,
 )
 
-from degen_train.config.schema import ModelConfig, model_section
 from degen_train.core.handed_files import no_remote_code
 from degen_train.core.io import resolve_pretrained
 from degen_train.models.architectures import ARCHITECTURES, Architecture, architecture, architecture_of
@@ -28,6 +27,7 @@ from degen_train.models.attention_variants import SETTINGS_KEY, install_attentio
 from degen_train.models.loading import load_pretrained
 from degen_train.models.output import ForwardOutput
 from degen_train.models.positions import at_positions, labelled_positions, model_inputs, skip_padding_warning
+from degen_train.models.section import ModelConfig, model_section
 from degen_train.models.vocabulary import pad_vocabulary, vocabulary_size
 
 # Batch entries with a ForwardOutput field of their own; any other entry lands in ``extras``.

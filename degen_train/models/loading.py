@@ -15,6 +15,7 @@ from typing import Any
 from transformers.utils import logging as transformers_logging
 
 from degen_train.core.handed_files import no_remote_code
+from degen_train.models import attention_variants  # noqa: F401 - registers the exports' degen_<arch> types
 
 log = logging.getLogger("degen_train")
 
@@ -109,7 +110,6 @@ def check_weights_fit_config(model_dir: Path) -> None:
         except (SafetensorError, OSError) as error:
             raise ValueError(f"{file} is not a readable safetensors file ({error}): it was cut short or is not "
                              f"weights; copy it again from its source") from None  # fmt: skip
-    from degen_train.models import attention_variants
 
     config = AutoConfig.from_pretrained(str(model_dir), **no_remote_code(model_dir))
     refuse_foreign_sub_configs(model_dir, config)

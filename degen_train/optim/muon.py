@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from degen_train.optim import parameter_groups
+from degen_train.optim.optimizer import parameter_groups
 
 ADJUST_LR_CHOICES = ("original", "match_rms_adamw")
 

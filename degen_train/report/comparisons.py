@@ -21,8 +21,8 @@ import pandas as pd
 
 from degen_train.config.records import SUMMARY_ITEMS, Summary, read_record
 from degen_train.config.role_lookup import role_of
-from degen_train.config.roles import Role
 from degen_train.core.handed_files import HandedOverFileError
+from degen_train.core.roles import Role
 from degen_train.core.trees import flatten
 from degen_train.metrics.verdicts import SWEEP_WORDS, Comparison, compare, decide
 from degen_train.report.measures import (
@@ -185,7 +185,7 @@ def too_short(measure: str, base: pd.DataFrame, rows: pd.DataFrame, fewest: int)
 
 def _trained_settings(run: Path, swept: list[str]) -> dict[str, Any]:
     """What makes a run the experiment it is besides the swept keys and the seed: its recorded config's keys whose
-    role is what the run trains or an input it reads (the corpus, the initial weights, a teacher: config/roles.py;
+    role is what the run trains or an input it reads (the corpus, the initial weights, a teacher: core/roles.py;
     issue 72.6, V13: arms trained on another corpus from other weights were judged against the baseline),
     flattened."""
     try:

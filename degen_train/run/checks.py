@@ -34,7 +34,7 @@ from degen_train.metrics.perplexity import read_documents
 from degen_train.metrics.probes import read_sts, read_wic
 from degen_train.models.backbone import model_family
 from degen_train.models.compile import check_compile_available
-from degen_train.optim import steps_past_the_schedule
+from degen_train.optim.schedule import steps_past_the_schedule
 from degen_train.run.branching import BRANCH_MAY_CHANGE, branch_changes, start_branch
 from degen_train.run.config_alone import check_config_alone
 from degen_train.run.hub import check_push

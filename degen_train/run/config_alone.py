@@ -1,9 +1,10 @@
 """The config alone, checked before any framework loads: what `degen-train` refuses in about a second.
 
-The typed schema (config/schema.py: every section's fields, roles and cross-field rules) and the loss terms'
-options as their files declare them (losses/declarations.py: names, values, weights) need neither torch, Lightning
-nor transformers. The command runs this first and hands its result to the run's check stage (run/checks.py), which
-then asks only what needs the machine, the files or the built terms: nothing is validated twice.
+The typed config (config/schema.py composing each component's section.py: fields, roles and cross-field rules)
+and the loss terms' options as their files declare them (losses/declarations.py: names, values, weights) need
+neither torch, Lightning nor transformers. The command runs this first and hands its result to the run's check
+stage (run/checks.py), which then asks only what needs the machine, the files or the terms' own rules: nothing is
+validated twice.
 """
 
 from __future__ import annotations

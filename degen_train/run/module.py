@@ -19,8 +19,9 @@ from degen_train.data.validation_items import BATCH_ID_KEY, ValidationItems
 from degen_train.losses.accumulation import WindowTracker, averaging_over
 from degen_train.losses.contract import WeightedSum
 from degen_train.models.backbone import Backbone
-from degen_train.optim import keep_kernel, rate_of_this_schedule
 from degen_train.optim.clipping import clip_gradients
+from degen_train.optim.optimizer import keep_kernel
+from degen_train.optim.schedule import rate_of_this_schedule
 from degen_train.run.loggers import ResumingLogger
 from degen_train.run.parallel import parallelize
 from degen_train.run.step_log import StepLog

@@ -23,10 +23,10 @@ from typing import Any
 
 from degen_train.config.renamed import current_targets
 from degen_train.config.result_keys import has_no_effect_on_result
-from degen_train.config.schema import ModelConfig
 from degen_train.core.handed_files import HandedOverFileError, json_record
 from degen_train.core.trees import flatten
 from degen_train.models.architectures import DEFAULT_ARCH
+from degen_train.models.section import ModelConfig
 from degen_train.storage.checkpoints import CheckpointError, checkpoint_header, newest_checkpoint, recorded_step
 
 log = logging.getLogger("degen_train")
@@ -254,10 +254,10 @@ def resume_changes(
 
 
 def _changes_no_result(key: str) -> bool:
-    """A setting whose declared role is where the run writes, how it is launched or shown (config/roles.py): a resume
+    """A setting whose declared role is where the run writes, how it is launched or shown (core/roles.py): a resume
     or a branch may change it, as a branch leaves its parent's out."""
     from degen_train.config.role_lookup import role_of
-    from degen_train.config.roles import Role
+    from degen_train.core.roles import Role
 
     declared = role_of(key)
     return declared is not None and declared.role in (Role.OUTPUT, Role.LAUNCH, Role.PRESENTATION)

@@ -65,7 +65,7 @@ def test_a_bad_setting_is_refused_naming_the_choices(bad: object) -> None:
 
 
 def test_the_schema_refuses_a_bad_setting_before_anything_is_built() -> None:
-    from degen_train.config.schema import ModelConfig
+    from degen_train.models.section import ModelConfig
 
     fields = dict(load_config(["model=tiny"]).model)
     assert ModelConfig(**{**fields, "activation_checkpointing": 3}).activation_checkpointing == 3

@@ -11,9 +11,7 @@ from omegaconf import OmegaConf, open_dict
 
 from degen_train.config import load_config
 from degen_train.config.schema import (
-    DataConfig,
     EvalConfig,
-    ModelConfig,
     PushToHubConfig,
     SearchConfig,
     TrainConfig,
@@ -22,7 +20,9 @@ from degen_train.config.schema import (
     validate_config,
 )
 from degen_train.data.mixture import mixture_sources
+from degen_train.data.section import DataConfig
 from degen_train.models.backbone import build_hf_model
+from degen_train.models.section import ModelConfig
 
 PACKAGE = Path(__file__).resolve().parents[2] / "degen_train"
 
@@ -42,7 +42,7 @@ def test_the_config_that_runs_holds_every_listed_key_with_the_schema_default(tmp
 def test_no_listed_key_is_defaulted_or_checked_again_below_the_schema() -> None:
     """One file says what a key means, its type, range and default: no ``cfg....get("KEY", default)`` elsewhere."""
     sections = (TrainConfig, ModelConfig, DataConfig, TrainerConfig, EvalConfig, PushToHubConfig, SearchConfig)
-    # a given-only field (config/section.py: a Trainer argument, a callback's setting) is absent unless given, so its
+    # a given-only field (core/section.py: a Trainer argument, a callback's setting) is absent unless given, so its
     # default is its consumer's, read where it is used
     listed = {key for section in sections for key, info in section.model_fields.items() if info.exclude_if is None}
     pattern = re.compile(r"cfg(?:\.\w+)*\.get\(\"(\w+)\"")
@@ -65,7 +65,7 @@ def test_a_mixture_source_is_checked_as_the_data_section_is() -> None:
 def test_an_attention_that_names_a_hub_kernel_is_refused() -> None:
     """Issue 72.6: ``model.attention=namespace/repo`` makes transformers download a kernel from the Hub and run it
     (code a config chose); it is refused naming the implementations there are, before anything loads."""
-    from degen_train.config.schema import ModelConfig
+    from degen_train.models.section import ModelConfig
 
     section = OmegaConf.to_container(load_config(["model=tiny"]).model, resolve=True)
     with pytest.raises(ValueError, match=r"names a kernel on the Hugging Face Hub: code downloaded and run"):

@@ -11,8 +11,8 @@ from torch import nn
 from transformers import BertConfig, BertForPreTraining, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 from transformers.pytorch_utils import Conv1D
 
-from degen_train.optim import parameter_groups
 from degen_train.optim.muon import Float32Muon, build_muon, hidden_matrices
+from degen_train.optim.optimizer import parameter_groups
 
 SMALL = {"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 32}
 ADAMW = {"lr": 1e-3, "weight_decay": 0.01, "betas": (0.9, 0.999), "eps": 1e-8}

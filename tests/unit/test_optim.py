@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from torch import nn
 
-from degen_train.optim import build_scheduler, lr_factor, parameter_groups
+from degen_train.optim.optimizer import parameter_groups
+from degen_train.optim.schedule import build_scheduler, lr_factor
 
 
 def test_biases_and_layernorm_are_not_decayed() -> None:

@@ -1,4 +1,4 @@
-"""Every setting declares its role where it is defined (config/roles.py), and every door derives its rules from it.
+"""Every setting declares its role where it is defined (core/roles.py), and every door derives its rules from it.
 
 Issue 63: the reader of handed-over settings knew what to refuse from lists kept apart from the settings (NOT_READ,
 OUTPUT_LEAVES, PROTECTIVE_CALLBACKS, TRAINER_SWITCHES), so a key added for a new capability (eval.lm_eval_include,
@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from degen_train.config import roles
 from degen_train.config.handed_over import Door, HandedOverError, read_config_file, read_overrides_file
 from degen_train.config.house_keys import house_keys, schema_fields
 from degen_train.config.role_lookup import declared_keys, group_role, role_counts, role_of
-from degen_train.config.roles import DOOR, Declared, Role
+from degen_train.core import roles
+from degen_train.core.roles import DOOR, Declared, Role
 
 
 def leaves() -> list[str]:
@@ -28,7 +28,8 @@ def leaves() -> list[str]:
 
 def test_every_schema_field_and_conf_key_declares_a_role() -> None:
     missing = [key for key in leaves() if role_of(key) is None]
-    assert not missing, f"declare a role on the field of the section that holds it (config/schema.py) for: {missing}"
+    assert not missing, (f"declare a role on the field of the section that holds it (config/schema.py or the "
+                         f"component's section.py) for: {missing}")
     assert set(DOOR) == set(Role)  # every role says what a handed-over file may do with it
 
 

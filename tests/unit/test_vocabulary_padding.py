@@ -168,7 +168,7 @@ def test_spectrum_control_on_a_padded_vocabulary_is_refused_by_name() -> None:
 
 
 def test_a_multiple_below_one_is_refused_by_the_schema() -> None:
-    from degen_train.config.schema import model_section
+    from degen_train.models.section import model_section
 
     cfg, _ = tiny("bert")
     with pytest.raises(ValueError, match="pad_vocab_to_multiple_of"):

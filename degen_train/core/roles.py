@@ -2,7 +2,7 @@
 
 Every setting carries its role in the annotation of the typed section's field that declares it (``path:
 Annotated[str | None, INPUT]``; config/schema.py and the sections it composes), conf/-only keys included: a Lightning
-Trainer argument in config/trainer_section.py, a callback's in config/callback_sections.py, a loss term's options in
+Trainer argument in config/trainer_section.py, a callback's in callbacks/sections.py, a loss term's options in
 schema.TermSection (what the run trains, except the files a term reads). A config group's choice has its role on the
 field the group fills (``group(...)``). config/role_lookup.py reads them; ``tests/unit/test_roles.py`` fails for a
 field or conf/ key without one, so a new capability cannot forget it. This module defines the roles and imports

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from degen_train.config.roles import (
+from degen_train.core.roles import (
     CADENCE_MINUTES,
     CHECKPOINTS,
     DIVERGENCE,
@@ -24,7 +24,7 @@ from degen_train.config.roles import (
     measures,
     protection,
 )
-from degen_train.config.section import MAX_ITEMS, Instantiated, Open, given_only
+from degen_train.core.section import MAX_ITEMS, Instantiated, Open, given_only
 
 
 class CheckpointCallbackConfig(Instantiated):

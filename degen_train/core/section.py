@@ -1,0 +1,97 @@
+"""What every typed section of the config shares: how open it is, the two keys of a section Hydra builds, and how a
+section's problems are said (each naming the key, the value and what is allowed).
+
+A field that only some configs give (a Lightning Trainer argument, a callback's own setting, a recipe's input) is
+declared with ``GIVEN_ONLY``: it carries its role like every field, and the config that runs holds it only where it
+was given (null: absent), so declaring a setting never adds it to what a constructor receives.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from degen_train.core.roles import CODE
+
+# Every number a config gives is finite: an inf or NaN (optimizer.lr=inf) would pass the range checks and fail
+# after data preparation, in a linear-algebra routine.
+Open = ConfigDict(extra="allow", allow_inf_nan=False)
+# Closed sections: every key a component reads is listed with its type, so the section reaches the component as a
+# typed object (data.prepare_data, models.build_hf_model) and a misspelt key is refused, naming the nearest one.
+Closed = ConfigDict(extra="forbid", allow_inf_nan=False)
+# The bounds of what a run measures (roles.py: a handed-over file's measure is held to them like the user's own):
+# prompts to continue (SimCTG's WikiText-103 test set has 1,314 documents), tokens of a prefix or continuation, items
+# of an evaluation.
+MAX_PROMPTS = 10_000
+MAX_TOKENS = 8192
+MAX_ITEMS = 1_000_000
+
+
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
+def given_only(default: Any = None, **constraints: Any) -> Any:
+    """A field the config that runs holds only where it was given (module docstring)."""
+    return Field(default=default, exclude_if=_is_none, **constraints)
+
+
+class Instantiated(BaseModel):
+    """A section Hydra builds: its ``_target_`` (and ``_partial_``) name code, so only the house's own targets are
+    carried from a handed-over file (config/handed_over.py)."""
+
+    model_config = Open
+    target: Annotated[str | None, CODE] = Field(default=None, alias="_target_", exclude_if=_is_none)
+    partial: Annotated[bool | None, CODE] = Field(default=None, alias="_partial_", exclude_if=_is_none)
+
+
+Section = TypeVar("Section", bound=BaseModel)
+
+
+def checked_section(kind: type[Section], raw: Any, key: str, *, where: str | None = None) -> Section:
+    """``raw`` validated as the section ``key`` of the config; every problem named under ``where`` (default key)."""
+    try:
+        return kind.model_validate(raw)
+    except ValidationError as error:
+        lines = [describe_error(e, raw, kind, at=(where or key,)) for e in error.errors()]
+        raise ValueError("invalid config:\n" + "\n".join(lines)) from None
+
+
+def describe_error(error: Any, raw: Any, root: type[BaseModel], *, at: tuple[str, ...] = ()) -> str:
+    """One of pydantic's errors for ``raw`` (validated as ``root``), said under its key (``at``: the keys above it)."""
+    inner = [str(part) for part in error["loc"] if not str(part).startswith("function-after")]
+    location = [*at, *inner]
+    key = ".".join(location)
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "missing":
+        return f"  {key}: missing"
+    if error["type"] == "extra_forbidden":
+        return f"  {key}: {_unknown_setting(location, root, len(at))}"
+    value = _lookup(raw, inner)
+    if isinstance(value, dict):  # a cross-field rule: the message names the keys and values itself
+        return f"  {key}: {message}"
+    return f"  {key}={value!r}: {message}"
+
+
+def _unknown_setting(location: list[str], root: type[BaseModel], above: int) -> str:
+    """What to say of a key a closed section does not have: the nearest known key, and all of them."""
+    section: Any = root
+    for part in location[above:-1]:
+        section = section.model_fields[part].annotation
+    known = sorted(section.model_fields)
+    near = difflib.get_close_matches(location[-1], known, n=1)
+    hint = f" (did you mean {'.'.join([*location[:-1], near[0]])}?)" if near else ""
+    return f"not a setting of {'.'.join(location[:-1])}{hint}; its settings: {', '.join(known)}"
+
+
+def _lookup(tree: Any, path: list[str]) -> Any:
+    for part in path:
+        if isinstance(tree, dict) and part in tree:
+            tree = tree[part]
+        elif isinstance(tree, list | tuple) and part.isdigit() and int(part) < len(tree):
+            tree = tree[int(part)]
+        else:
+            return None
+    return tree
