@@ -101,3 +101,23 @@ def test_the_config_alone_is_answered_before_any_framework_loads(argv: list[str]
         assert "trainer.max_stesp is not a lightning.pytorch.Trainer argument; did you mean: max_steps" in said
     elif argv == ["--list"]:
         assert "dispersion" in said and "recipes (recipe=NAME):" in said
+
+
+SECTIONS = ("degen_train.data.section", "degen_train.models.section", "degen_train.optim.section",
+            "degen_train.callbacks.sections", "degen_train.finetune.section", "degen_train.config.schema",
+            "degen_train.config.role_lookup", "degen_train.config.handed_over")  # fmt: skip
+
+
+def test_each_components_typed_section_imports_no_framework() -> None:
+    """Issue 70.1 and 70.6: a component's section lives beside its code, and importing it (its package's __init__
+    included) or validating it (a WSD schedule's decay, checked by the schedule's own arithmetic) loads no framework."""
+    probe = f"""
+import importlib, sys
+for name in {SECTIONS!r}:
+    importlib.import_module(name)
+from degen_train.optim.section import SchedulerConfig
+SchedulerConfig.model_validate({{"schedule": "wsd", "warmup_steps": 10, "total_steps": 100, "min_ratio": 0.0}})
+print("LOADED", sorted(m for m in {FRAMEWORKS!r} if m in sys.modules))
+"""
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert "LOADED []" in result.stdout, (result.stdout[-1500:], result.stderr[-1500:])

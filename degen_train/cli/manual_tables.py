@@ -2,7 +2,7 @@
 ``hooks``): docs/*.md write ``<!-- generated: NAME ARGUMENT -->`` where a list would otherwise be typed by hand and
 forget the next loss, group file or setting.
 
-- ``count ROLE``: how many settings declare ROLE (config/roles.role_counts), docs/runs.md's table;
+- ``count ROLE``: how many settings declare ROLE (config/role_lookup.role_counts), docs/runs.md's table;
 - ``choices GROUP``: every file of conf/GROUP, docs/running.md's table;
 - ``terms``: every loss term as its file declares it (losses/declarations.py): its name, section, formula (its
   docstring's first paragraph), what it averages over and its options with their defaults, docs/losses.md.

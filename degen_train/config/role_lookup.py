@@ -3,9 +3,10 @@
 
 A key is looked up by walking the sections: a field that is a section goes on into it; a mapping of sections (the
 loss terms: ``objective.NAME.OPTION``) passes the name by; a field that is a value declares the role of everything
-below it (``logger.wandb.project`` is ``logger``'s); a key a section does not declare takes the section's
-``OTHER_KEYS`` role where it states one (a term's options), else none (refused by every door); a ``_target_`` or
-``_partial_`` anywhere has the role every section Hydra builds declares for it (section.Instantiated).
+below it (``logger.wandb.project`` is ``logger``'s); a key a section does not declare takes the role the
+section's ``other_key_role`` gives (a term's options: the one the term's own file declares), else none (refused by
+every door); a ``_target_`` or ``_partial_`` anywhere has the role every section Hydra builds declares for it
+(section.Instantiated).
 """
 
 from __future__ import annotations
@@ -65,8 +66,9 @@ def _declared_at(key: str) -> Declared | None:
     index = 0
     while index < len(parts):
         info = fields_by_key(model).get(parts[index])
-        if info is None:
-            return getattr(model, "OTHER_KEYS", None)
+        if info is None:  # a key the section does not list: its role by the section's own rule, where it has one
+            other = getattr(model, "other_key_role", None)
+            return other(parts[index]) if other is not None else None
         declared = declared_in(info)
         inner, named = section_in(info.annotation), sections_by_name_in(info.annotation)
         if index == len(parts) - 1:

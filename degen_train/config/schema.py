@@ -45,12 +45,19 @@ from degen_train.optim.section import OptimizerConfig, SchedulerConfig
 
 class TermSection(BaseModel):
     """objective.NAME / regularizer.NAME: a loss term's options, checked by the term's own declaration
-    (losses/declarations.py). Every option is what the run trains (OTHER_KEYS), except those that name a file a term
-    reads, declared here (a term names them in ``reads``; tests/unit/test_roles.py holds the two to each other)."""
+    (losses/declarations.py), and each with the role its annotation there declares: what the run trains, unless it
+    says otherwise (TaCL's ``teacher: Annotated[str | None, INPUT]``, a model it loads)."""
 
     model_config = Open
-    OTHER_KEYS: ClassVar[Declared] = TRAINS
-    teacher: Annotated[str | None, INPUT] = given_only()  # TaCL's frozen teacher (losses/tacl.py)
+
+    @classmethod
+    def other_key_role(cls, option: str) -> Declared:
+        """The role of ``option``: the one a term's own file declares for it; under a section's name that is not the
+        term's (``term:`` inside names it) the role any term declares for that option, the run's own otherwise."""
+        from degen_train.losses.declarations import declared_terms
+
+        declared = (term.role(option) for term in declared_terms().values())
+        return next((role for role in declared if role is not None), TRAINS)
 
 
 class EvalConfig(BaseModel):

@@ -157,8 +157,9 @@ def with_compiled_heads(objective: Mapping[str, Mapping[str, Any] | None]) -> di
     return out
 
 
-def data_format_for(terms: Mapping[str, LossTerm | type[LossTerm] | TermSpec], family: str, model_name: str) -> str:
-    """Check every term (built, a class or a spec) fits the model family and return the example layout they need."""
+def data_format_for(terms: Mapping[str, LossTerm | TermSpec], family: str, model_name: str) -> str:
+    """Check every term (built, or its spec: family and layout are its class's) fits the model family and return
+    the example layout they need."""
     terms = {key: term.term if isinstance(term, TermSpec) else term for key, term in terms.items()}
     for key, term in terms.items():
         if term.family is not None and term.family != family:

@@ -66,10 +66,6 @@ class LossTerm(nn.Module):
     # cannot give it the other micro-batches' samples, and a run says so at start.
     mixes_samples: str | None = None
     paper_metrics: ClassVar[tuple[str, ...]] = ()  # the metrics its paper reports, named in summary.json
-    # The options that name a file, folder or model the term loads (TaCL's teacher): their role is an input, not what
-    # the run trains (core/roles.py declares them so; tests/unit/test_roles.py holds the two together), so a
-    # handed-over file never chooses one.
-    reads: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every term's options are checked against its constructor's annotations first (term_options.py)."""
@@ -79,9 +75,10 @@ class LossTerm(nn.Module):
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> None:
-        """The rules a term's given ``options`` obey beyond each one's annotation (between two options; an input
-        named in ``reads`` that must exist), raising a ValueError that names the key. The check stage asks it with
-        no module built, before any data; the constructor asks it again. Default: none."""
+        """The rules a term's given ``options`` obey beyond each one's annotation (between two options; an input it
+        loads, its option annotated ``Annotated[str | None, INPUT]``, that must exist), raising a ValueError that
+        names the key. The check stage asks it with no module built, before any data; the constructor asks it again.
+        Default: none."""
 
     def forward(self, output: ForwardOutput) -> TermOutput:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from degen_train.core.roles import Declared
+
 LOSSES = Path(__file__).parent
 PACKAGE = "degen_train.losses"
-LIGHT_MODULES = ("typing", "annotated_types", "typing_extensions")  # annotation names taken from these alone
+# annotation names taken from these alone (the roles: an option that loads a file says it is an input)
+LIGHT_MODULES = ("typing", "annotated_types", "typing_extensions", "degen_train.core.roles")
 NO_DEFAULT = object()
 
 
@@ -76,6 +79,12 @@ class TermDeclaration:
             return eval(found.annotation, {"__builtins__": BUILTINS}, dict(self.namespace))  # noqa: S307 - our own file
         except Exception:  # noqa: BLE001 - a name only the full module knows: left to the build's check
             return None
+
+
+    def role(self, option: str) -> Declared | None:
+        """The role the option's annotation declares (``Annotated[str | None, INPUT]``), or None: what it trains."""
+        hint = self.hint(option)
+        return next((m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Declared)), None)
 
 
 BUILTINS = {name: getattr(__builtins__, name, None) if not isinstance(__builtins__, dict) else __builtins__[name]

@@ -14,6 +14,7 @@ from transformers import AutoConfig, AutoModel
 
 from degen_train.core.handed_files import no_remote_code
 from degen_train.core.io import resolve_pretrained
+from degen_train.core.roles import INPUT
 from degen_train.devices.precision import autocast_off
 from degen_train.losses.contract import LossTerm, TermContext, TermOutput, distributed_mean, register_term
 from degen_train.models.loading import load_pretrained
@@ -55,12 +56,11 @@ class TokenContrastiveTerm(LossTerm):
     """InfoNCE between student tokens at masked positions and the frozen teacher's tokens of the same sequence."""
 
     averages_over = ("targets",)  # the anchors: the MLM-selected positions
-    reads = ("teacher",)  # a run folder or model the term loads (core/roles.py: an input)
 
     def __init__(
         self,
         *,
-        teacher: str | None = None,
+        teacher: Annotated[str | None, INPUT] = None,  # a run folder or model it loads: an input (core/roles.py)
         temperature: Annotated[float, Gt(0)] = 0.01,
         pad_in_denominator: bool = True,
         teacher_dropout: bool = True,

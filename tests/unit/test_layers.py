@@ -36,8 +36,9 @@ ALLOWED = {  # package: the packages it imports
     "run": {"callbacks", "config", "core", "data", "devices", "evaluation", "finetune", "losses", "metrics", "models",
             "optim", "storage"},
     "evaluation": {"config", "core", "data", "metrics", "models"},
-    # the composition of the components' own typed sections (data/, models/, optim/, callbacks/, finetune/ section.py)
-    "config": {"callbacks", "core", "data", "finetune", "models", "optim"},
+    # the composition of the components' own typed sections (data/, models/, optim/, callbacks/, finetune/ section.py;
+    # a loss term's options by its declaration in losses/)
+    "config": {"callbacks", "core", "data", "finetune", "losses", "models", "optim"},
     "callbacks": {"core", "devices", "metrics", "storage"},
     "metrics": {"core", "data", "devices", "models"},
     "finetune": {"core", "data", "models"},

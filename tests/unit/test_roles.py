@@ -53,15 +53,21 @@ def test_a_schema_field_is_declared_once() -> None:
         assert sum(isinstance(m, Declared) for m in info.metadata) == 1, key
 
 
-def test_a_terms_file_options_are_inputs() -> None:
-    """A loss term names the options that load a file (``reads``); the declaration beside the schema agrees."""
-    from degen_train.losses.catalog import discover_terms
+def test_a_terms_option_that_loads_a_file_declares_its_role_in_its_own_annotation() -> None:
+    """TaCL's ``teacher: Annotated[str | None, INPUT]`` in its constructor is the one place its role is said: the
+    lookup reads it from the term's declaration (its file's text), under the term's name and any other (a section's
+    ``term:`` is not in its key); every other option is what the run trains."""
+    from degen_train.losses.declarations import declared_terms
 
-    named = {(term.section, term.name, option) for term in discover_terms().values() for option in term.reads}
-    assert ("regularizer", "tacl", "teacher") in named
-    for section, name, option in named:
+    declared = {(term.section, term.name, option.name): term.role(option.name) for term in declared_terms().values()
+                for option in term.options}  # fmt: skip
+    inputs = {key for key, role in declared.items() if role is not None and role.role == Role.INPUT}
+    assert ("regularizer", "tacl", "teacher") in inputs
+    for section, name, option in inputs:
         assert role_of(f"{section}.{name}.{option}").role == Role.INPUT
         assert role_of(f"{section}.any_name.{option}").role == Role.INPUT  # a term's section under another name
+    assert role_of("regularizer.tacl.temperature").role == Role.TRAINS
+    assert all(role is None for key, role in declared.items() if key not in inputs)
 
 
 def test_every_count_a_run_measures_has_a_bound() -> None:
