@@ -8,10 +8,12 @@ input or code is carried only at the house's own value, else refused in one line
 command-line form (unless the user's command line gives that key); a protection only when it is no looser than the
 house's. This module keeps no list of keys of its own: a setting added to the schema or conf/ brings its role.
 
-Besides: a key the house does not have is refused, naming the file; a value must have the type the house gives that
-key; a ``_target_`` may only name what the house's yaml builds at that key; no interpolation (``${...}``) is read; a
-group choice must name one of the group's files in conf/. Nothing read here is handed to Hydra as text from the file:
-overrides are parsed with Hydra's own parser, checked as typed values and written out again by ``Setting.override``.
+Besides: a key the house does not have is refused, naming the file; a value must have the type and range of the
+field that declares it (its section's, pydantic), a loss term's option those its term's own file declares (as the
+command line checks it); a ``_target_`` may only name what the house's yaml builds at that key; no interpolation
+(``${...}``) is read; a group choice must name one of the group's files in conf/. Nothing read here is handed to
+Hydra as text from the file: overrides are parsed with Hydra's own parser, checked as typed values and written out
+again by ``Setting.override``.
 """
 
 from __future__ import annotations
@@ -474,8 +476,9 @@ def _check_interpolation(source: Path, key: str, value: Any, advice: str) -> Non
 def _check_type(source: Path, key: str, value: Any, advice: str) -> None:
     """The type (and range) the house gives ``key``."""
     problem = _type_problem(key, value)
-    if problem:
-        raise HandedOverError(f"{source}: {key}={value!r}: {problem}{advice}")
+    if problem:  # a term's declaration names the key itself
+        said = problem if problem.startswith(key) else f"{key}={value!r}: {problem}"
+        raise HandedOverError(f"{source}: {said}{advice}")
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -490,8 +493,9 @@ def _strings(value: Any) -> Iterator[str]:
 
 
 def _type_problem(key: str, value: Any) -> str | None:
-    """What is wrong with ``value`` at ``key`` for the house, or None: the schema's own type and range where the
-    schema lists the key, else the kind of value conf/ holds there, else a Trainer argument or a term's option."""
+    """What is wrong with ``value`` at ``key`` for the house, or None: the type and range of the field that declares
+    the key (its section's, pydantic), or for a loss term's option its term's own declaration, as the command line
+    checks it."""
     if key.endswith("_target_") or key.endswith("_partial_"):
         return None if kind_of(value) in ("str", "bool", "none") else "a _target_ is a name"
     checker = _schema_checker(key)
@@ -503,34 +507,32 @@ def _type_problem(key: str, value: Any) -> str | None:
         except ValidationError as error:
             return "; ".join(e["msg"] for e in error.errors())
         return None
-    known = house_keys().get(key)
-    if known is not None:
-        return _kind_problem(known.kinds, value)
-    if not _plain(value):
-        return "a Trainer argument or a loss term's option holds a plain value (a number, string or list of them)"
-    if key.startswith("trainer.") and key.count(".") == 1 and key.split(".")[1] in _trainer_arguments():
-        return None
     option = TERM_OPTION.match(key)
-    if option and option.group(3) in _term_options(option.group(2)):
-        return None
+    if option:
+        return _term_option_problem(*option.groups(), value)
     return "not a setting of degen-train (no file of conf/, no field of its schema, no Trainer argument or term option)"
 
 
-def _kind_problem(kinds: set[str], value: Any) -> str | None:
-    kind = kind_of(value)
-    if kind == "none" or "none" in kinds or kind in kinds:
-        return None
-    if kind == "int" and "float" in kinds:
-        return None
-    named = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string", "list": "a list",
-             "dict": "a section"}  # fmt: skip
-    return f"the house's value there is {' or '.join(named.get(k, k) for k in sorted(kinds))}"
+def _term_option_problem(section: str, name: str, option: str, value: Any) -> str | None:
+    """A loss term's option checked by the term's declaration (losses/declarations.py: its annotation, strict), as
+    the command line checks it: the term ``name``, or under a section named otherwise (``term:`` inside says which)
+    any term that takes ``option``; None when one allows it."""
+    from degen_train.losses.declarations import check_term_sections, declared_terms
 
-
-def _plain(value: Any) -> bool:
-    if isinstance(value, list | tuple):
-        return all(_plain(item) for item in value)
-    return kind_of(value) in ("none", "bool", "int", "float", "str")
+    if option == "weight" and (isinstance(value, bool) or not isinstance(value, int | float)):
+        return "a term's weight is a number"
+    if option == "term":
+        return None if value in declared_terms() else f"not a loss term of degen-train ({', '.join(declared_terms())})"
+    terms = [name] if name in declared_terms() else [term for term, declared in declared_terms().items()
+                                                     if option in (declared.option_names() or ())]  # fmt: skip
+    problems = []
+    for term in terms:
+        try:
+            check_term_sections({section: {name: {"term": term, option: value}}})
+            return None
+        except ValueError as error:
+            problems.append(str(error))
+    return problems[0] if problems else f"no loss term of degen-train takes the option {option!r}"
 
 
 def _refuse_unknown(source: Path, key: str, value: Any, advice: str) -> None:
@@ -568,23 +570,6 @@ def _schema_checker(key: str) -> Any:
     metadata = [m for m in info.metadata if not isinstance(m, Declared)]
     annotation = Annotated.__class_getitem__((info.annotation, *metadata)) if metadata else info.annotation
     return TypeAdapter(annotation)
-
-
-@functools.cache
-def _trainer_arguments() -> frozenset[str]:
-    from degen_train.config.overrides import trainer_arguments
-
-    return frozenset(trainer_arguments())
-
-
-@functools.cache
-def _term_options(name: str) -> frozenset[str]:
-    """The options conf/objective/ and conf/regularizer/ give the term ``name`` (every option of every term is a key
-    of its yaml: tests/unit/test_term_options.py), and ``weight`` and ``term``; of every term when ``name`` is a
-    section's own name (``term: NAME`` inside says which)."""
-    keys = [k.split(".") for k in house_keys() if k.startswith(("objective.", "regularizer.")) and k.count(".") == 2]
-    named = {option for section, term, option in keys if term == name}
-    return frozenset((named or {option for _, _, option in keys}) | {"weight", "term"})
 
 
 def hydra_literal(value: Any) -> str:

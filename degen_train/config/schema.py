@@ -9,8 +9,8 @@ plan, a loss term's options), the run's top-level keys, and the rules that span 
 
 Every problem is reported at once, each naming the key, the value and what is allowed. ``validate_config``'s
 ``TrainConfig`` is the config that runs: the layers below the CLI receive its typed sections (run/checks.py's
-``RunPlan``), read each listed key as an attribute, and never check or default it again; ``checked_config`` is the
-same as a DictConfig, for a config composed in Python (tests, notebooks, tools).
+``RunPlan``), read each listed key as an attribute, and never check or default it again; its ``plain_settings()``
+are what Hydra instantiates and the run records.
 """
 
 from __future__ import annotations
@@ -245,15 +245,6 @@ def validate_config(cfg: DictConfig) -> TrainConfig:
             "scheduler.warmup_steps=%s >= scheduler.total_steps=%s: the learning rate never reaches optimizer.lr=%s "
             "in this run", scheduler.warmup_steps, scheduler.total_steps, checked.optimizer.lr)  # fmt: skip
     return checked
-
-
-def checked_config(cfg: DictConfig) -> DictConfig:
-    """The config that runs, as a DictConfig: ``cfg`` checked by ``validate_config`` and rebuilt from its plain
-    settings, so every listed key is present with its checked value or the schema's default (unlisted keys as
-    given)."""
-    runs = OmegaConf.create(validate_config(cfg).plain_settings())
-    OmegaConf.set_struct(runs, True)  # as Hydra's: reading a key nobody set raises instead of returning None
-    return runs
 
 
 def _filled(full: Any, given: Any) -> Any:
