@@ -104,7 +104,8 @@ def test_the_config_alone_is_answered_before_any_framework_loads(argv: list[str]
 
 
 SECTIONS = ("degen_train.data.section", "degen_train.models.section", "degen_train.optim.section",
-            "degen_train.callbacks.sections", "degen_train.finetune.section", "degen_train.config.schema",
+            "degen_train.callbacks.sections", "degen_train.finetune.section", "degen_train.losses.section",
+            "degen_train.config.schema",
             "degen_train.config.role_lookup", "degen_train.config.handed_over")  # fmt: skip
 
 

@@ -3,9 +3,10 @@ any data, model or file is touched.
 
 Each component declares its section beside its code, every field with its type, range, default and role:
 data/section.py (data.*, data.tokenizer.*, masking.*), models/section.py (model.*), optim/section.py (optimizer.*,
-scheduler.*), callbacks/sections.py (callbacks.*), finetune/section.py (eval.finetune.*), config/trainer_section.py
-(Lightning's Trainer arguments). This file holds the sections no single component owns (eval, push_to_hub, search,
-plan, a loss term's options), the run's top-level keys, and the rules that span sections (``sections_agree``).
+scheduler.*), callbacks/sections.py (callbacks.*), finetune/section.py (eval.finetune.*), losses/section.py (a loss
+term's options), config/trainer_section.py (Lightning's Trainer arguments). This file holds the sections no single
+component below it owns (eval, push_to_hub, search, plan), the run's top-level keys, and the rules that span
+sections (``sections_agree``).
 
 Every problem is reported at once, each naming the key, the value and what is allowed. ``validate_config``'s
 ``TrainConfig`` is the config that runs: the layers below the CLI receive its typed sections (run/checks.py's
@@ -39,25 +40,9 @@ from degen_train.core.roles import (
 from degen_train.core.section import MAX_ITEMS, MAX_PROMPTS, MAX_TOKENS, Open, describe_error, given_only
 from degen_train.data.section import DataConfig, MaskingConfig
 from degen_train.finetune.section import FinetuneConfig
+from degen_train.losses.section import TermSection
 from degen_train.models.section import ModelConfig
 from degen_train.optim.section import OptimizerConfig, SchedulerConfig
-
-
-class TermSection(BaseModel):
-    """objective.NAME / regularizer.NAME: a loss term's options, checked by the term's own declaration
-    (losses/declarations.py), and each with the role its annotation there declares: what the run trains, unless it
-    says otherwise (TaCL's ``teacher: Annotated[str | None, INPUT]``, a model it loads)."""
-
-    model_config = Open
-
-    @classmethod
-    def other_key_role(cls, option: str) -> Declared:
-        """The role of ``option``: the one a term's own file declares for it; under a section's name that is not the
-        term's (``term:`` inside names it) the role any term declares for that option, the run's own otherwise."""
-        from degen_train.losses.declarations import declared_terms
-
-        declared = (term.role(option) for term in declared_terms().values())
-        return next((role for role in declared if role is not None), TRAINS)
 
 
 class EvalConfig(BaseModel):

@@ -1,12 +1,12 @@
 """What each setting is, declared where it is defined, and the one rule every door derives from it.
 
 Every setting carries its role in the annotation of the typed section's field that declares it (``path:
-Annotated[str | None, INPUT]``; config/schema.py and the sections it composes), conf/-only keys included: a Lightning
-Trainer argument in config/trainer_section.py, a callback's in callbacks/sections.py, a loss term's options in
-schema.TermSection (what the run trains, except the files a term reads). A config group's choice has its role on the
-field the group fills (``group(...)``). config/role_lookup.py reads them; ``tests/unit/test_roles.py`` fails for a
-field or conf/ key without one, so a new capability cannot forget it. This module defines the roles and imports
-nothing of the config.
+Annotated[str | None, INPUT]``; each component's section.py, composed by config/schema.py), conf/-only keys
+included: a Lightning Trainer argument in config/trainer_section.py, a callback's in callbacks/sections.py, a loss
+term's option in its own constructor's annotation (what the run trains, unless it says otherwise; read through
+losses/section.TermSection). A config group's choice has its role on the field the group fills (``group(...)``).
+config/role_lookup.py reads them; ``tests/unit/test_roles.py`` fails for a field or conf/ key without one, so a new
+capability cannot forget it. This module defines the roles and imports nothing of the config.
 
 The roles, and what a handed-over file (a branch's parent, a ``--reproduce`` record, a sweep's member) may do with a
 setting of each (``Declared.door``):
