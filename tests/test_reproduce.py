@@ -210,7 +210,18 @@ def test_the_glue_part_fine_tunes_the_students_and_electra_twins_and_minilm(tmp_
     assert not (tmp_path / "runs" / "tacl" / "teacher" / "seed0" / "glue").exists()  # the teacher is not a claim
 
 
-@pytest.mark.usefixtures("no_analysis_pictures")
+@pytest.fixture
+def short_w8a8_calibration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The W8A8 probe calibrated on 2 batches (BERT's released 16) and 1 (OPT's 4): here the part's wiring is the
+    subject (its six runs each probed took 21 of the test's 60 s); the released calibration is held where the probe
+    is the subject (tests/unit/test_quantization.py, tests/test_probes.py)."""
+    from degen_train.metrics.quantization import SETTINGS
+
+    monkeypatch.setitem(SETTINGS, "encoder", replace(SETTINGS["encoder"], calibration_batches=2))
+    monkeypatch.setitem(SETTINGS, "decoder", replace(SETTINGS["decoder"], calibration_batches=1))
+
+
+@pytest.mark.usefixtures("no_analysis_pictures", "short_w8a8_calibration")
 def test_the_attention_part_trains_variants_beside_plain_softmax_and_measures_the_w8a8_gap(tmp_path: Path) -> None:
     """parts=[clipped_softmax,gated_attention,output_gate] (issue 22 item 5): encoders with plain, clipped and gated
     attention (plain once more, five times as long), part (a)'s decoder with and without the output gate; the

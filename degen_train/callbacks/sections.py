@@ -28,6 +28,7 @@ from degen_train.core.section import MAX_ITEMS, Instantiated, Open, given_only
 
 
 class CheckpointCallbackConfig(Instantiated):
+    builds = ("degen_train.callbacks.checkpoint.RunCheckpoint",)
     every_n_train_steps: Annotated[int | None, protection(CHECKPOINTS, at_most=HOUSE_CHECKPOINT_STEPS)] = Field(
         default=None, ge=1
     )
@@ -42,6 +43,7 @@ class CheckpointCallbackConfig(Instantiated):
 
 
 class PreemptionCallbackConfig(Instantiated):
+    builds = ("degen_train.callbacks.preemption.Preemption",)
     requeue: Annotated[bool | None, protection("the requeue of a preempted cluster job", keeps=(True,))] = given_only()
     # null leaves the signal alone
     requeue_signal: Annotated[str | None, protection("the cluster's warning signal", keeps=("SIGUSR1", "SIGUSR2"))] = (
@@ -49,22 +51,26 @@ class PreemptionCallbackConfig(Instantiated):
 
 
 class ThroughputCallbackConfig(Instantiated):
+    builds = ("degen_train.callbacks.throughput.Throughput",)
     window: Annotated[int | None, measures(at_most=10_000)] = given_only()
     peak_flops: Annotated[float | None, MEASURES] = given_only()
     count_total_flops: Annotated[bool | None, MEASURES] = given_only()
 
 
 class ProgressBarCallbackConfig(Instantiated):
+    builds = ("degen_train.callbacks.throughput.StepProgressBar",)
     refresh_rate: Annotated[int | None, PRESENTATION] = given_only()
 
 
 class LearningRateMonitorConfig(Instantiated):
+    builds = ("lightning.pytorch.callbacks.LearningRateMonitor",)
     logging_interval: Annotated[str | None, PRESENTATION] = given_only()
 
 
 class CadenceCallbackConfig(Instantiated):
     """Validation, checkpoints and the isotropy probe every so many minutes of training (callbacks/cadence.py)."""
 
+    builds = ("degen_train.callbacks.cadence.ClockCadence",)
     validation_minutes: Annotated[float | None, protection(VALIDATION, keeps=(None,), at_least=FLOOR_MINUTES,
                                                            at_most=CADENCE_MINUTES)] = given_only()  # fmt: skip
     checkpoint_minutes: Annotated[float | None, protection(CHECKPOINTS, keeps=(None,), at_least=FLOOR_MINUTES,
@@ -73,6 +79,7 @@ class CadenceCallbackConfig(Instantiated):
 
 
 class IsotropyCallbackConfig(Instantiated):
+    builds = ("degen_train.callbacks.isotropy_monitor.IsotropyMonitor",)
     every_n_steps: Annotated[int, MEASURES] = Field(ge=1, le=MAX_ITEMS)
     probe_size: Annotated[int, MEASURES] = Field(ge=1, le=4096)
     at_end: Annotated[bool | None, MEASURES] = given_only()
@@ -81,6 +88,7 @@ class IsotropyCallbackConfig(Instantiated):
 class BestBySTSCallbackConfig(Instantiated):
     """The weights of the best STS score are the run's result (callbacks/best_sts.py)."""
 
+    builds = ("degen_train.callbacks.best_sts.BestBySTS",)
     sts: Annotated[str | None, INPUT] = given_only()  # an STS file the run reads every few steps
     every_n_steps: Annotated[int | None, TRAINS] = given_only()
     pooling: Annotated[str | None, TRAINS] = given_only()
@@ -89,6 +97,7 @@ class BestBySTSCallbackConfig(Instantiated):
 class WeightAveragingCallbackConfig(Instantiated):
     """An average of the weights beside the model: what it exports is the run's result (callbacks/weight_averaging)."""
 
+    builds = ("degen_train.callbacks.weight_averaging.WeightAverage",)
     kind: Annotated[str | None, TRAINS] = given_only()
     decay: Annotated[float | None, TRAINS] = given_only()
     start_step: Annotated[int | None, TRAINS] = given_only()
@@ -100,6 +109,7 @@ class WeightAveragingCallbackConfig(Instantiated):
 
 
 class DivergenceCallbackConfig(Instantiated):
+    builds = ("degen_train.callbacks.divergence.DivergenceGuard",)
     on_nonfinite: Annotated[Literal["stop", "skip"], protection(DIVERGENCE, keeps=("stop",))]
     max_skips: Annotated[int, protection(DIVERGENCE, at_most=10)] = Field(ge=0)
     # a handed-over spike guard, off (null) or within 2–10 σ over 8–10,000 steps: "tighter" has a floor too, since a

@@ -8,12 +8,12 @@ input or code is carried only at the house's own value, else refused in one line
 command-line form (unless the user's command line gives that key); a protection only when it is no looser than the
 house's. This module keeps no list of keys of its own: a setting added to the schema or conf/ brings its role.
 
-Besides: a key the house does not have is refused, naming the file; a value must have the type and range of the
-field that declares it (its section's, pydantic), a loss term's option those its term's own file declares (as the
-command line checks it); a ``_target_`` may only name what the house's yaml builds at that key; no interpolation
-(``${...}``) is read; a group choice must name one of the group's files in conf/. Nothing read here is handed to
-Hydra as text from the file: overrides are parsed with Hydra's own parser, checked as typed values and written out
-again by ``Setting.override``.
+Besides: a key the house does not have is refused, naming the file; a value must have the type and range of the field
+that declares it (its section's, pydantic), a loss term's option those its term's own file declares (as the command
+line checks it); a ``_target_`` may only name what its section declares the house builds there (``builds``); no
+interpolation (``${...}``) is read; a group choice must name one of the group's files in conf/. Nothing read here is
+handed to Hydra as text from the file: overrides are parsed with Hydra's own parser, checked as typed values and
+written out again by ``Setting.override``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 from degen_train.config.house_keys import house_default, house_groups, house_keys, kind_of, schema_fields
 from degen_train.config.renamed import current_target
-from degen_train.config.role_lookup import group_role, role_of
+from degen_train.config.role_lookup import group_role, house_targets, role_of
 from degen_train.core.handed_files import (
     CONTROL,
     LYING,
@@ -43,7 +43,6 @@ from degen_train.core.handed_files import (
 from degen_train.core.roles import MEANING, Declared, Role
 
 TERM_OPTION = re.compile(r"^(objective|regularizer)\.(\w+)\.(\w+)$")
-KEY = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 CHOICE = re.compile(r"^[\w.-]+$")
 LEFT_OUT = (Role.OUTPUT, Role.LAUNCH)
 THE_USERS_OWN = (Role.INPUT, Role.CODE)
@@ -311,9 +310,12 @@ def _users_own(reading: Reading, door: Door, key: str, value: Any, role: Role) -
 
 
 def _is_house_value(key: str, value: Any) -> bool:
-    """``value`` is nothing (null, empty) or one the house's own yaml gives ``key`` (resolved on this machine)."""
+    """``value`` is nothing (null, empty), one the house's own yaml gives ``key`` (resolved on this machine), or at a
+    ``_target_`` one that its section declares the house builds."""
     if value in (None, "", [], {}):
         return True
+    if key.endswith("_target_"):  # what the section Hydra builds there declares (section.Instantiated.builds)
+        return value in house_targets(key)
     known = house_keys().get(key)
     return known is not None and kind_of(value) not in ("list", "dict") and value in _resolved_values(key)
 

@@ -1,6 +1,7 @@
-"""The house's own settings: every key its yaml (conf/) or its typed schema names, with the types and ``_target_``s
-found there. The allow-list a handed-over file is read through (handed_over.py) is built from this and nothing else,
-so a setting added to conf/ or to the schema is allowed without editing a list by hand."""
+"""The house's own settings: every key its yaml (conf/) or its typed schema names, with the types and values found
+there. The allow-list a handed-over file is read through (handed_over.py) is built from this and the sections' own
+declarations (a ``_target_``'s: its section's ``builds``), so a setting added to conf/ or to the schema is allowed
+without editing a list by hand."""
 
 from __future__ import annotations
 

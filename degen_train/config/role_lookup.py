@@ -61,6 +61,16 @@ def role_of(key: str) -> Declared | None:
 
 
 def _declared_at(key: str) -> Declared | None:
+    return _walk(key)[0]
+
+
+def section_at(key: str) -> type[BaseModel] | None:
+    """The typed section the dotted ``key`` names (``callbacks.checkpoint``: CheckpointCallbackConfig), or None."""
+    return _walk(key)[1]
+
+
+def _walk(key: str) -> tuple[Declared | None, type[BaseModel] | None]:
+    """The role declared at ``key`` and the section it names (None where it names a value, or nothing)."""
     model: type[BaseModel] = TrainConfig
     parts = key.split(".")
     index = 0
@@ -68,21 +78,27 @@ def _declared_at(key: str) -> Declared | None:
         info = fields_by_key(model).get(parts[index])
         if info is None:  # a key the section does not list: its role by the section's own rule, where it has one
             other = getattr(model, "other_key_role", None)
-            return other(parts[index]) if other is not None else None
+            return (other(parts[index]) if other is not None else None), None
         declared = declared_in(info)
         inner, named = section_in(info.annotation), sections_by_name_in(info.annotation)
         if index == len(parts) - 1:
-            return declared
+            return declared, inner
         if named is not None:  # objective.NAME.OPTION: the name passed by
             model, index = named, index + 2
             if index == len(parts):  # objective.NAME itself: a term's section
-                return declared
+                return declared, named
             continue
         if inner is not None:
             model, index = inner, index + 1
             continue
-        return declared  # a value's role covers what lies below it (logger.wandb.project)
-    return None
+        return declared, None  # a value's role covers what lies below it (logger.wandb.project)
+    return None, None
+
+
+def house_targets(key: str) -> tuple[str, ...]:
+    """What the house builds at ``key`` (a ``..._target_``): what its section declares (section.Instantiated)."""
+    section = section_at(key.removesuffix("_target_").removesuffix("."))
+    return section.builds if section is not None and issubclass(section, Instantiated) else ()
 
 
 def group_role(group: str) -> Declared | None:

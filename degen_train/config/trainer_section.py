@@ -29,6 +29,7 @@ Count = int | float | None  # Lightning's limits: a count of batches or a fracti
 
 
 class TrainerConfig(Instantiated):
+    builds = ("lightning.pytorch.Trainer",)
     max_steps: Annotated[int, TRAINS] = Field(ge=1)
     accumulate_grad_batches: Annotated[int, TRAINS] = Field(ge=1)
     log_every_n_steps: Annotated[int, PRESENTATION] = Field(ge=1)

@@ -9,7 +9,7 @@ was given (null: absent), so declaring a setting never adds it to what a constru
 from __future__ import annotations
 
 import difflib
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -39,10 +39,12 @@ def given_only(default: Any = None, **constraints: Any) -> Any:
 
 
 class Instantiated(BaseModel):
-    """A section Hydra builds: its ``_target_`` (and ``_partial_``) name code, so only the house's own targets are
-    carried from a handed-over file (config/handed_over.py)."""
+    """A section Hydra builds: its ``_target_`` (and ``_partial_``) name code. ``builds`` declares what the house
+    builds there (each of conf/'s yaml at this section names one of them, tests/unit/test_roles.py holds it): a
+    handed-over file may name only those (config/handed_over.py); the user's own command line may name any."""
 
     model_config = Open
+    builds: ClassVar[tuple[str, ...]] = ()
     target: Annotated[str | None, CODE] = Field(default=None, alias="_target_", exclude_if=_is_none)
     partial: Annotated[bool | None, CODE] = Field(default=None, alias="_partial_", exclude_if=_is_none)
 

@@ -61,7 +61,14 @@ def checked_tasks(tasks: Sequence[str], include_path: str | Path | None = None, 
         raise ValueError(f"{key} needs the lm-eval package: pip install 'degen-train[lm-eval]'") from None
     if include_path is not None and not Path(include_path).is_dir():
         raise FileNotFoundError(f"{include_key} {include_path}: no such folder of task YAML files")
-    manager = TaskManager(include_path=str(include_path)) if include_path is not None else TaskManager()
+    manager = None
+    if include_path is not None:  # the harness's own index is 53,000 YAML files (about 19 s): read it only if needed
+        own = TaskManager(include_path=str(include_path), include_defaults=False)
+        # each a task of the folder (a group or tag may list the harness's tasks); the folder's win over the harness's
+        # anyway (TaskManager: include_path takes precedence)
+        manager = own if set(tasks) <= set(own.all_subtasks) else None
+    if manager is None:
+        manager = TaskManager(include_path=str(include_path)) if include_path is not None else TaskManager()
     known = set(manager.all_tasks)
     unknown = [task for task in tasks if task not in known]
     if unknown:

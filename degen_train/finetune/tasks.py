@@ -78,10 +78,6 @@ class Task:
         return 1 if self.layout.labels is None else len(self.layout.labels)
 
 
-def glue_task_names() -> list[str]:
-    return list(GLUE_TASKS)
-
-
 def load_glue_task(name: str, glue_dir: str | Path) -> Task:
     """Read TASK's train and dev files from ``glue_dir`` (the folder holding RTE/, SST-2/, ...)."""
     key = name.lower().replace("-", "")

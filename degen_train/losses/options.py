@@ -47,13 +47,12 @@ def checked(init: Callable[..., None]) -> Callable[..., None]:
         type(self).check_options(given)  # the rules between options (LossTerm.check_options), asked at stage 1 too
         init(self, *args, **kwargs)
 
-    init_checked.__wrapped_init__ = init  # type: ignore[attr-defined]
-    return init_checked
+    return init_checked  # functools.wraps keeps init as __wrapped__: check_given reads it
 
 
 def check_given(term: type, given: dict[str, Any], init: Callable[..., None] | None = None) -> None:
     """Each option given to ``term`` against its constructor's annotation, with no module built."""
-    init = init or getattr(term.__init__, "__wrapped_init__", term.__init__)
+    init = init or getattr(term.__init__, "__wrapped__", term.__init__)
     hints = option_hints(init)
     for option, value in given.items():
         if option in hints:

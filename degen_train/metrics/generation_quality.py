@@ -19,7 +19,7 @@ Where none is present, the measure is null with that reason, never a number from
 
 from __future__ import annotations
 
-import math
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -103,7 +103,9 @@ def mauve_as_released(references: Sequence[str], continuations: Sequence[str], *
     features = []
     for texts in (refs, preds):
         tokens = [tokenizer.encode(t, return_tensors="pt", truncation=True, max_length=MAX_TEXT_LENGTH) for t in texts]
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            # the release (mauve/utils.py) passes the model its KV cache by the name transformers now deprecates
+            warnings.filterwarnings("ignore", message="`past_key_values` is deprecated", category=FutureWarning)
             features.append(featurize_tokens_from_model(model, tokens, batch_size).numpy())
     out = mauve.compute_mauve(p_features=features[0], q_features=features[1], device_id=-1, verbose=False)
     why = "" if comparable else f"featurized by {featurizer}, not GPT-2 large: not comparable with SimCTG's tables"
@@ -175,7 +177,3 @@ def simcse_vectors(folder: str, texts: Sequence[str], *, batch_size: int = 32) -
             mask = inputs["attention_mask"].unsqueeze(-1).to(out.last_hidden_state.dtype)
             vectors.append((out.last_hidden_state * mask).sum(1) / mask.sum(1).clamp(min=1e-9))
     return torch.cat(vectors).float()
-
-
-def finite_or_none(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None

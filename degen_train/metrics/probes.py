@@ -158,11 +158,6 @@ def fitted_transforms(reference: Tensor) -> dict[str, Callable[[Tensor], Tensor]
     return {"raw": lambda v: v, "whitened": whiten, "clipped": lambda v: clip_outliers(v, dims)}
 
 
-def transformed(vectors: Tensor) -> dict[str, Tensor]:
-    """The three modes; whitening and outlier dims are fitted on the vectors being evaluated."""
-    return {mode: apply(vectors) for mode, apply in fitted_transforms(vectors).items()}
-
-
 SCORED_SPLIT = "the scored split (both sides of every pair)"
 
 

@@ -12,6 +12,7 @@ from degen_train.core.section import Instantiated, given_only
 
 
 class OptimizerConfig(Instantiated):
+    builds = ("degen_train.optim.optimizer.build_optimizer", "degen_train.optim.muon.build_muon")
     lr: Annotated[float, TRAINS] = Field(gt=0)
     weight_decay: Annotated[float, TRAINS] = Field(ge=0)
     eps: Annotated[float, TRAINS] = Field(gt=0)
@@ -35,6 +36,7 @@ class OptimizerConfig(Instantiated):
 
 
 class SchedulerConfig(Instantiated):
+    builds = ("degen_train.optim.schedule.build_scheduler",)
     schedule: Annotated[Literal["linear", "cosine", "constant", "wsd"], TRAINS]
     warmup_steps: Annotated[int, TRAINS] = Field(ge=0)
     total_steps: Annotated[int, TRAINS] = Field(ge=1)

@@ -222,6 +222,10 @@ def test_degen_eval_runs_an_lm_eval_task_of_local_files(tmp_path: Path, decoder:
             expected += int(max(range(len(scores)), key=scores.__getitem__) == item["answer"])
     assert accuracy == pytest.approx(expected / len(items))
     assert f"degen_tiny_choice: acc {accuracy:.4g} ± " in capsys.readouterr().out
-    with pytest.raises(SystemExit):
+    from degen_train.evaluation.lm_eval_tasks import checked_tasks
+
+    # the folder's own tasks are found in the folder's index alone (the harness's 53,000 YAML files are not read)
+    assert checked_tasks(["degen_tiny_choice"], tasks)[1].all_tasks == ["degen_tiny_choice"]
+    with pytest.raises(SystemExit):  # a name the folder lacks: looked up among the harness's own too
         main([str(export), "--lm-eval", "no_such_task", "--lm-eval-include", str(tasks), "--out", str(tmp_path / "x")])
     assert "--lm-eval: task(s) no_such_task not known to lm-eval" in capsys.readouterr().err

@@ -130,6 +130,8 @@ def _featurizer(folder: Path) -> Path:
     return folder
 
 
+# the release (mauve/utils.py), called here as the expected value, passes its KV cache by the deprecated name
+@pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")
 def test_mauve_cuts_each_pair_to_the_shorter_and_drops_empty_continuations_as_released(tmp_path: Path) -> None:
     pytest.importorskip("mauve", reason="the mauve-text package (the generation extra) is not installed")
     import mauve

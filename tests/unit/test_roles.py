@@ -95,6 +95,41 @@ def test_every_group_declares_a_role() -> None:
     assert not [group for group in house_groups() if group_role(group) is None]
 
 
+
+def test_every_target_the_house_builds_is_declared_by_its_section() -> None:
+    """Issue 70.1: a ``_target_`` conf/ names is a typed field whose allowed classes its section declares
+    (section.Instantiated.builds): each yaml's code target is one its section declares, and each declared one exists
+    (located as Hydra locates it)."""
+    from hydra._internal.utils import _locate
+
+    from degen_train.config.role_lookup import house_targets
+
+    code_targets = {key: known.values for key, known in house_keys().items()
+                    if key.endswith("._target_") and role_of(key).role == Role.CODE}  # fmt: skip
+    assert "optimizer._target_" in code_targets and "callbacks.checkpoint._target_" in code_targets
+    for key, names in code_targets.items():
+        assert names <= set(house_targets(key)), f"{key}: {sorted(names)} is not what its section declares"
+        for name in house_targets(key):
+            assert callable(_locate(name)), name
+
+
+def test_a_records_target_is_held_to_what_its_section_declares(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The section's declaration decides, not the yaml: with Muon's builder no longer declared by the optimizer's
+    section, a record naming it is refused though conf/optimizer/muon.yaml still names it."""
+    from degen_train.optim.section import OptimizerConfig
+
+    path = tmp_path / "overrides.json"
+    path.write_text(json.dumps(["optimizer._target_=degen_train.optim.muon.build_muon"]))
+    assert [s.override() for s in read_overrides_file(path).settings] == [
+        "optimizer._target_='degen_train.optim.muon.build_muon'"]
+    monkeypatch.setattr(OptimizerConfig, "builds", ("degen_train.optim.optimizer.build_optimizer",))
+    with pytest.raises(HandedOverError, match="_target_ 'degen_train.optim.muon.build_muon' at optimizer._target_"):
+        read_overrides_file(path)
+    path.write_text(json.dumps(["callbacks.progress_bar._target_=degen_train.callbacks.throughput.Throughput"]))
+    with pytest.raises(HandedOverError, match="never build there"):  # the house's class, at another section
+        read_overrides_file(path)
+
 # One setting of each role, a value a stranger's file might give it, and what each door must do with it:
 # "carried", "left out", "refused" (with the words the refusal must hold).
 ROLE_CASES = [
