@@ -61,7 +61,7 @@ PROBES = {
     "sentence_pairs": Probe(
         ("metrics/probes.py",),
         (("2026-11-28", "ℓ_align over STS-B pairs scored above 4, SimCSE's positives (was: 4 or more; issue 54.5)"),),
-        "ef644c3a9e9c98e1",
+        "f77e3c6b86b8b670",
         (("2026-11-29", "an STS or WiC file that is a FIFO or a device refused before it is opened (issue 63.2)"),
          ("2026-11-29", "per-pair scores kept; whitening fitted on named splits when asked (eval.sts_whitening_fit), "
           "else on the scored split as before; a headed tab-separated STS file read without quoting (GLUE's STS-B: "
@@ -70,7 +70,8 @@ PROBES = {
          ("2026-12-02", "each kept per-pair and per-item score carries its item's id (row and a hash of its text), so "
           "two runs are paired on equal items only (issue 71.3)"),
          ("2026-12-02", "a JSON-lines STS file's line that is not one JSON object is refused naming its line (issue "
-          "72.3); every file that read before reads the same")),
+          "72.3); every file that read before reads the same"),
+         ("2026-12-02", "transformed(), which nothing called, removed (issue 70.8)")),
     ),  # fmt: skip
 }
 # The columns of a reproduce page each probe measures.
