@@ -2,8 +2,9 @@
 
 The packages stand on eleven levels, top to bottom; a package imports only along the arrows tests/unit/test_layers.py
 lists, each to a lower level, and packages side by side on one level never import each other. Each component
-declares its typed config section beside its code (data/, models/, optim/, finetune/, losses/ section.py,
-callbacks/sections.py), on the roles of core/roles.py; config composes them into the run's config:
+declares its typed config section beside its code (data/, models/, optim/, finetune/, losses/, evaluation/
+section.py, callbacks/ and run/ sections.py), on the roles of core/roles.py: a leaf that imports only core/, which
+config composes into the run's config whatever its package's level:
 
     cli: the commands: degen-train, -eval, -analyze, -report, -finetune, -convert, -reproduce
     report  reproduce  cluster: degen-report's tables and figures; make reproduce's runs and page; degen-cluster

@@ -105,13 +105,13 @@ def test_the_config_alone_is_answered_before_any_framework_loads(argv: list[str]
 
 SECTIONS = ("degen_train.data.section", "degen_train.models.section", "degen_train.optim.section",
             "degen_train.callbacks.sections", "degen_train.finetune.section", "degen_train.losses.section",
-            "degen_train.config.schema",
+            "degen_train.evaluation.section", "degen_train.run.sections", "degen_train.config.schema",
             "degen_train.config.role_lookup", "degen_train.config.handed_over")  # fmt: skip
 
 
 def test_each_components_typed_section_imports_no_framework() -> None:
     """Issue 70.1 and 70.6: a component's section lives beside its code, and importing it (its package's __init__
-    included) or validating it (a WSD schedule's decay, checked by the schedule's own arithmetic) loads no framework."""
+    included) or validating it (a WSD schedule's decay, checked by the section's own rule) loads no framework."""
     probe = f"""
 import importlib, sys
 for name in {SECTIONS!r}:

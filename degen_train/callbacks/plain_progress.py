@@ -10,18 +10,9 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
+from degen_train.callbacks.throughput import sweep_left
+
 log = logging.getLogger("degen_train")
-
-
-def sweep_left(trainer: pl.Trainer) -> str | None:
-    """The sweep's time left as this member sees it (callbacks/sweep_eta.py), once it has timed its first steps."""
-    from degen_train.callbacks import sweep_eta
-    from degen_train.callbacks.throughput import Throughput
-
-    clock = next((c for c in trainer.callbacks if isinstance(c, Throughput)), None)
-    if clock is None or clock.totals["batches"] < sweep_eta.AFTER_STEPS:
-        return None
-    return sweep_eta.time_left(int(trainer.max_steps), trainer.global_step, clock.seconds_per_step(trainer))
 
 
 class PlainProgress(Callback):

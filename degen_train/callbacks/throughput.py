@@ -281,9 +281,16 @@ class StepProgressBar(TQDMProgressBar):
     def get_metrics(self, trainer: pl.Trainer, module: pl.LightningModule) -> dict[str, Any]:
         metrics = super().get_metrics(trainer, module)
         metrics.pop("v_num", None)
-        from degen_train.callbacks.plain_progress import sweep_left
-
         left = sweep_left(trainer)  # a sweep's member: its time left
         if left is not None:
             metrics["sweep_left"] = left
         return metrics
+
+
+def sweep_left(trainer: pl.Trainer) -> str | None:
+    """The sweep's time left as this member sees it (callbacks/sweep_eta.py), once its Throughput clock has timed its
+    first steps: shown by the progress bar and by PlainProgress's lines."""
+    clock = next((c for c in trainer.callbacks if isinstance(c, Throughput)), None)
+    if clock is None or clock.totals["batches"] < sweep_eta.AFTER_STEPS:
+        return None
+    return sweep_eta.time_left(int(trainer.max_steps), trainer.global_step, clock.seconds_per_step(trainer))

@@ -4,9 +4,9 @@ any data, model or file is touched.
 Each component declares its section beside its code, every field with its type, range, default and role:
 data/section.py (data.*, data.tokenizer.*, masking.*), models/section.py (model.*), optim/section.py (optimizer.*,
 scheduler.*), callbacks/sections.py (callbacks.*), finetune/section.py (eval.finetune.*), losses/section.py (a loss
-term's options), config/trainer_section.py (Lightning's Trainer arguments). This file holds the sections no single
-component below it owns (eval, push_to_hub, search, plan), the run's top-level keys, and the rules that span
-sections (``sections_agree``).
+term's options), evaluation/section.py (eval.*), run/sections.py (trainer.*, push_to_hub.*, search.*, plan.*). A
+section imports only core/ and other sections, so this file may compose a section of a package above it. It holds
+the run's top-level keys and the rules that span sections (``sections_agree``).
 
 Every problem is reported at once, each naming the key, the value and what is allowed. ``validate_config``'s
 ``TrainConfig`` is the config that runs: the layers below the CLI receive its typed sections (run/checks.py's
@@ -17,19 +17,16 @@ are what Hydra instantiates and the run records.
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from degen_train.callbacks.sections import CallbacksConfig
-from degen_train.config.trainer_section import TrainerConfig
 from degen_train.core.roles import (
-    CODE,
     INPUT,
     LAUNCH,
-    MEASURES,
     OUTPUT,
     TRAINS,
     VALIDATION,
@@ -37,91 +34,13 @@ from degen_train.core.roles import (
     group,
     protection,
 )
-from degen_train.core.section import MAX_ITEMS, MAX_PROMPTS, MAX_TOKENS, Open, describe_error, given_only
+from degen_train.core.section import Open, describe_error, given_only
 from degen_train.data.section import DataConfig, MaskingConfig
-from degen_train.finetune.section import FinetuneConfig
+from degen_train.evaluation.section import EvalConfig
 from degen_train.losses.section import TermSection
 from degen_train.models.section import ModelConfig
 from degen_train.optim.section import OptimizerConfig, SchedulerConfig
-
-
-class EvalConfig(BaseModel):
-    """eval: the probes and evaluations run on the export at the end of a run (conf/train.yaml says each one)."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    sts: Annotated[list[str], INPUT] = Field(default_factory=list)
-    wic: Annotated[str | None, INPUT] = None
-    wic_fit: Annotated[str | None, INPUT] = None
-    # STS files whose pairs the whitening is fitted on (BERT-whitening's release: train + dev + the scored split);
-    # []: the scored split itself
-    sts_whitening_fit: Annotated[list[str], INPUT] = Field(default_factory=list, max_length=16)
-    layer: Annotated[Annotated[int, Field(ge=-1000, le=1000)] | Literal["last", "first_last"], MEASURES] = "last"
-    pooling: Annotated[Literal["mean", "cls"], MEASURES] = "mean"
-    # task names, checked with their files by finetune/tasks.py
-    glue: Annotated[list[str], MEASURES] = Field(default_factory=list, max_length=16)
-    glue_dir: Annotated[str | None, INPUT] = None
-    # conf/finetune.yaml, checked with its protocols by finetune/settings.py
-    finetune: FinetuneConfig = Field(default_factory=lambda: FinetuneConfig())
-    w8a8: Annotated[str | None, INPUT] = None
-    # held-out text: degen-eval --generate on a decoder's export (evaluation/generation.py)
-    generate: Annotated[str | None, INPUT] = None
-    generate_prompts: Annotated[int, MEASURES] = Field(default=200, ge=1, le=MAX_PROMPTS)
-    generate_prefix_tokens: Annotated[int, MEASURES] = Field(default=32, ge=1, le=MAX_TOKENS)
-    generate_new_tokens: Annotated[int, MEASURES] = Field(default=128, ge=1, le=MAX_TOKENS)
-    # cut: SimCTG's release (no minimum length, cut at the first end-of-text); banned: every continuation full length
-    generate_end_of_text: Annotated[Literal["cut", "banned"], MEASURES] = "cut"
-    generate_decodings: Annotated[list[Literal["greedy", "beam", "top_k", "nucleus", "contrastive"]], MEASURES] = \
-        Field(default_factory=lambda: ["greedy", "beam", "top_k", "nucleus", "contrastive"], min_length=1)
-    # the evaluators, each a model folder or hub name (None: the release's where present, else a named stand-in)
-    featurizer: Annotated[str | None, INPUT] = None  # MAUVE's (released: gpt2-large)
-    coherence_encoder: Annotated[str | None, INPUT] = None  # coherence_simcse's (sup-simcse-bert-base-uncased)
-    coherence_model: Annotated[str | None, INPUT] = None  # coherence_opt's (facebook/opt-2.7b)
-    # lm-evaluation-harness task names (evaluation/lm_eval_tasks.py)
-    lm_eval: Annotated[list[str], MEASURES] = Field(default_factory=list, max_length=256)
-    lm_eval_include: Annotated[str | None, CODE] = None
-    lm_eval_limit: Annotated[int | None, MEASURES] = Field(default=None, ge=1, le=MAX_ITEMS)
-
-
-class PushToHubConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    repo_id: Annotated[str | None, OUTPUT] = None
-    private: Annotated[bool, OUTPUT] = True
-    message: Annotated[str, OUTPUT] = "degen_train export"
-    dry_run: Annotated[bool, OUTPUT] = False
-
-    @field_validator("repo_id")
-    @classmethod
-    def owner_and_name(cls, value: str | None) -> str | None:
-        if value is not None and len(value.split("/")) != 2:
-            raise ValueError("must be OWNER/NAME, e.g. my-lab/bert-tiny-cosreg")
-        return value
-
-
-class SearchConfig(BaseModel):
-    """search: what a hyper-parameter search minimises (sweep.search_objective)."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    metric: Annotated[str, MEASURES] = "val_loss"  # a summary.json key, or a val/... key of its val_metrics
-    cosine_weight: Annotated[float, MEASURES] = Field(default=0.0, ge=0)
-    cosine_bound: Annotated[float | None, MEASURES] = Field(default=None, ge=-1, le=1)
-
-
-class PlanConfig(BaseModel):
-    """plan: debug=plan's question, does this run fit a card and how long will it take (run/memory_plan.py)."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    # true (debug=plan): print the plan and stop, nothing built on a device, nothing written
-    only: Annotated[bool, LAUNCH] = False
-    card: Annotated[Literal["h100", "h200", "a100"], LAUNCH] = "h100"
-    # the model FLOPs utilisation the step time is quoted at
-    mfu: Annotated[float, LAUNCH] = Field(default=0.4, gt=0, le=1)
-    devices: Annotated[int | None, LAUNCH] = Field(default=None, ge=1)  # null: trainer.devices x trainer.num_nodes
-    # tokens to train: the plan gives the hours
-    token_budget: Annotated[float | None, LAUNCH] = Field(default=None, gt=0)
-    # the share of the card's memory a plan may fill
-    headroom: Annotated[float, LAUNCH] = Field(default=0.9, gt=0, le=1)
-    # another memory size for the card (a 40 GB A100, ...)
-    memory_gib: Annotated[float | None, LAUNCH] = Field(default=None, gt=0)
+from degen_train.run.sections import PlanConfig, PushToHubConfig, SearchConfig, TrainerConfig
 
 
 class TrainConfig(BaseModel):
@@ -240,5 +159,3 @@ def _filled(full: Any, given: Any) -> Any:
     if isinstance(given, dict) and "_target_" in given:
         return given
     return {key: _filled(value, given.get(key) if isinstance(given, dict) else None) for key, value in full.items()}
-
-

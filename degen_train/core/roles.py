@@ -2,7 +2,7 @@
 
 Every setting carries its role in the annotation of the typed section's field that declares it (``path:
 Annotated[str | None, INPUT]``; each component's section.py, composed by config/schema.py), conf/-only keys
-included: a Lightning Trainer argument in config/trainer_section.py, a callback's in callbacks/sections.py, a loss
+included: a Lightning Trainer argument in run/sections.py, a callback's in callbacks/sections.py, a loss
 term's option in its own constructor's annotation (what the run trains, unless it says otherwise; read through
 losses/section.TermSection). A config group's choice has its role on the field the group fills (``group(...)``).
 config/role_lookup.py reads them; ``tests/unit/test_roles.py`` fails for a field or conf/ key without one, so a new

@@ -101,7 +101,7 @@ def threads_per_process(setting: int | str, cpus: int, local_processes: int) -> 
 
 def local_process_count(trainer: Any) -> int:
     """How many processes of the run share this node: trainer.devices when it counts them (an int or a list);
-    ``trainer``: the typed section (config/trainer_section.TrainerConfig) or a mapping of its keys."""
+    ``trainer``: the typed section (run/sections.TrainerConfig) or a mapping of its keys."""
     devices = trainer.get("devices") if isinstance(trainer, Mapping) else trainer.devices
     if isinstance(devices, int) and devices > 0:
         return devices

@@ -1,12 +1,15 @@
 """Warm-up + decay schedules over ``total_steps``: linear, cosine, constant, and warm-up–stable–decay (WSD: the rate
-held, then decayed over the last steps only). The arithmetic imports no torch (the typed config checks a WSD decay
-with it before the frameworks load); the scheduler itself is torch's LambdaLR."""
+held, then decayed over the last steps only). The arithmetic imports no torch; the decay's length is the section's
+rule (section.py: ``wsd_decay_steps``, checked before the frameworks load); the scheduler itself is torch's
+LambdaLR."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from degen_train.optim.section import wsd_decay_steps
 
 if TYPE_CHECKING:
     import torch
@@ -69,28 +72,6 @@ def decayed(progress: float, shape: str, min_ratio: float) -> float:
     else:
         remaining = 1 - math.sqrt(progress)
     return min_ratio + (1 - min_ratio) * remaining
-
-
-def wsd_decay_steps(total_steps: int, warmup_steps: int, decay_steps: int | None, decay_fraction: float) -> int:
-    """The decay's length: ``decay_steps`` when given, else ``decay_fraction`` of the run rounded down (int(f·T), as
-    the released wsd_schedule counts it); refused when it does not fit after the warm-up."""
-    steps = decay_steps if decay_steps is not None else int(decay_fraction * total_steps)
-    if total_steps - warmup_steps < 1:
-        raise ValueError(
-            f"scheduler.warmup_steps={warmup_steps} leaves no step of total_steps={total_steps} for the stable phase "
-            f"and the decay: lower scheduler.warmup_steps below {total_steps}, or raise trainer.max_steps"
-        )
-    if not 0 < steps <= total_steps - warmup_steps:
-        given = (
-            f"scheduler.decay_steps={steps}"
-            if decay_steps is not None
-            else (f"scheduler.decay_fraction={decay_fraction} of total_steps={total_steps} ({steps} steps)")
-        )
-        raise ValueError(
-            f"{given} must be in 1..{total_steps - warmup_steps} steps: the decay follows "
-            f"warmup_steps={warmup_steps} within total_steps={total_steps}"
-        )
-    return steps
 
 
 def build_scheduler(

@@ -51,7 +51,27 @@ class SchedulerConfig(Instantiated):
     @model_validator(mode="after")
     def decay_fits_the_run(self) -> SchedulerConfig:
         if self.schedule == "wsd":
-            from degen_train.optim.schedule import wsd_decay_steps
-
             wsd_decay_steps(self.total_steps, self.warmup_steps, self.decay_steps, self.decay_fraction)
         return self
+
+
+def wsd_decay_steps(total_steps: int, warmup_steps: int, decay_steps: int | None, decay_fraction: float) -> int:
+    """The decay's length: ``decay_steps`` when given, else ``decay_fraction`` of the run rounded down (int(f·T), as
+    the released wsd_schedule counts it); refused when it does not fit after the warm-up."""
+    steps = decay_steps if decay_steps is not None else int(decay_fraction * total_steps)
+    if total_steps - warmup_steps < 1:
+        raise ValueError(
+            f"scheduler.warmup_steps={warmup_steps} leaves no step of total_steps={total_steps} for the stable phase "
+            f"and the decay: lower scheduler.warmup_steps below {total_steps}, or raise trainer.max_steps"
+        )
+    if not 0 < steps <= total_steps - warmup_steps:
+        given = (
+            f"scheduler.decay_steps={steps}"
+            if decay_steps is not None
+            else (f"scheduler.decay_fraction={decay_fraction} of total_steps={total_steps} ({steps} steps)")
+        )
+        raise ValueError(
+            f"{given} must be in 1..{total_steps - warmup_steps} steps: the decay follows "
+            f"warmup_steps={warmup_steps} within total_steps={total_steps}"
+        )
+    return steps

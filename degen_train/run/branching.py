@@ -102,7 +102,8 @@ def refuse_a_decay_before_the_branch(config: TrainConfig, step: int) -> None:
     scheduler = config.scheduler
     if scheduler.schedule != "wsd":
         return
-    from degen_train.optim.schedule import factor_of, wsd_decay_steps
+    from degen_train.optim.schedule import factor_of
+    from degen_train.optim.section import wsd_decay_steps
 
     total, warmup = scheduler.total_steps, scheduler.warmup_steps
     decay = wsd_decay_steps(total, warmup, scheduler.decay_steps, scheduler.decay_fraction)

@@ -16,7 +16,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 
 from degen_train.callbacks.plain_progress import PlainProgress
 from degen_train.config.schema import TrainConfig
-from degen_train.config.trainer_section import TrainerConfig
+from degen_train.run.sections import TrainerConfig
 from degen_train.storage.checkpoints import AtomicCheckpointIO, BackgroundCheckpointIO
 
 log = logging.getLogger("degen_train")
@@ -56,7 +56,7 @@ def build_trainer(config: TrainConfig, *, interactive: bool | None = None) -> pl
         overrides["enable_progress_bar"] = False
     if bar_wanted and not interactive:
         callbacks.append(PlainProgress(every_n_steps=trainer["log_every_n_steps"]))
-    if trainer.get("val_check_interval") == "auto":  # the schema says its type and default (config/trainer_section)
+    if trainer.get("val_check_interval") == "auto":  # the schema says its type and default (run/sections.py)
         overrides["val_check_interval"] = validation_interval(config.trainer)
     loggers = [instantiate(c) for c in (settings.get("logger") or {}).values() if c is not None]
     if not loggers:  # logger=none: nothing for a learning-rate monitor to write to

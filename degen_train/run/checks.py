@@ -19,7 +19,6 @@ from omegaconf import DictConfig
 from degen_train.callbacks.weight_averaging import check_weight_averaging_fits
 from degen_train.config.role_lookup import inputs_named
 from degen_train.config.schema import TrainConfig
-from degen_train.config.trainer_section import TrainerConfig
 from degen_train.core.handed_files import printable
 from degen_train.core.paths import check_output_folder, refuse_links_in
 from degen_train.data.mixture import mixture_sources
@@ -45,6 +44,7 @@ from degen_train.run.resume import (
     finished_summary,
     resolve_checkpoint,
 )
+from degen_train.run.sections import TrainerConfig
 from degen_train.run.sweep import jobs_side_by_side
 from degen_train.storage.checkpoints import refuse_lightning_hpc_checkpoints
 from degen_train.storage.runlock import refuse_writes_into_other_runs

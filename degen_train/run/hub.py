@@ -15,7 +15,7 @@ def hub_offline() -> bool:
 
 
 def check_push(cfg: Any) -> None:
-    """Before training: a push needs a network unless it is a dry run (the keys are checked in schema.py)."""
+    """Before training: a push needs a network unless it is a dry run (run/sections.PushToHubConfig checks the keys)."""
     if not cfg.repo_id:
         return
     if hub_offline() and not cfg.dry_run:

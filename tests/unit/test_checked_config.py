@@ -10,18 +10,13 @@ import pytest
 from omegaconf import OmegaConf, open_dict
 
 from degen_train.config import load_config
-from degen_train.config.schema import (
-    EvalConfig,
-    PushToHubConfig,
-    SearchConfig,
-    TrainConfig,
-    TrainerConfig,
-    validate_config,
-)
+from degen_train.config.schema import TrainConfig, validate_config
 from degen_train.data.mixture import mixture_sources
 from degen_train.data.section import DataConfig
+from degen_train.evaluation.section import EvalConfig
 from degen_train.models.backbone import build_hf_model
 from degen_train.models.section import ModelConfig
+from degen_train.run.sections import PushToHubConfig, SearchConfig, TrainerConfig
 
 PACKAGE = Path(__file__).resolve().parents[2] / "degen_train"
 

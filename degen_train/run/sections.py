@@ -1,21 +1,28 @@
-"""trainer: lightning.pytorch.Trainer's arguments (conf/trainer/ gives the house's), each with its role.
+"""The sections of what run/ builds or decides itself, each beside the module that reads it:
+
+- trainer: lightning.pytorch.Trainer's arguments (conf/trainer/ gives the house's), built by build.py;
+- push_to_hub: where the export is uploaded (hub.py);
+- search: what a hyper-parameter search minimises (sweep.py's search_objective);
+- plan: debug=plan's memory and time plan (memory_plan.py).
 
 ``trainer.KEY=VALUE`` opens any Trainer argument on the command line (config/overrides.py); the ones declared here are
 those a run's record or a handed-over file may hold, typed as Lightning takes them. What degen-train decides itself
-(the callbacks, loggers, strategy and plugins it builds) is passed by run/build.py, never read from here.
+(the callbacks, loggers, strategy and plugins it builds) is passed by build.py, never read from here. Imports no
+framework (run/__init__.py imports nothing): the command line checks these before torch loads.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from degen_train.core.roles import (
     CHECKPOINTS,
     CODE,
     HOUSE_VALIDATION_STEPS,
     LAUNCH,
+    MEASURES,
     OUTPUT,
     PRESENTATION,
     TRAINS,
@@ -85,3 +92,45 @@ class TrainerConfig(Instantiated):
     # what it measures
     limit_test_batches: Annotated[Count, measures(at_most=MAX_ITEMS)] = given_only()
     limit_predict_batches: Annotated[Count, measures(at_most=MAX_ITEMS)] = given_only()
+
+
+class PushToHubConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    repo_id: Annotated[str | None, OUTPUT] = None
+    private: Annotated[bool, OUTPUT] = True
+    message: Annotated[str, OUTPUT] = "degen_train export"
+    dry_run: Annotated[bool, OUTPUT] = False
+
+    @field_validator("repo_id")
+    @classmethod
+    def owner_and_name(cls, value: str | None) -> str | None:
+        if value is not None and len(value.split("/")) != 2:
+            raise ValueError("must be OWNER/NAME, e.g. my-lab/bert-tiny-cosreg")
+        return value
+
+
+class SearchConfig(BaseModel):
+    """search: what a hyper-parameter search minimises (sweep.search_objective)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    metric: Annotated[str, MEASURES] = "val_loss"  # a summary.json key, or a val/... key of its val_metrics
+    cosine_weight: Annotated[float, MEASURES] = Field(default=0.0, ge=0)
+    cosine_bound: Annotated[float | None, MEASURES] = Field(default=None, ge=-1, le=1)
+
+
+class PlanConfig(BaseModel):
+    """plan: debug=plan's question, does this run fit a card and how long will it take (run/memory_plan.py)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    # true (debug=plan): print the plan and stop, nothing built on a device, nothing written
+    only: Annotated[bool, LAUNCH] = False
+    card: Annotated[Literal["h100", "h200", "a100"], LAUNCH] = "h100"
+    # the model FLOPs utilisation the step time is quoted at
+    mfu: Annotated[float, LAUNCH] = Field(default=0.4, gt=0, le=1)
+    devices: Annotated[int | None, LAUNCH] = Field(default=None, ge=1)  # null: trainer.devices x trainer.num_nodes
+    # tokens to train: the plan gives the hours
+    token_budget: Annotated[float | None, LAUNCH] = Field(default=None, gt=0)
+    # the share of the card's memory a plan may fill
+    headroom: Annotated[float, LAUNCH] = Field(default=0.9, gt=0, le=1)
+    # another memory size for the card (a 40 GB A100, ...)
+    memory_gib: Annotated[float | None, LAUNCH] = Field(default=None, gt=0)
