@@ -86,6 +86,10 @@ class TermSpec:
         except TermOptionError as error:  # said under the key the config has, not the term's default one
             raise error.at(self.path) from None
 
+    def check_inputs(self) -> None:
+        """The files the term's input options name, found (LossTerm.check_inputs: the read stage's question)."""
+        self.term.check_inputs(dict(self.options))
+
     def build(self) -> LossTerm:
         try:
             return self.term(**self.options)

@@ -75,10 +75,15 @@ class LossTerm(nn.Module):
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> None:
-        """The rules a term's given ``options`` obey beyond each one's annotation (between two options; an input it
-        loads, its option annotated ``Annotated[str | None, INPUT]``, that must exist), raising a ValueError that
-        names the key. The check stage asks it with no module built, before any data; the constructor asks it again.
-        Default: none."""
+        """The rules a term's given ``options`` obey beyond each one's annotation (between two options), raising a
+        ValueError that names the key; it reads no file. The check stage asks it with no module built, before any
+        data; the constructor asks it again. Default: none."""
+
+    @classmethod
+    def check_inputs(cls, options: dict[str, Any]) -> None:
+        """The files the term's input options name (an option annotated ``Annotated[str | None, INPUT]``, a model it
+        loads), found or refused with a ValueError that names the key: asked by the read stage (run/inputs.py), after
+        the check stage and before any data. Default: none."""
 
     def forward(self, output: ForwardOutput) -> TermOutput:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -79,8 +79,8 @@ class TokenContrastiveTerm(LossTerm):
         self._teacher: list[nn.Module] = []
 
     @classmethod
-    def check_options(cls, options: dict[str, Any]) -> None:
-        resolve_teacher_path(options.get("teacher"))  # an input: named and found at stage 1, loaded at setup
+    def check_inputs(cls, options: dict[str, Any]) -> None:
+        resolve_teacher_path(options.get("teacher"))  # an input: found by the read stage, loaded at setup
 
     @property
     def teacher(self) -> nn.Module | None:

@@ -3,8 +3,8 @@
 The typed config (config/schema.py composing each component's section.py: fields, roles and cross-field rules)
 and the loss terms' options as their files declare them (losses/declarations.py: names, values, weights) need
 neither torch, Lightning nor transformers. The command runs this first and hands its result to the run's check
-stage (run/checks.py), which then asks only what needs the machine, the files or the terms' own rules: nothing is
-validated twice.
+stage (run/checks.py), which then asks only what needs the machine or the terms' own rules (the files at the read
+stage, run/inputs.py): nothing is validated twice.
 """
 
 from __future__ import annotations

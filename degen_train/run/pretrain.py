@@ -1,5 +1,6 @@
-"""One pretraining run from a composed config: ``train(cfg)`` in five stages, check (run/checks.py), prepare, build,
-fit and finish (the degen-train command, the sweeps, make reproduce and the benchmarks all call it)."""
+"""One pretraining run from a composed config: ``train(cfg)`` in six stages, check (run/checks.py: the config
+alone), read (run/inputs.py: the files it names), prepare, build, fit and finish (the degen-train command, the sweeps,
+make reproduce and the benchmarks all call it)."""
 
 from __future__ import annotations
 
@@ -46,10 +47,11 @@ from degen_train.losses.catalog import setup_terms  # noqa: E402
 from degen_train.losses.contract import TermContext, WeightedSum, perplexity_source  # noqa: E402
 from degen_train.models.backbone import Backbone, build_hf_model, shape_signature  # noqa: E402
 from degen_train.run.build import build_trainer, on_gpu  # noqa: E402
-from degen_train.run.checks import RunPlan, check, check_w8a8_text  # noqa: E402
+from degen_train.run.checks import RunPlan, check  # noqa: E402
 from degen_train.run.end_of_run_table import end_of_run_table, human, parameter_counts  # noqa: E402
 from degen_train.run.export import export_pretrained  # noqa: E402
 from degen_train.run.hub import push_export  # noqa: E402
+from degen_train.run.inputs import check_w8a8_text, read_inputs  # noqa: E402
 from degen_train.run.loggers import ClosingLogger, ResumingLogger  # noqa: E402
 from degen_train.run.memory_plan import check_plan  # noqa: E402
 from degen_train.run.module import PretrainModule  # noqa: E402
@@ -64,14 +66,16 @@ log = logging.getLogger("degen_train")
 
 
 def train(cfg: DictConfig, *, alone: TrainConfig | None = None) -> dict[str, Any]:
-    """Run one pretraining job; returns the summary written to RUN/summary.json. Five stages, each a function below:
-    check (the config alone, nothing written), prepare (the data, cached), build (model, terms, trainer, the run's
-    record), fit (train, then validate once more) and finish (summary, export, probes). ``alone``: the command's own
-    check of the config (run/config_alone.py), done before the frameworks loaded."""
+    """Run one pretraining job; returns the summary written to RUN/summary.json. Six stages, each a function: check
+    (the config alone: no file read, nothing written), read (the inputs it names, the run folder, what it resumes
+    from), prepare (the data, cached), build (model, terms, trainer, the run's record), fit (train, then validate once
+    more) and finish (summary, export, probes). ``alone``: the command's own check of the config
+    (run/config_alone.py), done before the frameworks loaded."""
     silence_known_noise()  # also when train() is called from Python (tests, notebooks, benchmarks)
     clock = StartupClock()  # the log's "time to first step", by stage
     plan = check(cfg, model_choice=_choice("model"), alone=alone)  # 1. check
-    clock.mark("the check")
+    read_inputs(plan)  # 2. read
+    clock.mark("the check and the inputs read")
     if plan.config.plan.only:  # debug=plan: one step on fake tensors, printed; nothing prepared or written
         return check_plan(plan.config, plan.build_terms(), plan.weights, data_format=plan.data_format)
     if plan.config.prepare_only:
@@ -83,16 +87,16 @@ def train(cfg: DictConfig, *, alone: TrainConfig | None = None) -> dict[str, Any
         return plan.finished
     with run_dir_lock(plan.run_dir) if is_launching_process() else nullcontext():
         with stopping_before_training(str(plan.config.data.cache_dir)):  # a signal while preparing: exit 75, say so
-            data = prepare(plan)  # 2. prepare
+            data = prepare(plan)  # 3. prepare
             clock.mark("the data (tokenizer and examples, from the cache where built before)")
-            built = build(plan, data)  # 3. build
+            built = build(plan, data)  # 4. build
             if built.trainer.is_global_zero:
                 _write_run_record(plan, built)
             clock.mark("the build (model, terms, trainer, the run's record)")
             built.trainer.callbacks.append(clock)
             built.clock = clock
-        train_metrics, val_metrics = fit(plan, built)  # 4. fit
-        return finish(plan, built, train_metrics, val_metrics)  # 5. finish
+        train_metrics, val_metrics = fit(plan, built)  # 5. fit
+        return finish(plan, built, train_metrics, val_metrics)  # 6. finish
 
 
 def prepare_only(plan: RunPlan) -> dict[str, Any]:
@@ -144,7 +148,7 @@ class Built:
 
 
 def prepare(plan: RunPlan) -> PreparedData:
-    """2. The data (corpus, tokenizer, examples: cached). A resumed run keeps the tokenizer it trained with."""
+    """3. The data (corpus, tokenizer, examples: cached). A resumed run keeps the tokenizer it trained with."""
     own = plan.run_dir / "tokenizer"
     reuse = plan.checkpoint is not None and not plan.config.data.tokenizer.path and (own / "tokenizer.json").is_file()
     data = prepare_data(plan.config.data, family=plan.family, data_format=plan.data_format, seed=plan.config.seed,
@@ -155,7 +159,7 @@ def prepare(plan: RunPlan) -> PreparedData:
 
 
 def build(plan: RunPlan, data: PreparedData) -> Built:
-    """3. The model and its terms, the loader, the trainer, and the run's record."""
+    """4. The model and its terms, the loader, the trainer, and the run's record."""
     config = plan.config
     module = build_module(config, data, plan.build_terms(), plan.weights, family=plan.family,
                           with_nsp_head=plan.data_format == "mlm_nsp")  # fmt: skip
@@ -197,7 +201,7 @@ def build(plan: RunPlan, data: PreparedData) -> Built:
 
 
 def finish(plan: RunPlan, built: Built, train_metrics: dict, val_metrics: dict) -> dict[str, Any]:
-    """5. The summary; rank 0: the export, its upload, the probes and GLUE, summary.json and the end-of-run table."""
+    """6. The summary; rank 0: the export, its upload, the probes and GLUE, summary.json and the end-of-run table."""
     config = plan.config
     summary = _summary(config, built.trainer, train_metrics, val_metrics, terms=built.module.loss.terms,
                        weights=plan.weights)  # fmt: skip
@@ -230,7 +234,7 @@ def _write_run_record(plan: RunPlan, built: Built) -> None:
 
 
 def fit(plan: RunPlan, built: Built) -> tuple[dict, dict]:
-    """4. Train, then validate once more; (the last train metrics, the final validation's)."""
+    """5. Train, then validate once more; (the last train metrics, the final validation's)."""
     config, checkpoint = plan.config, plan.checkpoint
     trainer, module = built.trainer, built.module
     if plan.branch is not None and checkpoint == Path(plan.branch["checkpoint"]):  # a new branch: where it starts

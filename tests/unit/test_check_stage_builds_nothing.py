@@ -1,6 +1,8 @@
 """Stage 1 is the config alone (issue 70.2): ``check`` makes each loss term's spec (its class, options and weight,
-checked) and builds no module; a rule between a term's options, or an input it names (TaCL's teacher), is refused
-there, before any data, by the term's own ``check_options``; stage 3 builds the terms from the specs."""
+checked) and builds no module and reads no file; a rule between a term's options is refused there, before any data,
+by the term's own ``check_options``. Stage 2 (run/inputs.py: ``read_inputs``) reads what the config names (an
+evaluation's file, TaCL's teacher by the term's ``check_inputs``, the checkpoint a run resumes from); stage 4 builds
+the terms from the specs."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from torch import nn
 from degen_train.config import load_config
 from degen_train.losses.catalog import TermSpec
 from degen_train.run.checks import check
+from degen_train.run.inputs import read_inputs
 
 SMALL = ["data.batch_size=8", "data.block_size=64", "model.max_position=128", "data.tokenizer.vocab_size=1000"]
 
@@ -38,12 +41,48 @@ def test_the_check_stage_builds_no_module(tmp_path: Path, monkeypatch: pytest.Mo
     assert sorted(terms) == sorted(plan.terms) and all(isinstance(t, nn.Module) for t in terms.values())
 
 
-def test_a_terms_rules_between_options_and_its_inputs_are_refused_at_stage_one(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"regularizer\.tacl\.teacher=.*missing.* is neither a degen_train run"):
-        missing = tmp_path / "missing"
-        missing.mkdir()
-        checked(tmp_path, "recipe=tacl", f"teacher={missing}")
+def test_a_terms_rules_between_options_are_refused_at_stage_one(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"compiled=true makes the head's logits .* chunk_size=512 a chunk"):
         checked(tmp_path, "objective.mlm.compiled=true", "objective.mlm.chunk_size=512")
     with pytest.raises(ValueError, match=r"generator_hidden_fraction not in \(0, 1\]: 1\.5"):
         checked(tmp_path, "recipe=coco_lm", "model=tiny", "objective.coco_clm.generator_hidden_fraction=1.5")
+
+
+def test_the_check_stage_reads_no_file_the_config_names_and_the_read_stage_refuses_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every file access under ``inputs`` is recorded while ``check`` runs (open, stat, a folder's listing): none;
+    then ``read_inputs`` refuses each missing input, naming its key."""
+    import builtins
+    import io
+    import os
+
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    (inputs / "teacher").mkdir()  # neither a run nor a model folder
+    named = {
+        "teacher": (["recipe=tacl", f"teacher={inputs / 'teacher'}"], r"regularizer\.tacl\.teacher=.* is neither"),
+        "sts": ([f"eval.sts=[{inputs / 'sts.tsv'}]"], r"sts\.tsv"),
+        "checkpoint": ([f"ckpt_path={inputs / 'last.ckpt'}"], r"last\.ckpt"),
+    }
+    for name, (overrides, refusal) in named.items():
+        cfg = load_config([*overrides, *SMALL], run_dir=tmp_path / name)
+        seen: list[str] = []
+        accesses = [(builtins, "open"), (io, "open"), *((os, name) for name in ("open", "stat", "lstat", "scandir",
+                                                                                "listdir"))]  # fmt: skip
+        for module, function in accesses:
+            original = getattr(module, function)
+
+            def recorded(path: object = ".", *args: object, _original: object = original, _seen: list = seen,
+                         **kwargs: object) -> object:  # fmt: skip
+                if str(inputs) in str(path):
+                    _seen.append(f"{path}")
+                return _original(path, *args, **kwargs)  # type: ignore[operator]
+
+            monkeypatch.setattr(module, function, recorded)
+        plan = check(cfg)
+        monkeypatch.undo()
+        assert seen == [], f"{name}: check() read {seen}"
+        with pytest.raises((ValueError, FileNotFoundError), match=refusal):
+            read_inputs(plan)
+
