@@ -79,9 +79,17 @@ class TermSpec:
         return f"{self.section}.{self.key}"
 
     def check(self) -> None:
-        """Each option against its annotation and the term's rules between them (LossTerm.check_options)."""
+        """Each option against its annotation and the term's rules between them (LossTerm.check_options). An option
+        whose annotation the term's declaration reads was checked by it with the config (check_term_sections, before
+        the frameworks loaded): only the others (a plugin's, a name only the full module knows) are checked here, so
+        no option is checked twice."""
+        declared = declared_terms().get(getattr(self.term, "name", ""))
+        if declared is not None and declared.module != self.term.__module__:
+            declared = None  # a plugin registered under a house name: its own constructor's annotations
+        unread = {option: value for option, value in self.options.items()
+                  if declared is None or declared.hint(option) is None}  # fmt: skip
         try:
-            check_given(self.term, self.options)
+            check_given(self.term, unread)
             self.term.check_options(dict(self.options))
         except TermOptionError as error:  # said under the key the config has, not the term's default one
             raise error.at(self.path) from None

@@ -86,3 +86,30 @@ def test_the_check_stage_reads_no_file_the_config_names_and_the_read_stage_refus
         with pytest.raises((ValueError, FileNotFoundError), match=refusal):
             read_inputs(plan)
 
+
+
+def test_a_declared_option_is_checked_once_and_a_plugins_by_its_constructor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 70.2: the config's check (losses/declarations.py) validates every option whose annotation the term's
+    file declares; the check stage's spec does not validate it again through the constructor's annotation."""
+    from degen_train.losses import options
+    from degen_train.losses.catalog import TermSpec
+    from degen_train.losses.cosreg import CosineRegularizer
+
+    again: list[str] = []
+    original = options._check
+
+    def counted(term: type, option: str, value: object, hint: object) -> None:
+        again.append(option)
+        original(term, option, value, hint)
+
+    monkeypatch.setattr(options, "_check", counted)
+    plan = checked(tmp_path, "recipe=coco_lm", "model=tiny", "objective.coco_clm.generator_hidden_fraction=0.5")
+    assert "generator_hidden_fraction" in plan.terms["coco_clm"].options and again == []
+
+    class PluginCosReg(CosineRegularizer):  # a plugin's class: no declaration of the house's speaks for it
+        __module__ = "some_plugin"
+
+    TermSpec("regularizer", "cosreg", PluginCosReg, {"rows": "seen"}, 1.0).check()
+    assert again == ["rows"]
