@@ -90,6 +90,12 @@ class GatedLikelihoodTerm(TokenPredictionTerm):
     The counts are of the global batch (all-reduced: the released code counts each GPU's own targets), kept
     in a window of the last ``window_steps`` training batches that resumes exactly. The logged value is the
     plain cross-entropy: the gates only change where the output embedding's gradient goes.
+
+    Source: Yu et al. 2022, "Rare Tokens Degenerate All Tokens: Improving Neural Text Generation via Adaptive
+    Gradient Gating for Rare Token Embeddings" (ACL 2022); released: ysw1021/AGG, fairseq/criterions/
+    cross_entropy_agg.py.
+    Needs: a decoder and causal blocks; its window of counts is kept in checkpoints.
+    Example: ``degen-train recipe=agg model=gpt2_tiny``
     """
 
     family = "decoder"

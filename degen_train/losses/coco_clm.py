@@ -34,7 +34,13 @@ def corrective_lm_released(lm_logits: Tensor, targets: Tensor, copy_logits: Tens
 
 @register_term("coco_clm", section="objective")
 class CorrectiveLMTerm(GeneratorCorruption):
-    """L = L_gen + λ_copy · L_copy + L_LM with λ_copy = 50; Meng et al. 2021 (COCO-LM)."""
+    """L = L_gen + λ_copy · L_copy + L_LM with λ_copy = 50; Meng et al. 2021 (COCO-LM).
+
+    Source: Meng et al. 2021, "COCO-LM: Correcting and Contrasting Text Sequences for Language Model Pretraining"
+    (NeurIPS 2021); released: microsoft/COCO-LM, fairseq/fairseq/models/cocolm/model.py and its base.yaml.
+    Needs: an encoder and masked blocks (COCO-LM's masking: every selected token [MASK]); it builds its generator.
+    Example: ``degen-train recipe=coco_lm model=tiny``
+    """
 
     main_model_predicts_tokens = True
     # The CLM loss is over generator-corrupted input (copy-weighted): its exp() is no perplexity.

@@ -67,7 +67,15 @@ def crop_views(ids: Tensor, attention_mask: Tensor, sample_seeds: Tensor, *, fra
 
 @register_term("coco_scl")
 class SequenceContrastiveTerm(LossTerm):
-    """InfoNCE between [CLS] projections of the main input and a cropped original, τ = 1."""
+    """InfoNCE between [CLS] projections of the main input and a cropped original, τ = 1; Meng et al. 2021
+    (COCO-LM, sequence contrastive learning).
+
+    Source: Meng et al. 2021 (COCO-LM, NeurIPS 2021); released: microsoft/COCO-LM,
+    fairseq/fairseq/models/cocolm/model.py (the SCL head: dense, GELU, LayerNorm).
+    Needs: an encoder trained with coco_clm, whose corrupted sequence is the main input; negatives from every
+    process.
+    Example: ``degen-train recipe=coco_lm model=tiny``
+    """
 
     family = "encoder"
     mixes_samples = "the batch's other sequences as negatives"

@@ -106,7 +106,14 @@ def global_cosine_regularizer(vectors: Tensor, *, normalization: str = "n_square
 
 @register_term("cosreg")
 class CosineRegularizer(LossTerm):
-    """γ · R_cos over embedding rows (all, or only tokens seen so far) or over the batch's hidden states."""
+    """γ · R_cos, R_cos = (1/N²) Σ_{i≠j} cos(w_i, w_j) over the embedding rows (all, or only the tokens seen so
+    far) or over the batch's hidden states; Gao et al. 2019.
+
+    Source: Gao et al. 2019, "Representation Degeneration Problem in Training Natural Language Generation Models"
+    (ICLR 2019); no released code: the paper's cosine regularization transcribed (computed as (‖Σŵ‖² − N)/N²).
+    Needs: any model: its embedding matrix (``target=embedding``) or the batch's hidden states.
+    Example: ``degen-train recipe=gao_cosreg model=gpt2_tiny``
+    """
 
     def __init__(
         self,

@@ -59,6 +59,11 @@ class DispersionTerm(LossTerm):
     Needs: every layer's hidden states (``all_hidden_states``) with ``layers=all``. Works for encoders and decoders.
 
     Example: ``degen-train recipe=gpt2_mle model=gpt2_tiny regularizer=dispersion`` logs train/dispersion/loss.
+
+    Source: Liu, Sun, Xiao, Van Tassel et al. 2026 (ICML 2026, arXiv 2602.00217); released: KrishnaswamyLab/
+    LM-Dispersion, lm_dispersion/dispersion.py (``DispersionLoss(variant="angular_spread")``).
+    Needs: any model: every layer's hidden states (``layers=all``) or the last one.
+    Example: ``degen-train recipe=gpt2_mle model=gpt2_tiny regularizer=dispersion``
     """
 
     averages_over = ("sequences",)

@@ -21,7 +21,14 @@ def replaced_token_detection(logits: Tensor, replaced: Tensor, mask: Tensor) -> 
 
 @register_term("electra", section="objective")
 class ElectraTerm(GeneratorCorruption):
-    """L = L_gen + λ · L_RTD, λ = 50; Clark et al. 2020 (ELECTRA)."""
+    """L = L_gen + λ · L_RTD, λ = 50; Clark et al. 2020 (ELECTRA).
+
+    Source: Clark et al. 2020, "ELECTRA: Pre-training Text Encoders as Discriminators Rather Than Generators"
+    (ICLR 2020); released: google-research/electra, run_pretraining.py, pretrain/pretrain_helpers.py and
+    configure_pretraining.py.
+    Needs: an encoder and masked blocks (ELECTRA's masking: 85% [MASK], 15% kept); it builds its generator.
+    Example: ``degen-train recipe=electra model=tiny``
+    """
 
     def __init__(
         self,

@@ -85,6 +85,12 @@ class IsoScoreStarTerm(LossTerm):
     layer's states or every layer's but the embedding output (``all``, as released: hidden_states[1:]);
     ``padding``: whether padded positions count in C_batch and C0 (``include``, as released: its states are the
     reshaped (B·T, H) tensors) or not (``exclude``).
+
+    Source: Rudman & Eickhoff 2024, "Stable Anisotropic Regularization" (ICLR 2024); released:
+    bcbi-edu/p_eickhoff_isoscore, I-STAR/training_utils.py (get_ci) and run_model.py.
+    Needs: any model: the batch's token states (every layer with ``layers=all``); the prior's sample is read from
+    the coming training batches.
+    Example: ``degen-train recipe=istar model=tiny``
     """
 
     mixes_samples = "the covariance of the batch's token states"

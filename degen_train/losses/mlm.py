@@ -84,7 +84,13 @@ class TokenPredictionTerm(LossTerm):
 
 @register_term("mlm", section="objective")
 class MaskedLMTerm(TokenPredictionTerm):
-    """L_MLM = −(1/N) Σ_{i masked} log p(x_i | x̃); Devlin et al. 2019 (BERT)."""
+    """L_MLM = −(1/N) Σ_{i masked} log p(x_i | x̃); Devlin et al. 2019 (BERT).
+
+    Source: Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers for Language
+    Understanding" (NAACL 2019); released: google-research/bert, run_pretraining.py (get_masked_lm_output).
+    Needs: an encoder and masked blocks (masking.*: 15% selected, 80/10/10).
+    Example: ``degen-train recipe=bert_mlm model=tiny``
+    """
 
     family = "encoder"
     paper_metrics = ("accuracy",)

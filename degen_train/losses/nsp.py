@@ -15,6 +15,12 @@ class NextSentenceTerm(LossTerm):
     """L_NSP = −(1/B) Σ_b log p(y_b | [CLS]_b), y = 0 if segment B follows A else 1; Devlin et al. 2019.
 
     The classifier is the HF model's own NSP head, so it is exported with the model.
+
+    Source: Devlin et al. 2019 (BERT, NAACL 2019); released: google-research/bert, run_pretraining.py
+    (get_next_sentence_output) and create_pretraining_data.py (the pairs).
+    Needs: an encoder with its NSP head and sentence-pair blocks (``data.examples=packed``: half the second
+    segments drawn from another document).
+    Example: ``degen-train recipe=bert_mlm_nsp model=tiny``
     """
 
     family = "encoder"

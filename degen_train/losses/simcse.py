@@ -35,6 +35,12 @@ class DropoutContrastTerm(LossTerm):
     ``pooler``: cls_mlp (the released unsupervised setting: [CLS] through dense + tanh while training; the
     export is the encoder alone), cls, or mean over the tokens; ``gather_negatives``: every process's views
     are negatives, gathered with their gradient (the released code keeps only the local rows' gradient).
+
+    Source: Gao, Yao, Chen 2021, "SimCSE: Simple Contrastive Learning of Sentence Embeddings" (EMNLP 2021);
+    released: princeton-nlp/SimCSE, simcse/models.py (cl_forward).
+    Needs: an encoder with dropout and sentence examples (``data.examples=sentences``); negatives from every
+    process.
+    Example: ``degen-train recipe=simcse start=runs/teacher``
     """
 
     family = "encoder"

@@ -46,6 +46,11 @@ class TokenContrastiveDecoderTerm(LossTerm):
     left out) or ``pad_token`` (the released lossfunction.py: its mask is built from the count of positions not
     holding the pad id, by length, see pairs_and_rows; for GPT-2, whose pad is <|endoftext|>, a document
     separator inside a block thus shifts which positions take part).
+
+    Source: Su et al. 2022, "A Contrastive Framework for Neural Text Generation" (NeurIPS 2022); released:
+    yxuansu/SimCTG, simctg/lossfunction.py.
+    Needs: a decoder's last-layer states and causal blocks.
+    Example: ``degen-train recipe=simctg model=gpt2_tiny``
     """
 
     family = "decoder"

@@ -96,6 +96,11 @@ class SpectrumControlTerm(LossTerm):
     W = U·diag(σ)·Vᵀ, p_k = k^(−γ) or exp(−γ(k−1)); Wang et al. 2020 (spectrum control).
 
     The export folds the factors back into one matrix (``fold_spectral_state``), so ``AutoModel*`` loads it.
+
+    Source: Wang et al. 2020, "Improving Neural Language Generation with Spectrum Control" (ICLR 2020); no
+    released code: our reading of the paper, each choice named in docs/losses.md and the yaml.
+    Needs: any model: its output embedding is trained as U·diag(σ)·Vᵀ (folded back at export).
+    Example: ``degen-train recipe=spectrum_control model=gpt2_tiny``
     """
 
     paper_metrics = ("spectrum_gap",)

@@ -53,7 +53,15 @@ def resolve_teacher_path(teacher: str | None) -> str:
 
 @register_term("tacl")
 class TokenContrastiveTerm(LossTerm):
-    """InfoNCE between student tokens at masked positions and the frozen teacher's tokens of the same sequence."""
+    """L = −(1/N) Σ_{i masked} log( e^{cos(h̃_i, h_i)/τ} / Σ_{j} e^{cos(h̃_i, h_j)/τ} ), h̃ the student's and h the
+    frozen teacher's states of the same sequence, j over its positions, τ = 0.01; Su et al. 2021 (TaCL), eq. 2.
+
+    Source: Su et al. 2021, "TaCL: Improving BERT Pre-training with Token-aware Contrastive Learning" (Findings
+    of NAACL 2022, arXiv 2111.04198); released: yxuansu/TaCL, pretraining/bert_contrastive.py.
+    Needs: an encoder student started from its teacher (``model.init_from``) and masked blocks; ``teacher``, a
+    run or HF model folder (an input: found by ``check_inputs``), loaded frozen at set-up.
+    Example: ``degen-train recipe=tacl teacher=runs/teacher``
+    """
 
     averages_over = ("targets",)  # the anchors: the MLM-selected positions
 

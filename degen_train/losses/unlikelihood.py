@@ -77,6 +77,11 @@ class TokenUnlikelihoodTerm(LossTerm):
     ``candidates``: ``released`` (default: the earlier targets of the sequence plus the padding id, as
     candidate_penalty_ce_loss.py) or ``paper`` (the earlier input tokens, eq. 4). The released code flattens the
     batch, so its candidates cross sequence boundaries; ours stay within a sequence.
+
+    Source: Welleck et al. 2020, "Neural Text Generation with Unlikelihood Training" (ICLR 2020); released:
+    facebookresearch/unlikelihood_training, custom/candidate_penalty_ce_loss.py.
+    Needs: a decoder and causal blocks, beside mle (it adds to it); it reads the (N, V) logits.
+    Example: ``degen-train recipe=unlikelihood model=gpt2_tiny``
     """
 
     family = "decoder"

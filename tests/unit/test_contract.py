@@ -102,6 +102,46 @@ def nsp_backbone() -> Backbone:
     return Backbone(BertForPreTraining(config))
 
 
+@pytest.mark.parametrize("name", sorted(discover_terms()))
+def test_every_terms_docstring_is_its_manual(name: str) -> None:
+    """Issue 70.4: a term's class docstring is its manual, as sentence-transformers' loss files are: the formula
+    (the first paragraph, docs/losses.md's table), ``Source:`` the paper and the released file (or that none was
+    released), ``Needs:`` what it needs of the model and the data (the family its file declares), ``Example:`` a
+    command that composes, with the term in it."""
+    import re
+    import shlex
+
+    from degen_train.config import load_config
+
+    term = discover_terms()[name]
+    manual = {line.split(":", 1)[0]: line.split(":", 1)[1] for line in _paragraphs_of(term.__doc__ or "")
+              if re.match(r"^(Source|Needs|Example):", line)}  # fmt: skip
+    assert sorted(manual) == ["Example", "Needs", "Source"], f"{name}: the manual's lines are {sorted(manual)}"
+    assert re.search(r"\b(19|20)\d\d\b", manual["Source"]) and re.search(r"released|no released", manual["Source"])
+    family = getattr(term, "family", None)
+    assert family is None or family in manual["Needs"], f"{name} is declared for {family}: {manual['Needs']}"
+    command = shlex.split(manual["Example"].strip().strip("`"))
+    assert command[0] == "degen-train", command
+    cfg = load_config(command[1:])
+    composed = {key: (options or {}).get("term", key) for section in ("objective", "regularizer")
+                for key, options in (cfg.get(section) or {}).items()}  # fmt: skip
+    assert name in composed.values(), f"{manual['Example']} trains {sorted(composed.values())}, not {name}"
+
+
+def _paragraphs_of(docstring: str) -> list[str]:
+    """The docstring's logical lines: a line and the indented ones that continue it, joined."""
+    import inspect
+
+    lines: list[str] = []
+    for line in inspect.cleandoc(docstring).splitlines():
+        if lines and line and not line.startswith(("Source:", "Needs:", "Example:")) and lines[-1].startswith(
+                ("Source:", "Needs:", "Example:")):  # fmt: skip
+            lines[-1] += " " + line
+        else:
+            lines.append(line)
+    return lines
+
+
 def test_optional_fields_are_computed_only_when_a_term_asks() -> None:
     backbone = nsp_backbone()
     batch = masked_batch()
