@@ -56,14 +56,11 @@ class DispersionTerm(LossTerm):
     batch's (a mean over every process's sequences, like NSP's), and padding is left out, where the release scores
     every position of its packed blocks.
 
-    Needs: every layer's hidden states (``all_hidden_states``) with ``layers=all``. Works for encoders and decoders.
-
-    Example: ``degen-train recipe=gpt2_mle model=gpt2_tiny regularizer=dispersion`` logs train/dispersion/loss.
-
     Source: Liu, Sun, Xiao, Van Tassel et al. 2026 (ICML 2026, arXiv 2602.00217); released: KrishnaswamyLab/
     LM-Dispersion, lm_dispersion/dispersion.py (``DispersionLoss(variant="angular_spread")``).
-    Needs: any model: every layer's hidden states (``layers=all``) or the last one.
-    Example: ``degen-train recipe=gpt2_mle model=gpt2_tiny regularizer=dispersion``
+    Needs: any model, encoder or decoder: every layer's hidden states (``all_hidden_states``, ``layers=all``) or
+    the last one.
+    Example: ``degen-train recipe=gpt2_mle model=gpt2_tiny regularizer=dispersion`` (logs train/dispersion/loss)
     """
 
     averages_over = ("sequences",)

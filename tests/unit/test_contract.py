@@ -120,7 +120,9 @@ def test_every_terms_docstring_is_its_manual(name: str) -> None:
     assert re.search(r"\b(19|20)\d\d\b", manual["Source"]) and re.search(r"released|no released", manual["Source"])
     family = getattr(term, "family", None)
     assert family is None or family in manual["Needs"], f"{name} is declared for {family}: {manual['Needs']}"
-    command = shlex.split(manual["Example"].strip().strip("`"))
+    example = re.search(r"``(degen-train [^`]+)``", manual["Example"])
+    assert example, f"{name}: Example: names no ``degen-train ...`` command: {manual['Example']}"
+    command = shlex.split(example.group(1))
     assert command[0] == "degen-train", command
     cfg = load_config(command[1:])
     composed = {key: (options or {}).get("term", key) for section in ("objective", "regularizer")
