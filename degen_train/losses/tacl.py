@@ -45,7 +45,10 @@ def resolve_teacher_path(teacher: str | None) -> str:
             "regularizer.tacl.teacher is not set: give a degen_train run directory, an HF BERT-style "
             "model directory or a hub name (the student starts from the same weights: model.init_from)"
         )
-    resolved = resolve_pretrained(teacher)
+    try:
+        resolved = resolve_pretrained(teacher)
+    except FileNotFoundError as error:  # said under the key the user gave (a recipe's teacher= sets it)
+        raise FileNotFoundError(f"regularizer.tacl.teacher={error}") from None
     if Path(resolved).is_dir() and not (Path(resolved) / "config.json").exists():
         raise ValueError(f"regularizer.tacl.teacher={teacher} is neither a degen_train run nor an HF model directory")
     return resolved

@@ -62,6 +62,7 @@ def test_the_check_stage_reads_no_file_the_config_names_and_the_read_stage_refus
     (inputs / "teacher").mkdir()  # neither a run nor a model folder
     named = {
         "teacher": (["recipe=tacl", f"teacher={inputs / 'teacher'}"], r"regularizer\.tacl\.teacher=.* is neither"),
+        "no teacher": (["recipe=tacl", f"teacher={inputs / 'gone'}"], r"tacl\.teacher=.*gone: no such folder"),
         "sts": ([f"eval.sts=[{inputs / 'sts.tsv'}]"], r"sts\.tsv"),
         "checkpoint": ([f"ckpt_path={inputs / 'last.ckpt'}"], r"last\.ckpt"),
     }
