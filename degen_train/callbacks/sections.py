@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from degen_train.core.roles import (
     CADENCE_MINUTES,
@@ -24,7 +24,7 @@ from degen_train.core.roles import (
     measures,
     protection,
 )
-from degen_train.core.section import MAX_ITEMS, Instantiated, Open, given_only
+from degen_train.core.section import MAX_ITEMS, Instantiated, Open, Section, given_only
 
 
 class CheckpointCallbackConfig(Instantiated):
@@ -119,7 +119,7 @@ class DivergenceCallbackConfig(Instantiated):
     spike_window: Annotated[int, protection(DIVERGENCE, at_least=8, at_most=10_000)] = Field(ge=2)
 
 
-class CallbacksConfig(BaseModel):
+class CallbacksConfig(Section):
     model_config = Open
     checkpoint: CheckpointCallbackConfig | None = None
     isotropy: IsotropyCallbackConfig | None = None

@@ -8,6 +8,11 @@ input or code is carried only at the house's own value, else refused in one line
 command-line form (unless the user's command line gives that key); a protection only when it is no looser than the
 house's. This module keeps no list of keys of its own: a setting added to the schema or conf/ brings its role.
 
+The file is read through the typed sections themselves: ``TrainConfig`` is validated with this reader in pydantic's
+context, and each section (core/section.Section) hands its own keys here as pydantic reaches it, each judged by the
+role its own field declares; the values kept are then validated by that section (types, ranges, field validators).
+A recorded override is read as the one-key tree it stands for.
+
 Besides: a key the house does not have is refused, naming the file; a value must have the type and range of the field
 that declares it (its section's, pydantic), a loss term's option those its term's own file declares (as the command
 line checks it); a ``_target_`` may only name what its section declares the house builds there (``builds``); no
@@ -27,9 +32,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticCustomError
+
 from degen_train.config.house_keys import house_default, house_groups, house_keys, kind_of, schema_fields
 from degen_train.config.renamed import current_target
-from degen_train.config.role_lookup import group_role, house_targets, role_of
+from degen_train.config.role_lookup import (
+    declared_in,
+    fields_by_key,
+    group_role,
+    house_targets,
+    role_of,
+    section_in,
+    sections_by_name_in,
+)
 from degen_train.core.handed_files import (
     CONTROL,
     LYING,
@@ -41,6 +57,7 @@ from degen_train.core.handed_files import (
     printable,
 )
 from degen_train.core.roles import MEANING, Declared, Role
+from degen_train.core.section import READER, Instantiated
 
 TERM_OPTION = re.compile(r"^(objective|regularizer)\.(\w+)\.(\w+)$")
 CHOICE = re.compile(r"^[\w.-]+$")
@@ -173,7 +190,7 @@ def read_overrides_file(path: Path, *, door: Door | None = None) -> Reading:
             continue
         if override.type.name == "DEL":
             continue
-        kept = _decided(reading, door, key, override.value())
+        kept = _kept_at(_Reader(reading, door).read(_nested(key, override.value())), key)
         if kept is not _LEFT_OUT:
             reading.settings.append(Setting(key, kept, "value", prefix))
     return reading
@@ -213,11 +230,7 @@ def read_config_file(path: Path, *, door: Door | None = None) -> Reading:
     if not isinstance(tree, dict):
         raise HandedOverError(f"{path} is not a config (a mapping of settings), as degen-train writes it")
     reading = Reading(path)
-    for key, value in tree.items():
-        _check_key_part(path, str(key), str(key), door.advice)
-        kept = _decided(reading, door, str(key), value)
-        if kept is not _LEFT_OUT:
-            reading.tree[str(key)] = kept
+    reading.tree = _Reader(reading, door).read(tree)
     return reading
 
 
@@ -237,53 +250,243 @@ def with_house_outputs(tree: dict[str, Any], dropped: list[str]) -> dict[str, An
     return tree
 
 
-_LEFT_OUT = object()  # what _decided returns for a setting the door leaves out
+_LEFT_OUT = object()  # what a door's judgement of one setting returns where the door leaves it out
 
 
-def _decided(reading: Reading, door: Door, key: str, value: Any) -> Any:
-    """``value`` at ``key`` as this door keeps it (checked, leaf by leaf for a section), _LEFT_OUT, or a refusal; a
-    ``_target_`` recorded before its module moved is read as the module's name now (renamed.py)."""
-    if isinstance(value, dict) and isinstance(value.get("_target_"), str):
-        value = {**value, "_target_": current_target(value["_target_"])}
-    if key.endswith("_target_") and isinstance(value, str):
-        value = current_target(value)
-    declared = role_of(key)
-    if isinstance(value, dict) and (declared is None or declared.role not in LEFT_OUT):
-        # a section (eval.finetune, a callback, a term): each setting in it by its own role
-        _check_section(reading.source, key, value, door.advice)
-        kept = {}
-        for name, item in value.items():
-            _check_key_part(reading.source, str(name), f"{key}.{name}", door.advice)
-            inner = _decided(reading, door, f"{key}.{name}", item)
-            if inner is not _LEFT_OUT:
-                kept[name] = inner
-        return kept
-    if declared is None and value is None and _is_section(key):  # a section nulled: what it protects goes with it
-        if door.runs:
-            _refuse_removing_protections(reading.source, key, f"{key}=null", door.advice)
-        return value
-    if declared is None:
-        _refuse_unknown(reading.source, key, value, door.advice)
-    role = declared.role
-    if role in LEFT_OUT:
-        reading.left_out[key] = value
-        return _LEFT_OUT
-    _check_interpolation(reading.source, key, value, door.advice)
-    if role in THE_USERS_OWN:
-        value = _users_own(reading, door, key, value, role)
-        if value is not _LEFT_OUT:
-            _check_type(reading.source, key, value, door.advice)
-        return value
-    _check_type(reading.source, key, value, door.advice)
-    loose = role in (Role.PROTECTION, Role.MEASURES) and door.runs and not declared.allows(value)
-    if loose and not door.trusted and not door.sets_value(key):  # the user's command line sets it: theirs wins
-        _refuse_looser(reading.source, key, value, declared, door.advice)
+class _Nested(dict):
+    """The levels a recorded override's dotted key stands for (``trainer.max_steps=5``: {trainer: {max_steps: 5}}):
+    an override is read through the same sections as a config file, not checked as a section of its own."""
+
+
+@dataclass(frozen=True)
+class _At:
+    """A section's value with the dotted key it sits at and its place in the file (the index of each key on the way
+    down): how a section validated by pydantic knows where it is."""
+
+    key: str
+    value: Any
+    place: tuple[int, ...] = ()
+
+
+class _Reader:
+    """The door's judgement of one file's settings, section by section as pydantic validates them: each section
+    (core/section.Section) hands its own keys here, each judged by the role its field declares; the values kept are
+    then validated by the section itself (types, ranges, its field validators), and a protection is held to its
+    bound once its type holds. Pydantic visits the sections in the schema's order, so every refusal is kept with its
+    place in the file and the first one in the file's order is said: the one a reader of the file meets first."""
+
+    def __init__(self, reading: Reading, door: Door) -> None:
+        self.reading, self.door = reading, door
+        self.kept: dict[str, Any] = {}  # {a section's dotted key: what the door kept of it}
+        self.refusals: list[tuple[tuple[int, ...], HandedOverError]] = []
+
+    def read(self, tree: dict[str, Any]) -> dict[str, Any]:
+        """What the door keeps of ``tree`` (the whole config, or an override nested at its key), or a refusal."""
+        from degen_train.config.schema import TrainConfig
+
+        try:
+            TrainConfig.model_validate(_At("", tree), context={READER: self})
+        except ValidationError:  # what is missing (an override sets one key), or a rule across sections: the run's
+            pass
+        if self.refusals:
+            raise min(self.refusals, key=lambda refusal: refusal[0])[1]
+        return self.kept.pop("")
+
+    def section(self, cls: type[BaseModel], data: Any, handler: Any) -> Any:
+        """Called by ``cls``'s validator (core/section.Section) for the value given at one of its places."""
+        if not isinstance(data, _At):  # a list's item: pydantic's alone, its role the list's
+            return handler(data)
+        self.kept[data.key] = {}
+        if isinstance(data.value, dict) and isinstance(data.value.get("_target_"), str):  # named as it is now
+            data = _At(data.key, type(data.value)({**data.value, "_target_": current_target(data.value["_target_"])}),
+                       data.place)  # fmt: skip
+        try:
+            if data.key and isinstance(data.value, dict) and not isinstance(data.value, _Nested):
+                _check_section(self.reading.source, data.key, data.value, self.door.advice, cls)  # what it builds
+        except HandedOverError as error:
+            self.refusals.append((data.place, error))
+            raise PydanticCustomError("refused", "refused by the door") from None
+        if not isinstance(data.value, dict):
+            return handler(data.value)
+        return self._section(cls, data, handler)
+
+    def _section(self, cls: type[BaseModel], at: _At, handler: Any) -> Any:
+        source, door, key = self.reading.source, self.door, at.key
+        fields = fields_by_key(cls)
+        given: dict[str, Any] = {}  # what pydantic validates: each kept value, a section's as _At
+        kept: dict[str, Any] = {}
+        places: dict[str, tuple[int, ...]] = {}
+        sections: dict[str, list[str]] = {}  # {name: the dotted keys of the sections it holds}
+        bounded: list[tuple[str, Any, Declared, tuple[int, ...]]] = []  # held to their bound once typed
+        for index, (raw_name, value) in enumerate(at.value.items()):
+            name, place = str(raw_name), (*at.place, index)
+            full, places[name] = f"{key}.{name}" if key else name, place
+            try:
+                if name == "_target_" and isinstance(value, str):  # recorded before its module moved (renamed.py)
+                    value = current_target(value)
+                _check_key_part(source, name, full, door.advice)
+                info = fields.get(name)
+                declared = _role_in(cls, name)
+                descends = isinstance(value, dict) and (declared is None or declared.role not in LEFT_OUT)
+                named = sections_by_name_in(info.annotation) if info is not None and descends else None
+                if named is not None:  # objective.NAME: a term's section each
+                    if not isinstance(value, _Nested):
+                        _check_section(source, full, value, door.advice)
+                    for item in value:
+                        _check_key_part(source, str(item), f"{full}.{item}", door.advice)
+                    given[name] = {item: _At(f"{full}.{item}", inner, (*place, number)) if isinstance(inner, dict)
+                                   else inner for number, (item, inner) in enumerate(value.items())}  # fmt: skip
+                    kept[name] = dict(given[name])
+                    sections[name] = [inner.key for inner in given[name].values() if isinstance(inner, _At)]
+                elif info is not None and descends and section_in(info.annotation) is not None:
+                    given[name] = kept[name] = _At(full, value, place)
+                    sections[name] = [full]
+                else:
+                    judged = self._leaf(full, value, declared, info, (bounded, place, _builds(cls)))
+                    if judged is not _LEFT_OUT:
+                        given[name] = kept[name] = judged
+            except HandedOverError as error:
+                self.refusals.append((place, error))
+                given.pop(name, None)
+        failed: ValidationError | None = None
+        try:
+            validated = handler(given)
+        except ValidationError as error:  # pydantic's own errors: each a refusal, except what _type_refusals leaves
+            self._type_refusals(error, key, given, places)
+            failed = error
+        for name, inner in sections.items():
+            if isinstance(kept[name], _At):
+                kept[name] = self.kept.pop(inner[0], {})
+            else:
+                kept[name].update({entry.rsplit(".", 1)[-1]: self.kept.pop(entry, {}) for entry in inner})
+        for full, value, declared, place in bounded:
+            if door.runs and not declared.allows(value) and not door.trusted and not door.sets_value(full):
+                try:  # the user's command line sets it: theirs wins
+                    _refuse_looser(source, full, value, declared, door.advice)
+                except HandedOverError as error:
+                    self.refusals.append((place, error))
+        self.kept[key] = kept
+        if failed is not None:  # the section is not whole: its model rules (and its parent's) do not run on it
+            raise failed
+        return validated
+
+    def _leaf(self, key: str, value: Any, declared: Declared | None, info: Any, at: tuple) -> Any:
+        """A value at ``key``, judged by its role (module docstring): what is kept, _LEFT_OUT, or a refusal; ``at``:
+        the section's list of bounded values, the value's place and what the section builds."""
+        source, door = self.reading.source, self.door
+        bounded, place, builds = at
+        below: list[str] = []  # the parts of an override's key below this one (logger.wandb.project=...)
+        while isinstance(value, _Nested):
+            ((part, value),) = value.items()
+            below.append(str(part))
+            key = f"{key}.{part}"
+        if below and declared is None:  # below a key no section lists: a _target_ there still names code
+            built = fields_by_key(Instantiated).get(key.rsplit(".", 1)[-1])
+            declared = declared_in(built) if built is not None else None
+        if declared is None and value is None and _is_section(key):  # a section nulled: what it protects goes with it
+            if door.runs:
+                _refuse_removing_protections(source, key, f"{key}=null", door.advice)
+            return value
+        if declared is None:
+            if isinstance(value, dict):
+                _check_section(source, key, value, door.advice)  # what it would build: the clearest refusal
+            _refuse_unknown(source, key, value, door.advice)
+        if declared.role in LEFT_OUT:
+            self.reading.left_out[key] = value
+            return _LEFT_OUT
+        if isinstance(value, dict):
+            _check_section(source, key, value, door.advice)  # a mapping at a value's key: a section of the house's
+        if below and info is not None:  # a key below a value: no setting of the house's
+            _refuse_unknown(source, key, value, door.advice)
+        _check_interpolation(source, key, value, door.advice)
+        if declared.role in THE_USERS_OWN:
+            value = _users_own(self.reading, door, key, value, declared.role, None if below else builds)
+            if value is _LEFT_OUT:
+                return value
+        elif declared.role in (Role.PROTECTION, Role.MEASURES):
+            bounded.append((key, value, declared, place))  # held to its bound once its type holds
+        if info is None:  # no field of its section: a loss term's option, or a _target_ (module docstring)
+            problem = _option_problem(key, value)
+            if problem:
+                said = problem if problem.startswith(key) else f"{key}={value!r}: {problem}"
+                raise HandedOverError(f"{source}: {said}{door.advice}")
+        return _renested(value, below)
+
+    def _type_refusals(self, error: ValidationError, key: str, given: dict[str, Any], places: dict) -> None:
+        """Each setting whose value its section refuses (its errors joined), named with the value the file gave; a
+        missing key (an override sets one) and a rule across a section's keys are left to the run's own check."""
+        problems: dict[tuple[str, ...], list[str]] = {}
+        for found in error.errors():
+            loc = [str(part) for part in found["loc"]]
+            if not loc:  # a rule across the section's keys
+                continue
+            named = isinstance(given.get(loc[0]), dict) and len(loc) > 1 and loc[1] in given[loc[0]]
+            inner = given[loc[0]][loc[1]] if named else given.get(loc[0])
+            if found["type"] == "missing" or isinstance(inner, _At):  # a section says its own
+                continue
+            problems.setdefault(tuple(loc[:2]) if named else (loc[0],), []).append(
+                found["msg"].removeprefix("Value error, ")
+            )
+        for at, messages in problems.items():
+            value: Any = given
+            for part in at:
+                value = value.get(part) if isinstance(value, dict) else None
+            full = ".".join([key, *at]) if key else ".".join(at)
+            problem = "; ".join(messages)
+            said = problem if problem.startswith(full) else f"{full}={value!r}: {problem}"
+            refusal = HandedOverError(f"{self.reading.source}: {said}{self.door.advice}")
+            self.refusals.append((places.get(at[0], ()), refusal))
+
+
+def _builds(section: type) -> tuple[str, ...]:
+    """What the house builds at a section (its ``builds``, section.Instantiated); nothing at one Hydra builds not."""
+    return section.builds if issubclass(section, Instantiated) else ()
+
+
+def _role_in(section: type[BaseModel], name: str) -> Declared | None:
+    """The role ``section`` declares for its key ``name``: its field's, else by its own rule (``_other_role``)."""
+    info = fields_by_key(section).get(name)
+    return declared_in(info) if info is not None else _other_role(section, name)
+
+
+def _other_role(cls: type[BaseModel], name: str) -> Declared | None:
+    """The role of a key ``cls`` does not list: by the section's own rule (a term's option: its term's), else a
+    ``_target_`` or ``_partial_``'s anywhere (what every section Hydra builds declares for it), else None."""
+    other = getattr(cls, "other_key_role", None)
+    if other is not None:
+        return other(name)
+    built = fields_by_key(Instantiated).get(name)
+    return declared_in(built) if built is not None else None
+
+
+def _nested(key: str, value: Any) -> _Nested:
+    """An override's ``key=value`` as the nested tree a config holds it in."""
+    tree: Any = value
+    for part in reversed(key.split(".")):
+        tree = _Nested({part: tree})
+    return tree
+
+
+def _kept_at(tree: dict[str, Any], key: str) -> Any:
+    """The value ``tree`` keeps at the dotted ``key``, or _LEFT_OUT."""
+    node: Any = tree
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _LEFT_OUT
+        node = node[part]
+    return node
+
+
+def _renested(value: Any, below: list[str]) -> Any:
+    """A kept value below its section's key (an override's) nested again as the section holds it."""
+    for part in reversed(below):
+        value = {part: value}
     return value
 
 
-def _users_own(reading: Reading, door: Door, key: str, value: Any, role: Role) -> Any:
+def _users_own(reading: Reading, door: Door, key: str, value: Any, role: Role, builds: tuple | None = None) -> Any:
     """An input or code: the house's own value is carried; another is the user's to give (module docstring)."""
-    if _is_house_value(key, value):
+    if _is_house_value(key, value, builds):
         return value
     if door.gives(key):  # the user's command line sets it: theirs wins, the file's is named where it differs
         if isinstance(door.given, Mapping) and door.given.get(key) == value:
@@ -309,13 +512,13 @@ def _users_own(reading: Reading, door: Door, key: str, value: Any, role: Role) -
     )
 
 
-def _is_house_value(key: str, value: Any) -> bool:
+def _is_house_value(key: str, value: Any, builds: tuple[str, ...] | None = None) -> bool:
     """``value`` is nothing (null, empty), one the house's own yaml gives ``key`` (resolved on this machine), or at a
-    ``_target_`` one that its section declares the house builds."""
+    ``_target_`` one that its section declares the house builds (``builds``, where the caller holds the section)."""
     if value in (None, "", [], {}):
         return True
     if key.endswith("_target_"):  # what the section Hydra builds there declares (section.Instantiated.builds)
-        return value in house_targets(key)
+        return value in (house_targets(key) if builds is None else builds)
     known = house_keys().get(key)
     return known is not None and kind_of(value) not in ("list", "dict") and value in _resolved_values(key)
 
@@ -423,12 +626,15 @@ def _is_section(key: str) -> bool:
     return known is not None and "dict" in known.kinds
 
 
-def _check_section(source: Path, key: str, value: dict[str, Any], advice: str) -> None:
+def _check_section(source: Path, key: str, value: dict[str, Any], advice: str, section: type | None = None) -> None:
     """A mapping at ``key`` must be one of the house's sections (or a loss term's, under any name); the ``_target_``
-    it would build is named first: the clearest reason a section is refused."""
+    it would build is named first: the clearest reason a section is refused. ``section``: the typed section it is
+    validated as, which declares the role of its ``_target_`` and what the house builds there."""
     if "_target_" in value:
-        role = role_of(f"{key}._target_")
-        if role is not None and role.role == Role.CODE and not _is_house_value(f"{key}._target_", value["_target_"]):
+        role = role_of(f"{key}._target_") if section is None else _role_in(section, "_target_")
+        builds = None if section is None else _builds(section)
+        if role is not None and role.role == Role.CODE and not _is_house_value(f"{key}._target_", value["_target_"],
+                                                                               builds):  # fmt: skip
             raise HandedOverError(
                 f"{source}: _target_ {value['_target_']!r} at {key}._target_, which degen-train's own configs never "
                 f"build there; a handed-over file may only name the house's targets at their keys (so it runs no "
@@ -475,14 +681,6 @@ def _check_interpolation(source: Path, key: str, value: Any, advice: str) -> Non
             )
 
 
-def _check_type(source: Path, key: str, value: Any, advice: str) -> None:
-    """The type (and range) the house gives ``key``."""
-    problem = _type_problem(key, value)
-    if problem:  # a term's declaration names the key itself
-        said = problem if problem.startswith(key) else f"{key}={value!r}: {problem}"
-        raise HandedOverError(f"{source}: {said}{advice}")
-
-
 def _strings(value: Any) -> Iterator[str]:
     if isinstance(value, str):
         yield value
@@ -494,21 +692,11 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
-def _type_problem(key: str, value: Any) -> str | None:
-    """What is wrong with ``value`` at ``key`` for the house, or None: the type and range of the field that declares
-    the key (its section's, pydantic), or for a loss term's option its term's own declaration, as the command line
-    checks it."""
+def _option_problem(key: str, value: Any) -> str | None:
+    """What is wrong with ``value`` at ``key``, a key no section lists as a field, or None: a ``_target_`` is a
+    name; a loss term's option is held to its term's own declaration."""
     if key.endswith("_target_") or key.endswith("_partial_"):
         return None if kind_of(value) in ("str", "bool", "none") else "a _target_ is a name"
-    checker = _schema_checker(key)
-    if checker is not None:
-        from pydantic import ValidationError
-
-        try:
-            checker.validate_python(value)
-        except ValidationError as error:
-            return "; ".join(e["msg"] for e in error.errors())
-        return None
     option = TERM_OPTION.match(key)
     if option:
         return _term_option_problem(*option.groups(), value)
@@ -558,20 +746,6 @@ def _checked_choice(source: Path, group: str, value: Any, advice: str) -> Any:
                 f"({', '.join(sorted(options))}){advice}"
             )
     return value
-
-
-@functools.cache
-def _schema_checker(key: str) -> Any:
-    from typing import Annotated
-
-    from pydantic import TypeAdapter
-
-    info = schema_fields().get(key)
-    if info is None:
-        return None
-    metadata = [m for m in info.metadata if not isinstance(m, Declared)]
-    annotation = Annotated.__class_getitem__((info.annotation, *metadata)) if metadata else info.annotation
-    return TypeAdapter(annotation)
 
 
 def hydra_literal(value: Any) -> str:

@@ -21,7 +21,7 @@ from typing import Annotated, Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from degen_train.callbacks.sections import CallbacksConfig
 from degen_train.core.roles import (
@@ -34,7 +34,7 @@ from degen_train.core.roles import (
     group,
     protection,
 )
-from degen_train.core.section import Open, describe_error, given_only
+from degen_train.core.section import Open, Section, describe_error, given_only
 from degen_train.data.section import DataConfig, MaskingConfig
 from degen_train.evaluation.section import EvalConfig
 from degen_train.losses.section import TermSection
@@ -43,7 +43,7 @@ from degen_train.optim.section import OptimizerConfig, SchedulerConfig
 from degen_train.run.sections import PlanConfig, PushToHubConfig, SearchConfig, TrainerConfig
 
 
-class TrainConfig(BaseModel):
+class TrainConfig(Section):
     model_config = Open
     seed: Annotated[int, TRAINS] = Field(ge=0)
     ckpt_path: Annotated[str | None, LAUNCH] = None

@@ -11,7 +11,15 @@ from __future__ import annotations
 import difflib
 from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    model_validator,
+)
 
 from degen_train.core.roles import CODE
 
@@ -38,7 +46,24 @@ def given_only(default: Any = None, **constraints: Any) -> Any:
     return Field(default=default, exclude_if=_is_none, **constraints)
 
 
-class Instantiated(BaseModel):
+# The key of a validation context that holds a handed-over file's reader (config/handed_over.py).
+READER = "handed_over_reader"
+
+
+class Section(BaseModel):
+    """Every typed section of the config. Validated with a handed-over file's reader in its context
+    (``model_validate(..., context={READER: reader})``), a section hands its own keys to the reader, which judges
+    each by the role its field declares before pydantic checks their types: a handed-over file is read through the
+    sections themselves, one section at a time as pydantic descends, never by a walk of its own."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _read_by_roles(cls, data: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        reader = (info.context or {}).get(READER)
+        return handler(data) if reader is None else reader.section(cls, data, handler)
+
+
+class Instantiated(Section):
     """A section Hydra builds: its ``_target_`` (and ``_partial_``) name code. ``builds`` declares what the house
     builds there (each of conf/'s yaml at this section names one of them, tests/unit/test_roles.py holds it): a
     handed-over file may name only those (config/handed_over.py); the user's own command line may name any."""
@@ -49,10 +74,10 @@ class Instantiated(BaseModel):
     partial: Annotated[bool | None, CODE] = Field(default=None, alias="_partial_", exclude_if=_is_none)
 
 
-Section = TypeVar("Section", bound=BaseModel)
+SectionT = TypeVar("SectionT", bound=BaseModel)
 
 
-def checked_section(kind: type[Section], raw: Any, key: str, *, where: str | None = None) -> Section:
+def checked_section(kind: type[SectionT], raw: Any, key: str, *, where: str | None = None) -> SectionT:
     """``raw`` validated as the section ``key`` of the config; every problem named under ``where`` (default key)."""
     try:
         return kind.model_validate(raw)

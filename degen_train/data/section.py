@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from degen_train.core.roles import INPUT, LAUNCH, OUTPUT, PRESENTATION, TRAINS, protection
-from degen_train.core.section import Closed, Open, checked_section
+from degen_train.core.section import Closed, Open, Section, checked_section
 
 
-class MaskingConfig(BaseModel):
+class MaskingConfig(Section):
     model_config = Open
     probability: Annotated[float, TRAINS] = Field(gt=0, le=1)
     mask_fraction: Annotated[float, TRAINS] = Field(ge=0, le=1)
@@ -29,7 +29,7 @@ class MaskingConfig(BaseModel):
         return self
 
 
-class TokenizerConfig(BaseModel):
+class TokenizerConfig(Section):
     model_config = Closed
     path: Annotated[str | None, INPUT] = None  # a folder or hub name; null: trained on the corpus (cached)
     vocab_size: Annotated[int, TRAINS] = Field(ge=10)
@@ -38,7 +38,7 @@ class TokenizerConfig(BaseModel):
     max_documents: Annotated[int | None, TRAINS] = Field(default=None, ge=1)
 
 
-class DataConfig(BaseModel):
+class DataConfig(Section):
     """data: where the corpus comes from and how it is cut (conf/data/builtin.yaml says each key)."""
 
     model_config = Closed

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from degen_train.core.roles import CODE, INPUT, MEASURES
-from degen_train.core.section import MAX_ITEMS, MAX_PROMPTS, MAX_TOKENS
+from degen_train.core.section import MAX_ITEMS, MAX_PROMPTS, MAX_TOKENS, Section
 from degen_train.finetune.section import FinetuneConfig
 
 
-class EvalConfig(BaseModel):
+class EvalConfig(Section):
     """eval: the probes and evaluations run on the export at the end of a run (conf/train.yaml says each one)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel
-
 from degen_train.core.roles import MEASURES, measures
-from degen_train.core.section import Open, given_only
+from degen_train.core.section import Open, Section, given_only
 
 
-class RunGlueProtocolConfig(BaseModel):
+class RunGlueProtocolConfig(Section):
     """eval.finetune.run_glue: the run_glue protocol's own values (conf/finetune.yaml)."""
 
     model_config = Open

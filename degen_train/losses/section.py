@@ -4,13 +4,11 @@ each term's own: its constructor's keywords, read from its file by losses/declar
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
 from degen_train.core.roles import TRAINS, Declared
-from degen_train.core.section import Open
+from degen_train.core.section import Open, Section
 
 
-class TermSection(BaseModel):
+class TermSection(Section):
     """objective.NAME / regularizer.NAME: a loss term's options, checked by the term's own declaration
     (losses/declarations.py), and each with the role its annotation there declares: what the run trains, unless it
     says otherwise (TaCL's ``teacher: Annotated[str | None, INPUT]``, a model it loads)."""

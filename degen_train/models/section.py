@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from degen_train.core.roles import INPUT, LAUNCH, TRAINS
-from degen_train.core.section import checked_section
+from degen_train.core.section import Section, checked_section
 
 
-class AttentionVariantConfig(BaseModel):
+class AttentionVariantConfig(Section):
     """model.attention_variant: how heads may do nothing (degen_train/models/attention_variants.py)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -28,7 +28,7 @@ class AttentionVariantConfig(BaseModel):
     granularity: Annotated[Literal["headwise", "elementwise"], TRAINS] = "elementwise"  # output gate
 
 
-class ModelConfig(BaseModel):
+class ModelConfig(Section):
     # Closed: every key a model preset or architecture reads is listed, so `+model.hiden_size=64` is refused
     # (naming the nearest setting) instead of training the preset's width in silence.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)

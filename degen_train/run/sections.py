@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from degen_train.core.roles import (
     CHECKPOINTS,
@@ -30,7 +30,7 @@ from degen_train.core.roles import (
     measures,
     protection,
 )
-from degen_train.core.section import MAX_ITEMS, Instantiated, given_only
+from degen_train.core.section import MAX_ITEMS, Instantiated, Section, given_only
 
 Count = int | float | None  # Lightning's limits: a count of batches or a fraction of them
 
@@ -94,7 +94,7 @@ class TrainerConfig(Instantiated):
     limit_predict_batches: Annotated[Count, measures(at_most=MAX_ITEMS)] = given_only()
 
 
-class PushToHubConfig(BaseModel):
+class PushToHubConfig(Section):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     repo_id: Annotated[str | None, OUTPUT] = None
     private: Annotated[bool, OUTPUT] = True
@@ -109,7 +109,7 @@ class PushToHubConfig(BaseModel):
         return value
 
 
-class SearchConfig(BaseModel):
+class SearchConfig(Section):
     """search: what a hyper-parameter search minimises (sweep.search_objective)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -118,7 +118,7 @@ class SearchConfig(BaseModel):
     cosine_bound: Annotated[float | None, MEASURES] = Field(default=None, ge=-1, le=1)
 
 
-class PlanConfig(BaseModel):
+class PlanConfig(Section):
     """plan: debug=plan's question, does this run fit a card and how long will it take (run/memory_plan.py)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)

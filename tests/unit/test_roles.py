@@ -345,3 +345,42 @@ def test_a_debug_or_callbacks_group_from_a_file_is_refused_and_hydras_own_left_o
     reading = read_overrides_file(path)
     assert [s.override() for s in reading.settings] == ["callbacks=default"]
     assert set(reading.left_out) == {"hydra/job_logging", "trainer", "strategy"}
+
+
+def test_a_handed_over_value_is_held_to_its_sections_own_validator(tmp_path: Path) -> None:
+    """Issue 70.3: the reader validates through the sections themselves (core/section.Section), so a field validator
+    holds a handed-over value too: models/section.py refuses a Hub kernel at model.attention, which a check of the
+    field's type alone (a str) let through to the run's own check."""
+    path = tmp_path / "overrides.json"
+    path.write_text(json.dumps(["model.attention=kernels-community/flash-attn"]))
+    with pytest.raises(HandedOverError, match=r"overrides\.json: model\.attention='kernels-community/flash-attn': "
+                                              r"'kernels-community/flash-attn' names a kernel on the Hugging Face Hub"):
+        read_overrides_file(path, door=Door())
+
+
+def test_the_first_refusal_said_is_the_first_in_the_file(tmp_path: Path) -> None:
+    """Pydantic visits sections in the schema's order (data before callbacks); the reader says the refusal a reader
+    of the file meets first, as the walk it replaced did."""
+    evil = {"evil": {"_target_": "os.system"}}
+    for tree, said in (({"callbacks": evil, "data": {"path": "/elsewhere"}}, "_target_ 'os.system'"),
+                       ({"data": {"path": "/elsewhere"}, "callbacks": evil}, "data.path=/elsewhere")):
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.dump(tree, sort_keys=False))
+        with pytest.raises(HandedOverError) as refused:
+            read_config_file(path, door=Door())
+        assert said in str(refused.value), str(refused.value)
+
+
+def test_a_well_formed_record_is_read_without_looking_a_key_up_from_the_top(tmp_path: Path, monkeypatch) -> None:
+    """Issue 70.3: each section judges its own keys by its own fields' roles as pydantic descends; no key of a
+    well-formed record is looked up again from the schema's top (role_of)."""
+    from degen_train.config import handed_over
+
+    tree = {"seed": 3, "optimizer": {"_target_": "degen_train.optim.optimizer.build_optimizer", "lr": 0.001},
+            "callbacks": {"checkpoint": {"_target_": "degen_train.callbacks.checkpoint.RunCheckpoint",
+                                           "every_n_train_steps": 50}},
+            "objective": {"mlm": {"weight": 1.0}}, "trainer": {"max_steps": 10}}  # fmt: skip
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    monkeypatch.setattr(handed_over, "role_of", lambda key: pytest.fail(f"role_of({key!r}) walked from the top"))
+    assert read_config_file(path, door=Door()).tree == tree
