@@ -296,7 +296,6 @@ class _Reader:
         """Called by ``cls``'s validator (core/section.Section) for the value given at one of its places."""
         if not isinstance(data, _At):  # a list's item: pydantic's alone, its role the list's
             return handler(data)
-        self.kept[data.key] = {}
         if isinstance(data.value, dict) and isinstance(data.value.get("_target_"), str):  # named as it is now
             data = _At(data.key, type(data.value)({**data.value, "_target_": current_target(data.value["_target_"])}),
                        data.place)  # fmt: skip
@@ -342,7 +341,8 @@ class _Reader:
                     given[name] = kept[name] = _At(full, value, place)
                     sections[name] = [full]
                 else:
-                    judged = self._leaf(full, value, declared, info, (bounded, place, _builds(cls)))
+                    judged = self._leaf(full, value, declared, info, place=place, bounded=bounded,
+                                        builds=_builds(cls))  # fmt: skip
                     if judged is not _LEFT_OUT:
                         given[name] = kept[name] = judged
             except HandedOverError as error:
@@ -370,11 +370,11 @@ class _Reader:
             raise failed
         return validated
 
-    def _leaf(self, key: str, value: Any, declared: Declared | None, info: Any, at: tuple) -> Any:
-        """A value at ``key``, judged by its role (module docstring): what is kept, _LEFT_OUT, or a refusal; ``at``:
-        the section's list of bounded values, the value's place and what the section builds."""
+    def _leaf(self, key: str, value: Any, declared: Declared | None, info: Any, *, place: tuple[int, ...],
+              bounded: list, builds: tuple[str, ...]) -> Any:  # fmt: skip
+        """A value at ``key``, judged by its role (module docstring): what is kept, _LEFT_OUT, or a refusal. A
+        protection or measure goes to its section's ``bounded``, held to its bound once its type holds."""
         source, door = self.reading.source, self.door
-        bounded, place, builds = at
         below: list[str] = []  # the parts of an override's key below this one (logger.wandb.project=...)
         while isinstance(value, _Nested):
             ((part, value),) = value.items()
