@@ -101,17 +101,21 @@ def test_a_resumed_average_equals_one_run(tmp_path: Path, kind: str) -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
+        # the section's own rules (callbacks/sections.py), said by the checked config before anything is built
         (["callbacks.weight_averaging.kind=ema", "callbacks.weight_averaging.decay=1.0"],
-         r"callbacks.weight_averaging.decay=1.0 must be in \(0, 1\)"),
-        (["callbacks.weight_averaging.kind=mean"], r"callbacks.weight_averaging.kind='mean' is not one of null, ema"),
+         r"callbacks.weight_averaging.decay=1.0: Input should be less than 1"),
+        (["callbacks.weight_averaging.kind=mean"], r"callbacks.weight_averaging.kind='mean': Input should be 'ema' or"),
         (["callbacks.weight_averaging.kind=swa", "callbacks.weight_averaging.window=12"],
-         r"callbacks.weight_averaging.window=12 must be a multiple of every_n_steps=5"),
+         r"callbacks.weight_averaging: window=12 must be a multiple of every_n_steps=5"),
         (["callbacks.weight_averaging.kind=ema", "callbacks.weight_averaging.dtype=half"],
-         r"callbacks.weight_averaging.dtype='half' is not one of float32, model"),
+         r"callbacks.weight_averaging.dtype='half': Input should be 'float32' or 'model'"),
         (["callbacks.weight_averaging.kind=ema", "strategy=fsdp"],
          r"callbacks.weight_averaging keeps a whole copy of the model beside it, which strategy=fsdp shards"),
+        (["callbacks.best_by_sts.pooling=max"], r"callbacks.best_by_sts.pooling='max': Input should be 'mean' or 'cls'"),
+        (["callbacks.best_by_sts.sts=sts.csv", "strategy=fsdp"],
+         r"callbacks.best_by_sts scores the whole model between steps, which strategy=fsdp keeps sharded"),
     ],
-    ids=["decay", "kind", "window", "dtype", "fsdp2"],
+    ids=["decay", "kind", "window", "dtype", "fsdp2", "sts_pooling", "sts_fsdp2"],
 )  # fmt: skip
 def test_bad_averaging_settings_are_named_before_anything_is_written(
     tmp_path: Path, overrides: list[str], message: str

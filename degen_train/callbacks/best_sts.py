@@ -11,8 +11,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from scipy.stats import spearmanr
 
+from degen_train.callbacks.sections import BEST_BY_STS_FSDP2_REFUSAL
 from degen_train.core.rng import RandomStreams
-from degen_train.metrics.encode import POOLINGS, Encoder, sentence_vectors
+from degen_train.metrics.encode import Encoder, sentence_vectors
 from degen_train.metrics.probes import SentencePairs, read_sts
 
 log = logging.getLogger("degen_train")
@@ -34,10 +35,7 @@ class BestBySTS(Callback):
     """
 
     def __init__(self, *, sts: str | None = None, every_n_steps: int = 125, pooling: str = "cls") -> None:
-        if every_n_steps < 1:
-            raise ValueError(f"callbacks.best_by_sts.every_n_steps must be >= 1, got {every_n_steps}")
-        if pooling not in POOLINGS:
-            raise ValueError(f"callbacks.best_by_sts.pooling={pooling!r} is not one of {', '.join(POOLINGS)}")
+        # every_n_steps and pooling: checked by its section (callbacks/sections.py: BestBySTSCallbackConfig)
         self.pairs = read_sts(sts) if sts else None  # read now: a bad file fails before training
         self.sts, self.every_n_steps, self.pooling = sts, every_n_steps, pooling
         self.best_score: float | None = None
@@ -50,10 +48,7 @@ class BestBySTS(Callback):
         if self.pairs is None:
             return
         if getattr(trainer.strategy, "fsdp_options", None) is not None:
-            raise ValueError(
-                "callbacks.best_by_sts scores the whole model between steps, which strategy=fsdp keeps sharded: "
-                "use strategy=ddp (or auto), or callbacks.best_by_sts.sts=null"
-            )
+            raise ValueError(BEST_BY_STS_FSDP2_REFUSAL)
         self._tokenizer = trainer.datamodule.data.tokenizer
 
     def on_train_batch_end(self, trainer: pl.Trainer, module: pl.LightningModule, *args: Any) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from degen_train.core.roles import (
     CADENCE_MINUTES,
@@ -90,22 +90,49 @@ class BestBySTSCallbackConfig(Instantiated):
 
     builds = ("degen_train.callbacks.best_sts.BestBySTS",)
     sts: Annotated[str | None, INPUT] = given_only()  # an STS file the run reads every few steps
-    every_n_steps: Annotated[int | None, TRAINS] = given_only()
-    pooling: Annotated[str | None, TRAINS] = given_only()
+    every_n_steps: Annotated[int | None, TRAINS] = given_only(ge=1)
+    pooling: Annotated[Literal["mean", "cls"] | None, TRAINS] = given_only()
+
+
+BEST_BY_STS_FSDP2_REFUSAL = (
+    "callbacks.best_by_sts scores the whole model between steps, which strategy=fsdp keeps sharded: use strategy=ddp "
+    "(or auto), or callbacks.best_by_sts.sts=null"
+)
+# A kind's released settings, taken where its own are null (Hägele et al. 2024, epfml/schedules-and-scaling)
+AVERAGING_RELEASED = {"ema": {"decay": 0.95, "every_n_steps": 10}, "swa": {"every_n_steps": 5, "window": 500}}
+AVERAGING_FSDP2_REFUSAL = (
+    "callbacks.weight_averaging keeps a whole copy of the model beside it, which strategy=fsdp shards: use "
+    "strategy=ddp (or auto), or callbacks.weight_averaging.kind=null"
+)
 
 
 class WeightAveragingCallbackConfig(Instantiated):
-    """An average of the weights beside the model: what it exports is the run's result (callbacks/weight_averaging)."""
+    """An average of the weights beside the model: what it exports is the run's result (callbacks/weight_averaging).
+    Its rules are all here; the callback receives them checked."""
 
     builds = ("degen_train.callbacks.weight_averaging.WeightAverage",)
-    kind: Annotated[str | None, TRAINS] = given_only()
-    decay: Annotated[float | None, TRAINS] = given_only()
-    start_step: Annotated[int | None, TRAINS] = given_only()
-    every_n_steps: Annotated[int | None, TRAINS] = given_only()
-    window: Annotated[int | None, TRAINS] = given_only()
-    dtype: Annotated[str | None, TRAINS] = given_only()
-    validate_with: Annotated[str | None, TRAINS] = given_only(alias="validate")  # pydantic's own name: aliased
-    export: Annotated[str | None, TRAINS] = given_only()
+    kind: Annotated[Literal["ema", "swa"] | None, TRAINS] = given_only()  # null: off
+    decay: Annotated[float | None, TRAINS] = given_only(gt=0, lt=1)
+    start_step: Annotated[int | None, TRAINS] = given_only(ge=0)
+    every_n_steps: Annotated[int | None, TRAINS] = given_only(ge=1)
+    window: Annotated[int | None, TRAINS] = given_only(ge=0)  # swa; 0: one running mean, no window
+    dtype: Annotated[Literal["float32", "model"] | None, TRAINS] = given_only()
+    validate_with: Annotated[Literal["both", "averaged", "current"] | None, TRAINS] = given_only(
+        alias="validate")  # pydantic's own name: aliased  # fmt: skip
+    export: Annotated[Literal["current", "averaged"] | None, TRAINS] = given_only()
+
+    @model_validator(mode="after")
+    def window_holds_whole_intervals(self) -> WeightAveragingCallbackConfig:
+        if self.kind == "swa":
+            released = AVERAGING_RELEASED["swa"]
+            every = self.every_n_steps or released["every_n_steps"]
+            window = released["window"] if self.window is None else self.window
+            if window % every:
+                raise ValueError(
+                    f"window={window} must be a multiple of every_n_steps={every} (a window holds whole sampling "
+                    f"intervals, as released), or 0 for one running mean"
+                )
+        return self
 
 
 class DivergenceCallbackConfig(Instantiated):

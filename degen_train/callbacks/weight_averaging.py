@@ -35,24 +35,12 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
+from degen_train.callbacks.sections import AVERAGING_FSDP2_REFUSAL, AVERAGING_RELEASED
+
 log = logging.getLogger("degen_train")
 
-KINDS = ("ema", "swa")
-RELEASED = {"ema": {"decay": 0.95, "every_n_steps": 10}, "swa": {"every_n_steps": 5, "window": 500}}
 DTYPES = {"float32": torch.float32, "model": None}
-FSDP2_REFUSAL = (
-    "callbacks.weight_averaging keeps a whole copy of the model beside it, which strategy=fsdp shards: use "
-    "strategy=ddp (or auto), or callbacks.weight_averaging.kind=null"
-)
 AVERAGE_PREFIX = "val_average"
-
-
-def check_weight_averaging_fits(callbacks: Any, strategy: Any) -> None:
-    """From the config alone, before data or weights: the settings (as the callback will read them) and FSDP2."""
-    averaging = (callbacks or {}).get("weight_averaging") or {}
-    WeightAverage(**{k: v for k, v in averaging.items() if not k.startswith("_")})
-    if averaging.get("kind") and "FSDP2" in str((strategy or {}).get("_target_", "")):
-        raise ValueError(FSDP2_REFUSAL)
 
 
 class WeightAverage(Callback):
@@ -72,26 +60,11 @@ class WeightAverage(Callback):
         validate: str = "both",
         export: str = "current",
     ) -> None:
-        key = "callbacks.weight_averaging"
-        if kind is not None and kind not in KINDS:
-            raise ValueError(f"{key}.kind={kind!r} is not one of null, {', '.join(KINDS)}")
-        released = RELEASED.get(kind or "", {})
+        # checked by its section (callbacks/sections.py: WeightAveragingCallbackConfig); null takes the released
+        released = AVERAGING_RELEASED.get(kind or "", {})
         decay = released.get("decay") if decay is None else decay
         every_n_steps = released.get("every_n_steps", 1) if every_n_steps is None else every_n_steps
         window = released.get("window") if window is None and kind == "swa" else window or None  # 0: no window
-        if kind == "ema" and not 0 < decay < 1:
-            raise ValueError(f"{key}.decay={decay} must be in (0, 1), e.g. 0.95 (released)")
-        if start_step < 0 or every_n_steps < 1:
-            raise ValueError(f"{key}.start_step={start_step} must be >= 0 and every_n_steps={every_n_steps} >= 1")
-        if kind == "swa" and window is not None and (window < 0 or window % every_n_steps):
-            raise ValueError(f"{key}.window={window} must be a multiple of every_n_steps={every_n_steps} (a window "
-                             f"holds whole sampling intervals, as released), or 0 for one running mean")  # fmt: skip
-        if dtype not in DTYPES:
-            raise ValueError(f"{key}.dtype={dtype!r} is not one of {', '.join(DTYPES)}")
-        for name, value, choices in (("validate", validate, ("both", "averaged", "current")),
-                                     ("export", export, ("current", "averaged"))):  # fmt: skip
-            if value not in choices:
-                raise ValueError(f"{key}.{name}={value!r} is not one of {', '.join(choices)}")
         self.kind, self.decay, self.start_step, self.every_n_steps = kind, decay, start_step, every_n_steps
         self.window = window if kind == "swa" else None
         self.dtype, self.validate, self.export = dtype, validate, export
@@ -109,7 +82,7 @@ class WeightAverage(Callback):
         if self.kind is None or stage != "fit" or self.names:
             return
         if getattr(trainer.strategy, "fsdp_options", None) is not None:
-            raise ValueError(FSDP2_REFUSAL)
+            raise ValueError(AVERAGING_FSDP2_REFUSAL)
         self.names = [name for name, _ in module.backbone.model.named_parameters()]
         self._device = next(module.backbone.model.parameters()).device
         if self._pending is not None:

@@ -695,11 +695,11 @@ def _strings(value: Any) -> Iterator[str]:
 def _option_problem(key: str, value: Any) -> str | None:
     """What is wrong with ``value`` at ``key``, a key no section lists as a field, or None: a ``_target_`` is a
     name; a loss term's option is held to its term's own declaration."""
-    if key.endswith("_target_") or key.endswith("_partial_"):
-        return None if kind_of(value) in ("str", "bool", "none") else "a _target_ is a name"
-    option = TERM_OPTION.match(key)
+    option = TERM_OPTION.match(key)  # first: a term is built from its term:, so a _target_ there is no option
     if option:
         return _term_option_problem(*option.groups(), value)
+    if key.endswith("_target_") or key.endswith("_partial_"):
+        return None if kind_of(value) in ("str", "bool", "none") else "a _target_ is a name"
     return "not a setting of degen-train (no file of conf/, no field of its schema, no Trainer argument or term option)"
 
 

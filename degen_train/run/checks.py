@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from degen_train.callbacks.weight_averaging import check_weight_averaging_fits
+from degen_train.callbacks.sections import AVERAGING_FSDP2_REFUSAL, BEST_BY_STS_FSDP2_REFUSAL
 from degen_train.config.schema import TrainConfig
 from degen_train.data.mixture import mixture_sources
 from degen_train.devices.determinism import deterministic_environment
@@ -97,14 +97,26 @@ def check(cfg: DictConfig, *, model_choice: str = "model",
 
 
 def check_hardware(config: TrainConfig) -> None:
-    """trainer.accelerator, model.compile, trainer.precision, callbacks.weight_averaging × strategy: what this
+    """trainer.accelerator, model.compile, trainer.precision, the whole-model callbacks × strategy: what this
     machine can run."""
     check_accelerator_present(config.trainer, sizing_only=config.plan.only or config.prepare_only)
     if config.model.compile:
         check_compile_available("cuda" if config.trainer.accelerator in ("gpu", "cuda") else "cpu")
     settings = config.plain_settings()
     check_precision(settings)  # a precision this hardware emulates is refused here, not after hours of slow steps
-    check_weight_averaging_fits(settings.get("callbacks"), settings.get("strategy"))
+    check_whole_model_callbacks(settings)
+
+
+def check_whole_model_callbacks(settings: dict[str, Any]) -> None:
+    """callbacks × strategy: the weight average keeps a whole copy of the model and the STS selection scores it
+    whole between steps, where FSDP2 keeps it sharded (each callback's setup says so of a strategy built in Python)."""
+    if "FSDP2" not in str((settings.get("strategy") or {}).get("_target_", "")):
+        return
+    callbacks = settings.get("callbacks") or {}
+    if (callbacks.get("weight_averaging") or {}).get("kind"):
+        raise ValueError(AVERAGING_FSDP2_REFUSAL)
+    if (callbacks.get("best_by_sts") or {}).get("sts"):
+        raise ValueError(BEST_BY_STS_FSDP2_REFUSAL)
 
 
 def check_accelerator_present(trainer: TrainerConfig, *, sizing_only: bool) -> None:

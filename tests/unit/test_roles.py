@@ -265,6 +265,8 @@ def test_a_carried_string_holds_no_control_or_format_character(tmp_path: Path, d
     ("regularizer.my_cosreg.rows", "rare", "regularizer.my_cosreg.rows='rare' is not one of all, seen"),
     ("regularizer.cosreg.weight", "heavy", "a term's weight is a number"),
     ("regularizer.cosreg.rows", "seen", None),  # what the term allows is carried
+    # a term is built from term:, never by Hydra: a _target_ inside is no option of any term (before, it was kept)
+    ("objective.mlm._target_", "posix.system", "objective.mlm._target_ is not an option of loss term mlm"),
 ])  # fmt: skip
 def test_a_terms_option_is_read_by_the_terms_own_declaration(tmp_path: Path, door_name: str, key: str, value: object,
                                                              said: str | None) -> None:  # fmt: skip
