@@ -22,8 +22,6 @@ from torch import Tensor, nn
 
 from degen_train.optim.optimizer import parameter_groups
 
-ADJUST_LR_CHOICES = ("original", "match_rms_adamw")
-
 log = logging.getLogger("degen_train")
 
 
@@ -58,9 +56,6 @@ def _lr_scale(owner: nn.Module, param: nn.Parameter, adjust_lr: str) -> float:
     as_linear = math.sqrt(max(1.0, stored_cols / stored_rows))  # nn.Linear's rows are Conv1D's columns
     as_stored = math.sqrt(max(1.0, stored_rows / stored_cols))
     return as_linear / as_stored
-
-
-NS_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def newton_schulz(update: Tensor, coefficients: tuple[float, float, float], steps: int, eps: float) -> Tensor:
@@ -163,16 +158,7 @@ def build_muon(
     5 Newton–Schulz steps with (3.4445, −4.7750, 2.0315); ``muon_adjust_lr=match_rms_adamw`` is Moonlight's
     0.2·√max(rows, cols) scaling (Liu et al. 2025), under which Muon may reuse AdamW's rate and decay.
     ``muon_ns_dtype``: bfloat16 is torch's (and the authors') Newton–Schulz; float32 is :class:`Float32Muon`."""
-    if lr <= 0 or muon_lr <= 0:
-        raise ValueError(f"optimizer.lr={lr} and optimizer.muon_lr={muon_lr} must both be > 0")
-    if muon_adjust_lr not in ADJUST_LR_CHOICES:
-        raise ValueError(f"optimizer.muon_adjust_lr={muon_adjust_lr!r} is not one of {', '.join(ADJUST_LR_CHOICES)}")
-    if muon_ns_dtype not in NS_DTYPES:
-        raise ValueError(f"optimizer.muon_ns_dtype={muon_ns_dtype!r} is not one of {', '.join(NS_DTYPES)}")
-    if not 0 <= muon_momentum < 1:
-        raise ValueError(f"optimizer.muon_momentum={muon_momentum} must be in [0, 1)")
-    if not 1 <= muon_ns_steps < 100:
-        raise ValueError(f"optimizer.muon_ns_steps={muon_ns_steps} must be in 1..99")
+    # the rates, choices and ranges: checked by its section (section.py: OptimizerConfig)
     modules = list(modules)
     hidden = hidden_matrices(modules)
     if not hidden:

@@ -31,8 +31,6 @@ def build_optimizer(
     eps: float,
     fused: bool | None = None,
 ) -> torch.optim.Optimizer:
-    if lr <= 0:
-        raise ValueError(f"optimizer.lr must be > 0, got {lr}")
     groups = parameter_groups(modules, weight_decay)
     fused, foreach = kernel_choice([p for group in groups for p in group["params"]], fused)
     optimizer = torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, fused=fused, foreach=foreach)

@@ -14,10 +14,6 @@ from degen_train.optim.section import wsd_decay_steps
 if TYPE_CHECKING:
     import torch
 
-SCHEDULES = ("linear", "cosine", "constant", "wsd")
-DECAY_SHAPES = ("linear", "cosine", "one_minus_sqrt")
-
-
 def lr_factor(
     step: int,
     *,
@@ -88,12 +84,7 @@ def build_scheduler(
 ) -> torch.optim.lr_scheduler.LambdaLR:
     import torch  # here, not at the top: the schedule's arithmetic is read by the typed config, before torch
 
-    if schedule not in SCHEDULES:
-        raise ValueError(f"scheduler.name={schedule!r} is not one of {', '.join(SCHEDULES)}")
-    if total_steps <= 0:
-        raise ValueError(f"scheduler.total_steps must be > 0, got {total_steps} (set trainer.max_steps)")
-    if decay_shape not in DECAY_SHAPES:
-        raise ValueError(f"scheduler.decay_shape={decay_shape!r} is not one of {', '.join(DECAY_SHAPES)}")
+    # the schedule's name, its shape and total_steps: checked by its section (section.py: SchedulerConfig)
     decay = wsd_decay_steps(total_steps, warmup_steps, decay_steps, decay_fraction) if schedule == "wsd" else 0
 
     def factor(step: int) -> float:

@@ -128,14 +128,22 @@ def test_the_state_round_trips_so_a_resumed_update_is_the_same() -> None:
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
-        ({"muon_adjust_lr": "spectral"}, r"muon_adjust_lr='spectral' is not one of original, match_rms_adamw"),
-        ({"muon_momentum": 1.0}, r"optimizer.muon_momentum=1.0 must be in \[0, 1\)"),
-        ({"muon_lr": 0.0}, r"optimizer.muon_lr=0.0 must both be > 0"),
+        ("optimizer.muon_adjust_lr=spectral", r"optimizer.muon_adjust_lr='spectral': Input should be 'original' or "
+                                              r"'match_rms_adamw'"),
+        ("optimizer.muon_momentum=1.0", r"optimizer.muon_momentum=1.0: Input should be less than 1"),
+        ("optimizer.muon_lr=0.0", r"optimizer.muon_lr=0.0: Input should be greater than 0"),
+        ("optimizer.muon_ns_dtype=float16", r"optimizer.muon_ns_dtype='float16': Input should be 'bfloat16' or "
+                                            r"'float32'"),
+        ("optimizer.muon_ns_steps=100", r"optimizer.muon_ns_steps=100: Input should be less than 100"),
     ],
-)
-def test_bad_muon_settings_are_named(setting: dict, message: str) -> None:
+)  # fmt: skip
+def test_bad_muon_settings_are_named_by_the_optimizers_section(setting: str, message: str) -> None:
+    """Muon's settings are checked by the optimizer's section (optim/section.py), before anything is built."""
+    from degen_train.config import load_config
+    from degen_train.config.schema import validate_config
+
     with pytest.raises(ValueError, match=message):
-        build_muon([nn.ModuleList([nn.Linear(4, 4)])], **ADAMW, **setting)
+        validate_config(load_config(["optimizer=muon", setting]))
 
 
 def test_a_model_without_repeated_blocks_is_refused_naming_the_rule() -> None:
@@ -177,8 +185,6 @@ def test_muon_ns_dtype_float32_updates_as_torchs_muon_up_to_bfloat16() -> None:
     with torch.no_grad():
         for (_, a), (_, b), (_, before) in zip(*(hidden_matrices([m]) for m in (model, twin, start)), strict=True):
             assert (a - b).norm() <= 2**-4 * (a - before).norm()
-    with pytest.raises(ValueError, match=r"optimizer.muon_ns_dtype='float16' is not one of bfloat16, float32"):
-        build_muon([model], **ADAMW, muon_ns_dtype="float16")
 
 
 def test_a_muon_run_logs_which_parameters_each_optimizer_takes() -> None:
