@@ -30,20 +30,28 @@ from transformers import (
 )
 
 from degen_train.models import attention_variants  # noqa: F401 - registers the exports' degen_<arch> types
-from degen_train.models.section import ModelConfig
+from degen_train.models.section import ARCHITECTURE_FAMILIES, DEFAULT_ARCH, NO_HIDDEN_DROPOUT, ModelConfig
 
 
 @dataclass(frozen=True)
 class Architecture:
     """How to build one transformers architecture from a ``model`` config section."""
 
-    name: str
-    family: str  # "encoder" (masked LM) or "decoder" (causal LM)
+    name: str  # its family and dropout are the section's (models/section.py: ARCHITECTURE_FAMILIES)
     model_class: type[PreTrainedModel]  # the class trained and exported
     make_config: Callable[[Any, Any], PretrainedConfig]  # (model cfg, tokenizer) -> transformers config
     nsp_class: type[PreTrainedModel] | None = None  # with a next-sentence head, when the architecture has one
     token_types: bool = False  # whether the model reads token_type_ids (segments A/B)
-    hidden_dropout: bool = True  # whether model.dropout means anything (Llama/Qwen2 have attention dropout only)
+
+    @property
+    def family(self) -> str:
+        """"encoder" (masked LM) or "decoder" (causal LM)."""
+        return ARCHITECTURE_FAMILIES[self.name]
+
+    @property
+    def hidden_dropout(self) -> bool:
+        """Whether model.dropout means anything (Llama/Qwen2 have attention dropout only)."""
+        return self.name not in NO_HIDDEN_DROPOUT
 
 
 def _common(cfg: ModelConfig, tokenizer: Any) -> dict[str, Any]:
@@ -138,24 +146,22 @@ def _llama_like(config_class: type[PretrainedConfig]) -> Callable[[Any, Any], Pr
 ARCHITECTURES: dict[str, Architecture] = {
     arch.name: arch
     for arch in (
-        Architecture("bert", "encoder", BertForMaskedLM, _bert, nsp_class=BertForPreTraining, token_types=True),
-        Architecture("roberta", "encoder", RobertaForMaskedLM, _roberta),
-        Architecture("modernbert", "encoder", ModernBertForMaskedLM, _modernbert),
-        Architecture("gpt2", "decoder", GPT2LMHeadModel, _gpt2),
-        Architecture("llama", "decoder", LlamaForCausalLM, _llama_like(LlamaConfig), hidden_dropout=False),
-        Architecture("qwen2", "decoder", Qwen2ForCausalLM, _llama_like(Qwen2Config), hidden_dropout=False),
+        Architecture("bert", BertForMaskedLM, _bert, nsp_class=BertForPreTraining, token_types=True),
+        Architecture("roberta", RobertaForMaskedLM, _roberta),
+        Architecture("modernbert", ModernBertForMaskedLM, _modernbert),
+        Architecture("gpt2", GPT2LMHeadModel, _gpt2),
+        Architecture("llama", LlamaForCausalLM, _llama_like(LlamaConfig)),
+        Architecture("qwen2", Qwen2ForCausalLM, _llama_like(Qwen2Config)),
     )
 }
-# A family's architecture when a config names none (configs and checkpoints from before model.arch).
-DEFAULT_ARCH = {"encoder": "bert", "decoder": "gpt2"}
+if ARCHITECTURES.keys() != ARCHITECTURE_FAMILIES.keys():  # one built for each the section allows, no more
+    raise ImportError(f"models/architectures.py builds {sorted(ARCHITECTURES)}, the section allows "
+                      f"{sorted(ARCHITECTURE_FAMILIES)}")  # fmt: skip
 
 
-def architecture(name: str | None, *, family: str | None = None) -> Architecture:
-    """The architecture called ``name`` (default: the family's), refused with the known ones if unknown."""
-    name = name or DEFAULT_ARCH.get(family or "", "")
-    if name not in ARCHITECTURES:
-        raise ValueError(f"model.arch={name!r} is not one of {', '.join(ARCHITECTURES)}")
-    return ARCHITECTURES[name]
+def architecture(name: str | None, *, family: str) -> Architecture:
+    """The architecture called ``name`` (default: the family's; the section checked both)."""
+    return ARCHITECTURES[name or DEFAULT_ARCH[family]]
 
 
 def architecture_of(model_type: str) -> Architecture | None:

@@ -39,8 +39,7 @@ BATCH_KEYS = frozenset(
 
 
 def model_architecture(section: ModelConfig | DictConfig) -> Architecture:
-    """The configured architecture: ``init_from``'s config when set, else ``cfg.arch`` (default: the family's),
-    refused when it does not fit ``cfg.family``."""
+    """The configured architecture: ``init_from``'s config when set, else ``cfg.arch`` (default: the family's)."""
     cfg = model_section(section)
     if cfg.init_from:
         source = resolve_pretrained(cfg.init_from)
@@ -51,19 +50,7 @@ def model_architecture(section: ModelConfig | DictConfig) -> Architecture:
                 f"model.init_from={cfg.init_from} is a {model_type!r} model; supported: {', '.join(ARCHITECTURES)}"
             )
         return arch
-    arch = architecture(cfg.arch, family=cfg.family)
-    if arch.family != cfg.family:
-        presets = "llama_tiny, qwen2_tiny, gpt2_tiny, ..." if arch.family == "decoder" else "tiny, roberta_tiny, ..."
-        raise ValueError(
-            f"model.arch={arch.name} is a {arch.family} but model.family={cfg.family}: pick a {arch.family} preset "
-            f"(model={presets}) or set model.family={arch.family}"
-        )
-    if not arch.hidden_dropout and cfg.dropout:
-        raise ValueError(
-            f"model.dropout={cfg.dropout}: {arch.name} has no hidden-state dropout (only model.attention_dropout); "
-            f"set model.dropout=0"
-        )
-    return arch
+    return architecture(cfg.arch, family=cfg.family)  # its family and dropout: the section's rules
 
 
 def model_family(cfg: ModelConfig | DictConfig) -> str:

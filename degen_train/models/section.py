@@ -12,6 +12,13 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from degen_train.core.roles import INPUT, LAUNCH, TRAINS
 from degen_train.core.section import Section, checked_section
 
+# Each model.arch a run can build, by its family; models/architectures.py gives each its transformers classes.
+ARCHITECTURE_FAMILIES = {"bert": "encoder", "roberta": "encoder", "modernbert": "encoder", "gpt2": "decoder",
+                         "llama": "decoder", "qwen2": "decoder"}  # fmt: skip
+NO_HIDDEN_DROPOUT = ("llama", "qwen2")  # attention dropout only: model.dropout means nothing there
+DEFAULT_ARCH = {"encoder": "bert", "decoder": "gpt2"}  # a family's, where a config names none (from before model.arch)
+PRESETS = {"encoder": "tiny, roberta_tiny, ...", "decoder": "llama_tiny, qwen2_tiny, gpt2_tiny, ..."}
+
 
 class AttentionVariantConfig(Section):
     """model.attention_variant: how heads may do nothing (degen_train/models/attention_variants.py)."""
@@ -33,7 +40,7 @@ class ModelConfig(Section):
     # (naming the nearest setting) instead of training the preset's width in silence.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     family: Annotated[Literal["encoder", "decoder"], TRAINS]
-    arch: Annotated[str | None, TRAINS] = None  # checked against models.architectures where the model is built
+    arch: Annotated[str | None, TRAINS] = None  # null: the family's (DEFAULT_ARCH)
     hidden_size: Annotated[int, TRAINS] = Field(ge=1)
     num_layers: Annotated[int, TRAINS] = Field(ge=1)
     num_heads: Annotated[int, TRAINS] = Field(ge=1)
@@ -69,6 +76,28 @@ class ModelConfig(Section):
                 f"attention_variant.name=clipped_softmax needs the score matrix, which attention={self.attention} "
                 f"never forms: set model.attention=eager"
             )
+        return self
+
+    @field_validator("arch")
+    @classmethod
+    def an_architecture_the_house_builds(cls, value: str | None) -> str | None:
+        if value is not None and value not in ARCHITECTURE_FAMILIES:
+            raise ValueError(f"not one of {', '.join(ARCHITECTURE_FAMILIES)}")
+        return value
+
+    @model_validator(mode="after")
+    def architecture_fits(self) -> ModelConfig:
+        """The family and dropout agree with the architecture (an init_from model's is read where it is built)."""
+        if self.init_from:
+            return self
+        arch = self.arch or DEFAULT_ARCH[self.family]
+        family = ARCHITECTURE_FAMILIES[arch]
+        if family != self.family:
+            raise ValueError(f"model.arch={arch} is a {family} but model.family={self.family}: pick a {family} "
+                             f"preset (model={PRESETS[family]}) or set model.family={family}")  # fmt: skip
+        if arch in NO_HIDDEN_DROPOUT and self.dropout:
+            raise ValueError(f"model.dropout={self.dropout}: {arch} has no hidden-state dropout (only "
+                             f"model.attention_dropout); set model.dropout=0")  # fmt: skip
         return self
 
     @model_validator(mode="after")

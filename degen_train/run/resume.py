@@ -25,8 +25,7 @@ from degen_train.config.renamed import current_targets
 from degen_train.config.result_keys import has_no_effect_on_result
 from degen_train.core.handed_files import HandedOverFileError, json_record
 from degen_train.core.trees import flatten
-from degen_train.models.architectures import DEFAULT_ARCH
-from degen_train.models.section import ModelConfig
+from degen_train.models.section import DEFAULT_ARCH, ModelConfig
 from degen_train.storage.checkpoints import CheckpointError, checkpoint_header, newest_checkpoint, recorded_step
 
 log = logging.getLogger("degen_train")

@@ -62,15 +62,29 @@ def test_llama_preset_is_untied_with_grouped_query_attention() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["model.arch=gpt3"], "model.arch='gpt3' is not one of bert, roberta, modernbert, gpt2, llama, qwen2"),
+        (["model.arch=gpt3"], "model.arch='gpt3': not one of bert, roberta, modernbert, gpt2, llama, qwen2"),
         (["model.arch=llama"], "model.arch=llama is a decoder but model.family=encoder"),
         (["model=llama_tiny", "objective=mle", "model.dropout=0.1"], "llama has no hidden-state dropout"),
     ],
 )
 def test_bad_architecture_settings_are_named(overrides: list[str], message: str) -> None:
+    """The model's section holds the architectures and their rules (models/section.py): refused by the checked
+    config before any framework loads, and by the build of a section composed in Python."""
+    from degen_train.config.schema import validate_config
+
     cfg = load_config(overrides)
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        build_hf_model(cfg.model, tokenizer=range(30), with_nsp_head=False)
+    for refused in (lambda: validate_config(cfg), lambda: build_hf_model(cfg.model, tokenizer=range(30),
+                                                                         with_nsp_head=False)):  # fmt: skip
+        with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            refused()
+
+
+def test_the_house_builds_each_architecture_its_section_allows() -> None:
+    from degen_train.models.architectures import ARCHITECTURES
+    from degen_train.models.section import ARCHITECTURE_FAMILIES
+
+    assert list(ARCHITECTURES) == list(ARCHITECTURE_FAMILIES)
+    assert {name: arch.family for name, arch in ARCHITECTURES.items()} == ARCHITECTURE_FAMILIES
 
 
 def test_next_sentence_prediction_needs_an_architecture_with_that_head() -> None:
