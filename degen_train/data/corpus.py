@@ -66,8 +66,6 @@ SAVED_MARKS = ("state.json", "dataset_dict.json")  # what datasets' save_to_disk
 
 
 def _load_local(cfg: Any, path_value: str | None, key: str) -> tuple[Any, str, list[Path]]:
-    if not path_value:
-        raise ValueError(f"{key} is not set: give a file or directory, e.g. {key}=corpus.txt")
     path = Path(str(path_value)).expanduser()
     if not path.exists():
         where = f" ({cfg.missing_hint})" if cfg.missing_hint else ""
@@ -207,8 +205,6 @@ def _file_record(path: Path, cache_dir: Path) -> dict[str, Any]:
 
 
 def _load_hub(cfg: Any) -> Corpus:
-    if not cfg.name:
-        raise ValueError("data.source=hub needs data.name, e.g. data.name=wikitext data.config=wikitext-2-raw-v1")
     args = [cfg.name] + ([cfg.config] if cfg.config else [])
     # revision: a branch, tag or commit of the data set's hub repository (null: the default branch).
     load = {"streaming": bool(cfg.streaming), "revision": cfg.revision}

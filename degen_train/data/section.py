@@ -75,6 +75,17 @@ class DataConfig(Section):
     tokenizer: TokenizerConfig
 
     @model_validator(mode="after")
+    def a_source_names_its_corpus(self) -> DataConfig:
+        if self.sources:  # a mixture: each of its sources is checked as a section of its own (data/mixture.py)
+            return self
+        if self.source == "text" and not self.path:
+            raise ValueError("source=text reads files: give a file or directory, e.g. data.path=corpus.txt")
+        if self.source == "hub" and not self.name:
+            raise ValueError("source=hub needs a data set's name, e.g. data.name=wikitext "
+                             "data.config=wikitext-2-raw-v1")
+        return self
+
+    @model_validator(mode="after")
     def part_within_parts(self) -> DataConfig:
         if self.tokenize_part is not None and self.tokenize_part >= self.tokenize_parts:
             raise ValueError(

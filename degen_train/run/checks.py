@@ -120,16 +120,22 @@ def check_whole_model_callbacks(settings: dict[str, Any]) -> None:
 
 
 def check_accelerator_present(trainer: TrainerConfig, *, sizing_only: bool) -> None:
-    """trainer.accelerator=gpu (trainer=gpu) on a machine without a CUDA device is refused in one line, before the
-    tokenizer, the data or the model are built (Lightning would say 'No supported gpu backend found!' after them).
-    A plan (debug=plan) and a data-only job (prepare_only=true) need no device and pass."""
+    """trainer.accelerator names one of Lightning's accelerators, and (for a run, not a plan or a data-only job) one
+    this machine has: refused in one line before the tokenizer, the data or the model are built (Lightning would say
+    so after them, a GPU's as 'No supported gpu backend found!', a TPU's as a missing torch_xla)."""
     import torch
+    from lightning.pytorch.accelerators import AcceleratorRegistry
 
     accelerator = str(trainer.accelerator or "auto")
-    if accelerator not in ("gpu", "cuda") or torch.cuda.is_available():
+    known = sorted({*AcceleratorRegistry.available_accelerators(), "gpu", "auto"})
+    if accelerator not in known:
+        raise ValueError(f"trainer.accelerator={accelerator!r} is not one of {', '.join(known)}")
+    name = "cuda" if accelerator == "gpu" else accelerator
+    if accelerator == "auto" or sizing_only or AcceleratorRegistry[name]["accelerator"].is_available():
         return
-    if sizing_only:
-        return
+    if name != "cuda":
+        raise ValueError(f"trainer.accelerator={accelerator}: this machine has no {accelerator} device that Lightning "
+                         f"can use. Choose trainer=cpu (or trainer.accelerator=auto)")  # fmt: skip
     build = f"torch {torch.__version__}, " + (f"built for CUDA {torch.version.cuda}" if torch.version.cuda else
                                               "a CPU-only build")  # fmt: skip
     raise ValueError(

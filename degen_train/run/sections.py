@@ -93,6 +93,14 @@ class TrainerConfig(Instantiated):
     limit_test_batches: Annotated[Count, measures(at_most=MAX_ITEMS)] = given_only()
     limit_predict_batches: Annotated[Count, measures(at_most=MAX_ITEMS)] = given_only()
 
+    @field_validator("devices")
+    @classmethod
+    def a_count_indices_or_auto(cls, value: int | str | list[int] | None) -> int | str | list[int] | None:
+        if value == [] or (isinstance(value, int) and not isinstance(value, bool) and (value == 0 or value < -1)):
+            raise ValueError("give a count of devices (1 or more), -1 for every device, a list of device indices, or "
+                             "auto")  # fmt: skip
+        return value
+
 
 class PushToHubConfig(Section):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)

@@ -367,3 +367,25 @@ def test_trainer_gpu_without_a_gpu_is_one_line_before_any_data(tmp_path: Path) -
         check(cfg)
     assert not (tmp_path / "cache").exists()
     check(load_config(["trainer=gpu", "debug=plan"], run_dir=tmp_path / "plan"))  # a plan needs no device
+
+
+@pytest.mark.parametrize(("accelerator", "said"), [
+    ("npu", r"trainer.accelerator='npu' is not one of auto, cpu, cuda, gpu, mps, tpu"),
+    ("tpu", r"trainer.accelerator=tpu: this machine has no tpu device that Lightning can use. Choose trainer=cpu"),
+])  # fmt: skip
+def test_an_accelerator_lightning_cannot_use_here_is_one_line_before_any_data(tmp_path: Path, accelerator: str,
+                                                                              said: str) -> None:  # fmt: skip
+    """Found by probing the command line: trainer.accelerator=tpu on a machine without torch_xla built the tokenizer,
+    the data and the model, then failed in Lightning's Trainer through Hydra's 'Error in call to target'."""
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    from degen_train.config import load_config
+    from degen_train.run.checks import check
+
+    if AcceleratorRegistry["tpu"]["accelerator"].is_available():
+        pytest.skip("this machine has a TPU")
+    cfg = load_config([f"trainer.accelerator={accelerator}", "data.cache_dir=" + str(tmp_path / "cache")],
+                      run_dir=tmp_path / "run")  # fmt: skip
+    with pytest.raises(ValueError, match=said):
+        check(cfg)
+    assert not (tmp_path / "cache").exists()
