@@ -78,6 +78,7 @@ def test_the_other_commands_refuse_their_arguments_before_any_framework_loads(mo
     (["regularizer=dispersion", "regularizer.dispersion.temprature=2"],
      "regularizer.dispersion.temprature is not an option of loss term dispersion; did you mean temperature"),
     (["trainer.max_stesp=3"], "trainer.max_stesp is not a lightning.pytorch.Trainer argument; did you mean: max_steps"),
+    (["+trainer.foo=1"], "trainer.foo is not a lightning.pytorch.Trainer argument"),  # was the Trainer's TypeError
     # the model's, the data's and the trainer's own sections (7-8 s each before, after the frameworks)
     (["model.arch=lama"], "model.arch='lama': not one of bert, roberta, modernbert, gpt2, llama, qwen2"),
     (["model=llama_tiny", "model.dropout=0.1"], "llama has no hidden-state dropout"),

@@ -7,7 +7,7 @@ import inspect
 import re
 from collections.abc import Sequence
 
-TRAINER_KEY = re.compile(r"^trainer\.([A-Za-z]\w*)=")
+TRAINER_KEY = re.compile(r"^\+{0,2}trainer\.([A-Za-z]\w*)=")  # with Hydra's + or ++, or without
 
 
 def trainer_arguments() -> list[str]:
@@ -36,8 +36,9 @@ def open_trainer_keys(overrides: Sequence[str]) -> list[str]:
     """``trainer.KEY=VALUE`` works for every ``lightning.pytorch.Trainer`` argument, in the yaml or not.
 
     Hydra refuses a key its yaml lacks unless written ``+trainer.KEY``; a Trainer argument is rewritten to
-    ``++trainer.KEY=VALUE`` (add or override). A key that is no Trainer argument is refused here, naming
-    the closest ones, instead of Hydra's "not in struct".
+    ``++trainer.KEY=VALUE`` (add or override). A key that is no Trainer argument, written with ``+`` or not, is
+    refused here, naming the closest ones, instead of Hydra's "not in struct" or the Trainer's TypeError once the
+    data and the model are built.
     """
     known = trainer_arguments() if any(TRAINER_KEY.match(o) for o in overrides) else []
     rewritten = []
@@ -52,7 +53,7 @@ def open_trainer_keys(overrides: Sequence[str]) -> list[str]:
             raise SystemExit(
                 f"trainer.{key} is not a lightning.pytorch.Trainer argument; did you mean: {', '.join(close)}?"
             )
-        rewritten.append("++" + override)
+        rewritten.append("++" + override.lstrip("+"))
     return rewritten
 
 

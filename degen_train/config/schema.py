@@ -34,7 +34,7 @@ from degen_train.core.roles import (
     group,
     protection,
 )
-from degen_train.core.section import Open, Section, describe_error, given_only
+from degen_train.core.section import Open, Section, describe_errors, given_only
 from degen_train.data.section import DataConfig, MaskingConfig
 from degen_train.evaluation.section import EvalConfig
 from degen_train.losses.section import TermSection
@@ -140,7 +140,7 @@ def validate_config(cfg: DictConfig) -> TrainConfig:
     try:
         checked = TrainConfig.model_validate(raw)
     except ValidationError as error:
-        lines = [describe_error(e, raw, TrainConfig) for e in error.errors()]
+        lines = describe_errors(error, raw, TrainConfig)
         raise ValueError("invalid config:\n" + "\n".join(lines)) from None
     scheduler = checked.scheduler
     if scheduler.warmup_steps >= scheduler.total_steps:

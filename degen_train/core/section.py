@@ -82,13 +82,27 @@ def checked_section(kind: type[SectionT], raw: Any, key: str, *, where: str | No
     try:
         return kind.model_validate(raw)
     except ValidationError as error:
-        lines = [describe_error(e, raw, kind, at=(where or key,)) for e in error.errors()]
+        lines = describe_errors(error, raw, kind, at=(where or key,))
         raise ValueError("invalid config:\n" + "\n".join(lines)) from None
+
+
+def describe_errors(error: ValidationError, raw: Any, root: type[BaseModel], *, at: tuple[str, ...] = ()) -> list[str]:
+    """Each problem of ``raw`` in one line; a value that fits no member of a union (``int >= 0 | 'auto'``) is said once,
+    with what each member allows."""
+    lines: dict[str, list[str]] = {}
+    for found in error.errors():
+        said, _, problem = describe_error(found, raw, root, at=at).partition(": ")
+        lines.setdefault(said, []).append(problem)
+    lead = "Input should be "  # pydantic's: said once for the members of one union
+    return [f"{said}: {problems[0]}" + "".join(f", or {p.removeprefix(lead)}" for p in problems[1:])
+            for said, problems in lines.items()]  # fmt: skip
 
 
 def describe_error(error: Any, raw: Any, root: type[BaseModel], *, at: tuple[str, ...] = ()) -> str:
     """One of pydantic's errors for ``raw`` (validated as ``root``), said under its key (``at``: the keys above it)."""
     inner = [str(part) for part in error["loc"] if not str(part).startswith("function-after")]
+    if error["type"] != "missing":  # a union's member names its tag (num_workers: int | auto): no key of the config
+        inner = _keys_in(raw, inner)
     location = [*at, *inner]
     key = ".".join(location)
     message = error["msg"].removeprefix("Value error, ")
@@ -111,6 +125,20 @@ def _unknown_setting(location: list[str], root: type[BaseModel], above: int) -> 
     near = difflib.get_close_matches(location[-1], known, n=1)
     hint = f" (did you mean {'.'.join([*location[:-1], near[0]])}?)" if near else ""
     return f"not a setting of {'.'.join(location[:-1])}{hint}; its settings: {', '.join(known)}"
+
+
+def _keys_in(tree: Any, path: list[str]) -> list[str]:
+    """The parts of an error's location that are keys of the config given (or indices of its lists)."""
+    keys = []
+    for part in path:
+        if isinstance(tree, dict) and part in tree:
+            tree = tree[part]
+        elif isinstance(tree, list | tuple) and part.isdigit() and int(part) < len(tree):
+            tree = tree[int(part)]
+        else:
+            continue
+        keys.append(part)
+    return keys
 
 
 def _lookup(tree: Any, path: list[str]) -> Any:

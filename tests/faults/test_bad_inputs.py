@@ -28,6 +28,9 @@ CASES = [
     ("trainer.max_steps=0", ValueError, r"trainer\.max_steps=0: Input should be greater than or equal to 1"),
     ("data.source=ftp", ValueError, r"data\.source='ftp': Input should be 'builtin', 'text' or 'hub'"),
     ("seed=-1", ValueError, r"seed=-1: Input should be greater than or equal to 0"),
+    # a union's members (a count, or auto) said once, at the key (was two lines at data.num_workers.constrained-int)
+    ("data.num_workers=-1", ValueError, r"\n  data\.num_workers=-1: Input should be greater than or equal to 0, or "
+                                        r"'auto'(\n|$)"),  # fmt: skip
     (
         "callbacks.divergence.on_nonfinite=ignore",
         ValueError,
