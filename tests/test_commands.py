@@ -55,6 +55,8 @@ print("LOADED", sorted(m for m in {frameworks!r} if m in sys.modules))
     ("degen_train.cli.evaluate", ["run", "--out", "o", "--layer", "top"], "'top' is not last, first_last or a layer"),
     ("degen_train.cli.analyze", ["run", "--max-sentences", "0"], "argument --max-sentences: 0 is not from 1 to"),
     ("degen_train.cli.convert", ["src", "--bogus"], "unrecognized arguments: --bogus"),
+    ("degen_train.cli.convert", ["src"], "nothing to write: give --ckpt OUT.ckpt and/or --hf OUT_DIR"),
+    ("degen_train.cli.evaluate", ["run", "--out", "o"], "nothing to evaluate: give --sts FILE, --wic DIR"),
     ("degen_train.cli.evaluate", ["--help"], "SimCTG's protocol by default"),
     ("degen_train.cli.finetune", ["model", "--out", "o", "--seeds", "1000000"], "--seeds: 1,000,000 is not from 1"),
     ("degen_train.cli.reproduce", ["seeds=1000000000"], "seeds=1000000000: a whole number from 1 to 100"),

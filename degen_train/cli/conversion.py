@@ -75,7 +75,7 @@ def hf_model_of(checkpoint: dict[str, Any]) -> Any:
 def convert(source: Path, *, ckpt: Path | None = None, hf: Path | None = None, tokenizer: Path | None = None) -> dict:
     """Write SRC's checkpoint as one file (``ckpt``) and/or an HF folder (``hf``); returns what was written."""
     if ckpt is None and hf is None:
-        raise ValueError("nothing to write: give --ckpt OUT.ckpt and/or --hf OUT_DIR")
+        raise ValueError("nothing to write: give ckpt and/or hf")
     for target in (ckpt, hf):
         if target is not None and target.exists():
             raise FileExistsError(f"{target} exists: degen-convert never overwrites; give another path")

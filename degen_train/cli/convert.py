@@ -22,6 +22,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--hf", type=Path, help="write an HF model folder here (AutoModel* loads it)")
     parser.add_argument("--tokenizer", type=Path, help="tokenizer folder for --hf (default: the run's own)")
     args = parser.parse_args(argv)
+    if args.ckpt is None and args.hf is None:  # said before torch loads
+        parser.exit(2, "degen-convert: error: nothing to write: give --ckpt OUT.ckpt and/or --hf OUT_DIR\n")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     from degen_train.cli.conversion import convert
 

@@ -119,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                       "featurizer": args.featurizer, "coherence_encoder": args.coherence_encoder,
                       "coherence_model": args.coherence_model,
                       "batch_size": args.batch_size}  # fmt: skip
+    if not (args.sts or args.wic or args.perplexity or args.w8a8 or generation or lm_eval):  # before torch loads
+        parser.exit(2, "degen-eval: error: nothing to evaluate: give --sts FILE, --wic DIR, --perplexity FILE, --w8a8 "
+                    "FILE, --generate FILE (or --prompts FILE) and/or --lm-eval TASKS\n")  # fmt: skip
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     layer = args.layer
     from degen_train.evaluation.export_probes import evaluate, format_table  # after the command line holds

@@ -45,8 +45,7 @@ def evaluate(
     lm-evaluation-harness tasks (``lm_eval``: evaluation.lm_eval_tasks.run_lm_eval's); writes OUT/eval.json and
     returns its content."""
     if not sts and wic is None and not perplexity_files and w8a8 is None and generation is None and lm_eval is None:
-        raise ValueError("nothing to evaluate: give --sts FILE, --wic DIR, --perplexity FILE, --w8a8 FILE, "
-                         "--generate FILE (or --prompts FILE) and/or --lm-eval TASKS")  # fmt: skip
+        raise ValueError("nothing to evaluate: give sts, wic, perplexity_files, w8a8, generation and/or lm_eval")
     if generation is not None or lm_eval is not None:  # an encoder refused before any file is read or model loaded
         from degen_train.evaluation.generation import require_decoder
         from degen_train.metrics.encode import model_folder
