@@ -57,17 +57,21 @@ def open_trainer_keys(overrides: Sequence[str]) -> list[str]:
     return rewritten
 
 
-PATH_KEYS = ("ckpt_path", "branch_from", "hydra.run.dir", "hydra.sweep.dir", "data.path", "data.validation_path",
-             "data.cache_dir", "data.tokenizer.path", "model.init_from", "teacher", "start")  # fmt: skip
-
-
 def refuse_unquoted_equals(overrides: Sequence[str]) -> None:
-    """A path value holding '=' (a checkpoint ``step=00000002.ckpt``, a sweep run's folder ``lr=0.001``) must be quoted
-    for Hydra, whose grammar reads a second '=' as an error and says only that. Refused here, showing the quoting."""
+    """A value holding '=' (a checkpoint ``step=00000002.ckpt``, a sweep run's folder ``lr=0.001``) must be quoted for
+    Hydra, whose grammar reads a second '=' as an error at any key and says only that. Refused here, showing the
+    quoting."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
     for override in overrides:
         key, sep, value = override.partition("=")
-        if sep and key.lstrip("+~") in PATH_KEYS and "=" in value and not value.startswith(("'", '"')):
+        if not sep or "=" not in value or value.startswith(("'", '"')):
+            continue
+        try:  # an '=' inside a quoted string of a list or mapping is Hydra's to read
+            OverridesParser.create().parse_overrides([override])
+        except OverrideParseException:
             raise SystemExit(
                 f"degen-train: error: {key}={value}: the value holds '=', which Hydra's override grammar reads as "
                 f"another assignment; quote it for Hydra inside the shell's quotes: \"{key}='{value}'\""
-            )
+            ) from None

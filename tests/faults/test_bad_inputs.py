@@ -277,6 +277,16 @@ def test_a_path_holding_equals_is_shown_how_to_quote(tmp_path: Path) -> None:
     assert f"quote it for Hydra inside the shell's quotes: \"{quoted}\"" in result.stderr
 
 
+def test_any_value_holding_an_unquoted_equals_is_shown_how_to_quote_and_hydras_own_quoting_passes() -> None:
+    """Before, only a list of path keys beside the schema was checked (PATH_KEYS): data.missing_hint=a=b, or a key
+    added later, got Hydra's bare grammar error. An '=' inside a quoted string of a mapping is Hydra's to read."""
+    from degen_train.config.overrides import refuse_unquoted_equals
+
+    with pytest.raises(SystemExit, match=r"data.missing_hint=a=b: the value holds '='.*\"data.missing_hint='a=b'\""):
+        refuse_unquoted_equals(["data.missing_hint=a=b"])
+    refuse_unquoted_equals(["+model.note={a:'x=y'}", "data.path='x=y.txt'", "seed=1"])
+
+
 def test_a_read_only_folder_above_the_run_folder_is_named(tmp_path: Path) -> None:
     """Issue 43 drill 6: hydra.run.dir inside a read-only folder ended in Hydra's traceback from os.mkdir."""
     from degen_train.storage.runlock import check_output_folders_in
