@@ -10,17 +10,17 @@ from pydantic import Field, model_validator
 
 from degen_train.core.roles import (
     CADENCE_MINUTES,
-    CHECKPOINTS,
     DIVERGENCE,
     FLOOR_MINUTES,
     HOUSE_CHECKPOINT_STEPS,
     INPUT,
-    LAUNCH,
+    LAUNCH_ALONE,
     MEASURES,
     OUTPUT,
     PRESENTATION,
     TRAINS,
     VALIDATION,
+    checkpoints,
     measures,
     protection,
 )
@@ -29,25 +29,26 @@ from degen_train.core.section import MAX_ITEMS, Instantiated, Open, Section, giv
 
 class CheckpointCallbackConfig(Instantiated):
     builds = ("degen_train.callbacks.checkpoint.RunCheckpoint",)
-    every_n_train_steps: Annotated[int | None, protection(CHECKPOINTS, at_most=HOUSE_CHECKPOINT_STEPS)] = Field(
+    every_n_train_steps: Annotated[int | None, checkpoints(at_most=HOUSE_CHECKPOINT_STEPS)] = Field(
         default=None, ge=1
     )
-    save_top_k: Annotated[int, protection(CHECKPOINTS, keeps=(-1,), at_least=2)] = Field(default=1, ge=-1)
-    background: Annotated[bool | Literal["auto"], LAUNCH] = "auto"
+    save_top_k: Annotated[int, checkpoints(keeps=(-1,), at_least=2)] = Field(default=1, ge=-1)
+    background: Annotated[bool | Literal["auto"], LAUNCH_ALONE] = "auto"
     dirpath: Annotated[str | None, OUTPUT] = given_only()
     filename: Annotated[str | None, OUTPUT] = given_only()
     auto_insert_metric_name: Annotated[bool | None, OUTPUT] = given_only()
-    monitor: Annotated[str | None, protection(CHECKPOINTS, keeps=("step",))] = given_only()
-    mode: Annotated[str | None, protection(CHECKPOINTS, keeps=("max",))] = given_only()
-    save_last: Annotated[bool | Literal["link"] | None, protection(CHECKPOINTS, keeps=(True,))] = given_only()
+    monitor: Annotated[str | None, checkpoints(keeps=("step",))] = given_only()
+    mode: Annotated[str | None, checkpoints(keeps=("max",))] = given_only()
+    save_last: Annotated[bool | Literal["link"] | None, checkpoints(keeps=(True,))] = given_only()
 
 
 class PreemptionCallbackConfig(Instantiated):
     builds = ("degen_train.callbacks.preemption.Preemption",)
-    requeue: Annotated[bool | None, protection("the requeue of a preempted cluster job", keeps=(True,))] = given_only()
+    requeue: Annotated[bool | None, protection("the requeue of a preempted cluster job", keeps=(True,),
+                                               same_result=True)] = given_only()  # fmt: skip
     # null leaves the signal alone
-    requeue_signal: Annotated[str | None, protection("the cluster's warning signal", keeps=("SIGUSR1", "SIGUSR2"))] = (
-        given_only())  # fmt: skip
+    requeue_signal: Annotated[str | None, protection("the cluster's warning signal", keeps=("SIGUSR1", "SIGUSR2"),
+                                                     same_result=True)] = given_only()  # fmt: skip
 
 
 class ThroughputCallbackConfig(Instantiated):
@@ -73,7 +74,7 @@ class CadenceCallbackConfig(Instantiated):
     builds = ("degen_train.callbacks.cadence.ClockCadence",)
     validation_minutes: Annotated[float | None, protection(VALIDATION, keeps=(None,), at_least=FLOOR_MINUTES,
                                                            at_most=CADENCE_MINUTES)] = given_only()  # fmt: skip
-    checkpoint_minutes: Annotated[float | None, protection(CHECKPOINTS, keeps=(None,), at_least=FLOOR_MINUTES,
+    checkpoint_minutes: Annotated[float | None, checkpoints(keeps=(None,), at_least=FLOOR_MINUTES,
                                                            at_most=CADENCE_MINUTES)] = given_only()  # fmt: skip
     isotropy_minutes: Annotated[float | None, measures(at_least=FLOOR_MINUTES, at_most=24 * 60)] = given_only()
 

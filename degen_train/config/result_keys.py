@@ -1,28 +1,14 @@
-"""The settings that cannot change what a run measures: a rerun or a report may ignore a difference in them."""
+"""The settings that cannot change what a run measures: a rerun or a report may ignore a difference in them. Each
+setting declares it where it is defined (core/roles.py: ``Declared.leaves_the_result``): where the run writes and how
+it is shown, and what declares ``same_result`` (loader workers, threads, the checkpoint it resumes, how checkpoints are
+kept, what a search compares by)."""
 
 from __future__ import annotations
 
-# Keys (or prefixes ending in ".") that cannot change what a finished run measured: a rerun that differs only
-# in these reuses the run. Any other difference is refused, naming it (a sweep rerun with a changed setting).
-NO_EFFECT_ON_RESULT = (
-    "run_dir",
-    "trainer.default_root_dir",  # where the run lives: a copied or moved run folder is the same run
-    "ckpt_path",
-    "trainer.enable_progress_bar",
-    "trainer.enable_model_summary",
-    "trainer.log_every_n_steps",
-    "logger.",
-    "data.num_workers",
-    "data.cache_dir",
-    "callbacks.checkpoint.",
-    "callbacks.preemption.",
-    "push_to_hub.",
-    "allow_slow_precision",
-    "threads",
-    "search.",
-)
+from degen_train.config.role_lookup import role_of
 
 
 def has_no_effect_on_result(key: str) -> bool:
-    """Whether changing ``key`` leaves the run's result as it was (NO_EFFECT_ON_RESULT)."""
-    return any(key == k or (k.endswith(".") and key.startswith(k)) for k in NO_EFFECT_ON_RESULT)
+    """Whether changing ``key`` leaves the run's result as it was; a key without a declared role changes it."""
+    declared = role_of(key)
+    return declared is not None and declared.leaves_the_result

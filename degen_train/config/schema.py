@@ -27,6 +27,7 @@ from degen_train.callbacks.sections import CallbacksConfig
 from degen_train.core.roles import (
     INPUT,
     LAUNCH,
+    LAUNCH_ALONE,
     OUTPUT,
     TRAINS,
     VALIDATION,
@@ -46,13 +47,13 @@ from degen_train.run.sections import PlanConfig, PushToHubConfig, SearchConfig, 
 class TrainConfig(Section):
     model_config = Open
     seed: Annotated[int, TRAINS] = Field(ge=0)
-    ckpt_path: Annotated[str | None, LAUNCH] = None
+    ckpt_path: Annotated[str | None, LAUNCH_ALONE] = None  # a resume continues the run exactly
     branch_from: Annotated[str | None, INPUT] = None
-    allow_slow_precision: Annotated[bool, LAUNCH] = False
+    allow_slow_precision: Annotated[bool, LAUNCH_ALONE] = False
     prepare_only: Annotated[bool, LAUNCH] = False
     export_hf: Annotated[bool, OUTPUT] = True
     final_validation: Annotated[bool, protection(VALIDATION, keeps=(True,))] = True
-    threads: Annotated[Any, LAUNCH] = "auto"
+    threads: Annotated[Any, LAUNCH_ALONE] = "auto"
     eval: EvalConfig = Field(default_factory=EvalConfig)
     push_to_hub: PushToHubConfig = Field(default_factory=PushToHubConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)

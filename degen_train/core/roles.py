@@ -78,6 +78,14 @@ class Declared:
     above: float | None = None
     guards: str = ""  # a protection: what it guards, for the refusal's words
     whole: bool = False  # a count of updates: a float (Lightning's fraction of an epoch) is no such count
+    same_result: bool = False  # changing it leaves what the run trains and measures as it is (``leaves_the_result``)
+
+    @property
+    def leaves_the_result(self) -> bool:
+        """Whether a rerun or a report may ignore a change of this setting: where the run writes and how it is shown
+        never change what it trains and measures; any other setting only where it declares so (``same_result``:
+        loader workers, threads, the checkpoint it resumes, how its checkpoints are kept)."""
+        return self.same_result or self.role in (Role.OUTPUT, Role.PRESENTATION)
 
     def allows(self, value: Any) -> bool:
         """Whether a handed-over file may give ``value`` (a protection as tight as the house's or tighter, a measure
@@ -131,14 +139,25 @@ TRAINS = Declared(Role.TRAINS)
 MEASURES = Declared(Role.MEASURES)
 PRESENTATION = Declared(Role.PRESENTATION)
 LAUNCH = Declared(Role.LAUNCH)
+# how and where it starts, and nothing it computes (loader workers, threads, the checkpoint it resumes): a rerun that
+# differs only in these is the same run; devices, nodes and the strategy are LAUNCH alone (they change the batch)
+LAUNCH_ALONE = Declared(Role.LAUNCH, same_result=True)
 
 
 def protection(guards: str, *, keeps: tuple[Any, ...] = (), at_most: float | None = None,
-               at_least: float | None = None, above: float | None = None, whole: bool = False) -> Declared:  # fmt: skip
+               at_least: float | None = None, above: float | None = None, whole: bool = False,
+               same_result: bool = False) -> Declared:  # fmt: skip
     """A protection's role: ``guards`` says what it protects; a handed-over value must be one of ``keeps`` or lie
-    within the bounds (no bound and no ``keeps``: any value the schema allows); ``whole``: a count of updates."""
+    within the bounds (no bound and no ``keeps``: any value the schema allows); ``whole``: a count of updates;
+    ``same_result``: it keeps the run's work safe without changing what it trains or measures."""
     return Declared(Role.PROTECTION, keeps=keeps, at_most=at_most, at_least=at_least, above=above, guards=guards,
-                    whole=whole)  # fmt: skip
+                    whole=whole, same_result=same_result)  # fmt: skip
+
+
+def checkpoints(**rule: Any) -> Declared:
+    """A protection of the run's checkpoints (``rule``: protection's keeps and bounds): how they are kept never
+    changes what the run trains or measures."""
+    return protection(CHECKPOINTS, same_result=True, **rule)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from omegaconf import DictConfig, OmegaConf
 from pydantic import Field, model_validator
 
-from degen_train.core.roles import INPUT, LAUNCH, OUTPUT, PRESENTATION, TRAINS, protection
+from degen_train.core.roles import INPUT, LAUNCH, LAUNCH_ALONE, OUTPUT, PRESENTATION, TRAINS, protection
 from degen_train.core.section import Closed, Open, Section, checked_section
 
 
@@ -60,11 +60,11 @@ class DataConfig(Section):
     missing_hint: Annotated[str | None, PRESENTATION] = None  # said when a file is missing (data=wikitext2)
     block_size: Annotated[int, TRAINS] = Field(ge=8)
     batch_size: Annotated[int, TRAINS] = Field(ge=1)
-    num_workers: Annotated[Annotated[int, Field(ge=0)] | Literal["auto"], LAUNCH] = "auto"
-    num_proc: Annotated[int | None, LAUNCH] = Field(default=None, ge=1)
+    num_workers: Annotated[Annotated[int, Field(ge=0)] | Literal["auto"], LAUNCH_ALONE] = "auto"
+    num_proc: Annotated[int | None, LAUNCH_ALONE] = Field(default=None, ge=1)
     # training batches made ahead on a background thread when no worker process makes them (data/prefetch.py); auto:
     # by the machine (data/datamodule.prefetch_depth)
-    prefetch: Annotated[Annotated[int, Field(ge=0, le=64)] | Literal["auto"], LAUNCH] = "auto"
+    prefetch: Annotated[Annotated[int, Field(ge=0, le=64)] | Literal["auto"], LAUNCH_ALONE] = "auto"
     # a weighted mixture, checked in data/mixture.py (mixture_sources)
     sources: Annotated[list[Any] | None, INPUT] = None
     overfit_batches: Annotated[int, protection("the run's data", keeps=(0,))] = Field(default=0, ge=0)

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from degen_train.core.roles import INPUT, LAUNCH, TRAINS
+from degen_train.core.roles import INPUT, LAUNCH_ALONE, TRAINS
 from degen_train.core.section import Section, checked_section
 
 # Each model.arch a run can build, by its family; models/architectures.py gives each its transformers classes.
@@ -58,7 +58,7 @@ class ModelConfig(Section):
     # every objective's head + cross-entropy compiled (losses/catalog.with_compiled_heads)
     compile_head: Annotated[bool, TRAINS] = False
     # models/activation_checkpointing.py: none, full, or every k-th block (an integer k >= 1)
-    activation_checkpointing: Annotated[Literal["none", "full"] | Annotated[int, Field(ge=1)], LAUNCH] = "none"
+    activation_checkpointing: Annotated[Literal["none", "full"] | Annotated[int, Field(ge=1)], LAUNCH_ALONE] = "none"
     # models/vocabulary.py: 1 = the tokenizer's size
     pad_vocab_to_multiple_of: Annotated[int, TRAINS] = Field(default=1, ge=1)
     # none: the absolute table zeroed and frozen

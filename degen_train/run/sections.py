@@ -18,15 +18,16 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, field_validator
 
 from degen_train.core.roles import (
-    CHECKPOINTS,
     CODE,
     HOUSE_VALIDATION_STEPS,
     LAUNCH,
-    MEASURES,
     OUTPUT,
     PRESENTATION,
     TRAINS,
     VALIDATION,
+    Declared,
+    Role,
+    checkpoints,
     measures,
     protection,
 )
@@ -83,7 +84,7 @@ class TrainerConfig(Instantiated):
         given_only())  # fmt: skip
     limit_train_batches: Annotated[Count, protection("the run's steps", keeps=(None, 1.0, 1))] = given_only()
     overfit_batches: Annotated[Count, protection("the run's data", keeps=(0, 0.0))] = given_only()
-    enable_checkpointing: Annotated[bool | None, protection(CHECKPOINTS, keeps=(None, True))] = given_only()
+    enable_checkpointing: Annotated[bool | None, checkpoints(keeps=(None, True))] = given_only()
     max_epochs: Annotated[int | None, protection("the run's steps (degen-train counts steps: -1)",
                                                  keeps=(None, -1))] = given_only()  # fmt: skip
     min_epochs: Annotated[int | None, protection("the run's steps", keeps=(None,))] = given_only()
@@ -117,13 +118,16 @@ class PushToHubConfig(Section):
         return value
 
 
+SEARCHES = Declared(Role.MEASURES, same_result=True)  # what a search compares runs by: nothing a run computes
+
+
 class SearchConfig(Section):
     """search: what a hyper-parameter search minimises (sweep.search_objective)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    metric: Annotated[str, MEASURES] = "val_loss"  # a summary.json key, or a val/... key of its val_metrics
-    cosine_weight: Annotated[float, MEASURES] = Field(default=0.0, ge=0)
-    cosine_bound: Annotated[float | None, MEASURES] = Field(default=None, ge=-1, le=1)
+    metric: Annotated[str, SEARCHES] = "val_loss"  # a summary.json key, or a val/... key of its val_metrics
+    cosine_weight: Annotated[float, SEARCHES] = Field(default=0.0, ge=0)
+    cosine_bound: Annotated[float | None, SEARCHES] = Field(default=None, ge=-1, le=1)
 
 
 class PlanConfig(Section):

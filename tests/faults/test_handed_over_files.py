@@ -416,7 +416,8 @@ def test_analyze_and_eval_under_a_file_size_limit_name_their_folder_and_tear_no_
     assert f"writing {tmp_path / 'pictures'} " in said and "Traceback" not in said
     monkeypatch.setattr(export_probes, "evaluate", too_large)
     with pytest.raises(SystemExit):
-        evaluate_cli.main([str(tmp_path / "model"), "--out", str(tmp_path / "scores")])
+        evaluate_cli.main([str(tmp_path / "model"), "--sts", str(tmp_path / "sts.csv"), "--out",
+                           str(tmp_path / "scores")])  # fmt: skip
     assert f"degen-eval: error: [Errno 27] a file over this process's size limit (ulimit -f) or the filesystem's " \
            f"writing {tmp_path / 'scores'} " in capsys.readouterr().err  # fmt: skip
 

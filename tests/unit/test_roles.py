@@ -386,3 +386,34 @@ def test_a_well_formed_record_is_read_without_looking_a_key_up_from_the_top(tmp_
     path.write_text(yaml.safe_dump(tree))
     monkeypatch.setattr(handed_over, "role_of", lambda key: pytest.fail(f"role_of({key!r}) walked from the top"))
     assert read_config_file(path, door=Door()).tree == tree
+
+
+def test_what_leaves_a_runs_result_as_it_is_is_declared_where_the_setting_is(tmp_path: Path) -> None:
+    """A finished run rerun with a change that cannot alter what it measured is the same run (config/result_keys.py:
+    each setting's ``Declared.leaves_the_result``). Before, a list beside the schema kept these keys and forgot
+    data.prefetch and data.num_proc: a rerun with either was refused as a run with other settings."""
+    import json
+
+    from degen_train.config import load_config
+    from degen_train.config.result_keys import has_no_effect_on_result
+    from degen_train.config.schema import validate_config
+    from degen_train.run.resume import finished_summary
+
+    the_old_list = ("run_dir", "trainer.default_root_dir", "ckpt_path", "trainer.enable_progress_bar",
+                    "trainer.enable_model_summary", "trainer.log_every_n_steps", "logger.wandb.project",
+                    "data.num_workers", "data.cache_dir", "callbacks.checkpoint.every_n_train_steps",
+                    "callbacks.preemption.requeue", "push_to_hub.repo_id", "allow_slow_precision", "threads",
+                    "search.metric")  # fmt: skip
+    forgotten = ("data.prefetch", "data.num_proc", "model.activation_checkpointing",
+                 "callbacks.checkpoint.background")
+    assert [key for key in (*the_old_list, *forgotten) if not has_no_effect_on_result(key)] == []
+    changes = ("trainer.devices", "trainer.num_nodes", "strategy._target_", "optimizer.lr", "objective.mlm.weight",
+               "trainer.val_check_interval", "data.path", "callbacks.divergence.on_nonfinite",
+               "no.such.key")  # fmt: skip
+    assert [key for key in changes if has_no_effect_on_result(key)] == []
+    settings = validate_config(load_config(["trainer.max_steps=2"])).plain_settings()
+    (tmp_path / "summary.json").write_text(json.dumps({"final_step": 2, "config": settings}))
+    rerun = {**settings, "data": {**settings["data"], "prefetch": 0, "num_proc": 2}}
+    assert finished_summary(tmp_path, rerun)["final_step"] == 2
+    with pytest.raises(ValueError, match=r"finished before with other settings \(optimizer.lr: 0.0005 -> 0.01\)"):
+        finished_summary(tmp_path, {**settings, "optimizer": {**settings["optimizer"], "lr": 0.01}})
