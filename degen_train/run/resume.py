@@ -175,26 +175,10 @@ def check_tokenizer(path: Path, saved: dict[str, Any], tokenizer: Any, *, branch
         )
 
 
-# Keys (or key prefixes ending in ".") a resume may change; the rest must equal the checkpoint's record.
-MAY_CHANGE = (
-    "run_dir",
-    "ckpt_path",
-    "trainer.",
-    "strategy.",
-    "callbacks.",
-    "logger.",
-    "eval.",
-    "search.",
-    "push_to_hub.",
-    "export_hf",
-    "final_validation",
-    "allow_slow_precision",
-    "threads",
-    "data.num_workers",
-    "data.cache_dir",
-    "scheduler.total_steps",
-    "model.activation_checkpointing",  # memory for compute: the same gradients (tests/unit/test_activation_...)
-)
+# Keys (or key prefixes ending in ".") a resume may change besides those whose role allows it (_changes_no_result):
+# the Trainer's, the callbacks', what is evaluated at the end, and how long the schedule runs; the rest must equal the
+# checkpoint's record.
+MAY_CHANGE = ("trainer.", "strategy.", "callbacks.", "eval.", "export_hf", "final_validation", "scheduler.total_steps")
 
 
 # Keys every resume changes (it names the checkpoint; a copied run lives elsewhere): not worth a warning.
@@ -253,13 +237,14 @@ def resume_changes(
 
 
 def _changes_no_result(key: str) -> bool:
-    """A setting whose declared role is where the run writes, how it is launched or shown (core/roles.py): a resume
-    or a branch may change it, as a branch leaves its parent's out."""
+    """A setting whose declared role is where the run writes, how it is launched or shown, or that declares it
+    leaves the result as it is (core/roles.py): a resume or a branch may change it, as a branch leaves its parent's
+    out."""
     from degen_train.config.role_lookup import role_of
     from degen_train.core.roles import Role
 
     declared = role_of(key)
-    return declared is not None and declared.role in (Role.OUTPUT, Role.LAUNCH, Role.PRESENTATION)
+    return declared is not None and (declared.role == Role.LAUNCH or declared.leaves_the_result)
 
 
 def check_resume(
