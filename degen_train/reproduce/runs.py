@@ -7,7 +7,6 @@ and probe results are files in the run folder, computed once.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -16,6 +15,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from degen_train.config.records import Analysis, Evaluation, Record, read_record
+from degen_train.core.handed_files import json_record
 from degen_train.core.io import atomic_write_json
 from degen_train.reproduce.methods import ATTENTION_PARTS, DECODER_METHODS, plan_methods
 
@@ -122,33 +123,34 @@ def execute(run: Run, cfg: DictConfig) -> dict[str, Any]:
     from degen_train.run.pretrain import train
 
     timing = run.folder / "reproduce_seconds.json"
-    seconds = json.loads(timing.read_text()) if timing.exists() else {}
+    seconds = json_record(timing, what="timings") if timing.exists() else {}
+    seconds = seconds if isinstance(seconds, dict) else {}
     started = time.perf_counter()
     summary = train(load_config(list(run.overrides), run_dir=run.folder))
     if "train" not in seconds:
         seconds["train"] = time.perf_counter() - started
     analysis_file = run.folder / "analysis" / "metrics.json"
     # A decoder's analysis written before the generation probe existed is redone (part (g) reads it).
-    stale = analysis_file.exists() and not run.encoder and "generation" not in json.loads(analysis_file.read_text())
+    stale = analysis_file.exists() and not run.encoder and "generation" not in record(analysis_file, Analysis)
     if stale or not analysis_file.exists():
         started = time.perf_counter()
-        analyze(run.folder, max_sentences=int(cfg.analysis_sentences), trust_config=True)  # runs it made itself
+        analyze(run.folder, max_sentences=int(cfg.analysis_sentences))  # its own runs read their corpus (own_runs.py)
         seconds["analysis"] = time.perf_counter() - started
-    result = {"summary": summary, "analysis": json.loads(analysis_file.read_text())}
+    result = {"summary": summary, "analysis": record(analysis_file, Analysis)}
     shared, eval_file = Path(str(cfg.shared_data)), run.folder / "eval" / "eval.json"
     sts = shared / "sts-b" / "sts-dev.csv"
     if run.encoder and sts.exists():
-        if not eval_file.exists() or "items" not in json.loads(eval_file.read_text()):  # per-item scores: paired
+        if not eval_file.exists() or "items" not in record(eval_file, Evaluation):  # per-item scores: paired
             started = time.perf_counter()
             halves = wic_halves(shared, Path(str(cfg.runs)))
             wic, fit = (halves[1], halves[0]) if halves else (None, None)
             evaluate(run.folder, sts=[sts], wic=wic, wic_fit=fit, out=run.folder / "eval")
             seconds["probes"] = time.perf_counter() - started
-        result["eval"] = json.loads(eval_file.read_text())
+        result["eval"] = record(eval_file, Evaluation)
         cls_file = run.folder / "eval_cls" / "eval.json"  # [CLS] vectors too: what SimCSE trains and is judged on
-        if not cls_file.exists() or "items" not in json.loads(cls_file.read_text()):
+        if not cls_file.exists() or "items" not in record(cls_file, Evaluation):
             evaluate(run.folder, sts=[sts], pooling="cls", out=run.folder / "eval_cls")
-        result["eval_cls"] = json.loads(cls_file.read_text())
+        result["eval_cls"] = record(cls_file, Evaluation)
     w8a8_file, text = run.folder / "eval_w8a8" / "eval.json", shared / "wikitext-2" / "valid.txt"
     words_file = run.folder / "eval_perplexity" / "eval.json"
     if cfg.get("word_perplexity") and not run.encoder and text.exists():  # per token and per word, the whole text
@@ -158,13 +160,13 @@ def execute(run: Run, cfg: DictConfig) -> dict[str, Any]:
             evaluate(run.folder, perplexity_files=[text], out=run.folder / "eval_perplexity",
                      limit=int(lines) if lines else None)  # fmt: skip
             seconds["perplexity"] = time.perf_counter() - started
-        result["perplexity"] = json.loads(words_file.read_text())["perplexity"][text.stem]
+        result["perplexity"] = record(words_file, Evaluation)["perplexity"][text.stem]
     if w8a8_wanted(run, cfg) and text.exists():
         if not w8a8_file.exists():
             started = time.perf_counter()
             evaluate(run.folder, w8a8=text, out=run.folder / "eval_w8a8")
             seconds["w8a8"] = time.perf_counter() - started
-        result["w8a8"] = json.loads(w8a8_file.read_text())["w8a8"]
+        result["w8a8"] = record(w8a8_file, Evaluation)["w8a8"]
     if glue_wanted(cfg) and run.part in GLUE_PARTS and run.variant != "teacher":
         started = time.perf_counter()
         result["glue"] = finetune_on_glue(run.folder / "hf", cfg, run.folder / "glue")
@@ -175,6 +177,12 @@ def execute(run: Run, cfg: DictConfig) -> dict[str, Any]:
 
 
 GLUE_PARTS = ("tacl", "coco")
+
+
+def record(path: Path, schema: type[Record]) -> dict[str, Any]:
+    """A record of a runs folder, which may be handed over, read as data (config/records.py: a plain bounded file,
+    no link, typed) and given to the page as written."""
+    return read_record(path, schema, what=path.name).model_dump(exclude_unset=True)
 
 
 def w8a8_wanted(run: Run, cfg: DictConfig) -> bool:
@@ -213,11 +221,11 @@ def reference_model(cfg: DictConfig) -> dict[str, Any] | None:
     sts = Path(str(cfg.shared_data)) / "sts-b" / "sts-dev.csv"
     if not (out / "analysis" / "metrics.json").exists():
         analyze(model, out=out / "analysis", max_sentences=int(cfg.analysis_sentences))
-    result = {"analysis": json.loads((out / "analysis" / "metrics.json").read_text())}
+    result = {"analysis": record(out / "analysis" / "metrics.json", Analysis)}
     if sts.exists():
         if not (out / "eval" / "eval.json").exists():
             evaluate(model, sts=[sts], out=out / "eval")
-        result["eval"] = json.loads((out / "eval" / "eval.json").read_text())
+        result["eval"] = record(out / "eval" / "eval.json", Evaluation)
     if glue_wanted(cfg):  # part (m)'s line of a real pretrained model, fine-tuned as our exports are
         result["glue"] = finetune_on_glue(model, cfg, out / "glue")
     return result

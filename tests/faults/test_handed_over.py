@@ -572,3 +572,29 @@ def test_a_config_recorded_before_the_modules_moved_names_them_as_they_are_now(
     old = {**today, "callbacks": {**today["callbacks"], "isotropy": {**today["callbacks"]["isotropy"],
            "_target_": "degen_train.callbacks.isotropy.IsotropyMonitor"}}}  # fmt: skip
     assert check_resume(old, today, "last.ckpt") == []
+
+
+def test_a_runs_folder_handed_to_degen_reproduce_never_chooses_the_corpus_its_analysis_reads(
+    tmp_path: Path, source_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """make reproduce analysed each finished run of its runs folder with trust_config=True, so a folder handed over
+    (a colleague's outputs/reproduce, a finished run's config.yaml edited after it was written) chose the file the
+    analysis read as its corpus. Now, as for degen-analyze, only a run this user trained here reads what its config
+    names (core/own_runs.py); a stranger's config may name files inside its folder alone."""
+    from omegaconf import OmegaConf
+
+    from degen_train.reproduce import runs as reproduce_runs
+
+    folder = tmp_path / "runs" / "gao" / "mle"
+    shutil.copytree(source_run, folder)
+    secret = tmp_path / "chosen_by_the_author.txt"
+    secret.write_text("a file of the folder's author's choosing\n")
+    config = yaml.safe_load((folder / "config.yaml").read_text())
+    config["data"].update(source="text", path=str(secret))
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    monkeypatch.setattr("degen_train.run.pretrain.train", lambda cfg: {"final_step": 2})  # finished before
+    cfg = OmegaConf.create({"analysis_sentences": 8, "shared_data": str(tmp_path / "no_shared"), "parts": [],
+                            "runs": str(tmp_path / "runs")})  # fmt: skip
+    with pytest.raises(ValueError, match=r"names data\.path=.*chosen_by_the_author\.txt, outside the folder"):
+        reproduce_runs.execute(reproduce_runs.Run("gao", "mle", 0, (), True, folder), cfg)
+    assert not (folder / "analysis" / "metrics.json").exists()
