@@ -54,6 +54,9 @@ print("LOADED", sorted(m for m in {frameworks!r} if m in sys.modules))
     ("degen_train.cli.evaluate", ["run", "--out", "o", "--limit", "-1"], "argument --limit: -1 is not from 1 to"),
     ("degen_train.cli.evaluate", ["run", "--out", "o", "--layer", "top"], "'top' is not last, first_last or a layer"),
     ("degen_train.cli.analyze", ["run", "--max-sentences", "0"], "argument --max-sentences: 0 is not from 1 to"),
+    ("degen_train.cli.analyze", ["run", "--skip", "cone"], "argument --skip: cannot skip cone: the parts that can be"),
+    ("degen_train.cli.report", ["no_such_folder"], "degen-report: error: no_such_folder does not exist"),  # was 5 s
+    ("degen_train.cli.report", ["run", "--analysis-skip", "cone"], "--analysis-skip cone: not a part of an analysis"),
     ("degen_train.cli.convert", ["src", "--bogus"], "unrecognized arguments: --bogus"),
     ("degen_train.cli.convert", ["src"], "nothing to write: give --ckpt OUT.ckpt and/or --hf OUT_DIR"),
     ("degen_train.cli.evaluate", ["run", "--out", "o"], "nothing to evaluate: give --sts FILE, --wic DIR"),

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from degen_train.core.arguments import whole
+from degen_train.core.arguments import parts_of, whole
 from degen_train.core.source_reading import module_constant, module_doc
 
 LIBRARY = "degen_train.evaluation.model_analysis"
@@ -27,7 +27,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--pairs", help="an STS file (sentence, sentence, score): alignment and uniformity of [CLS]")
     parser.add_argument("--max-sentences", type=whole(1, 10_000_000), default=1000)
     parser.add_argument("--batch-size", type=whole(1, 65_536), default=32)
-    parser.add_argument("--skip", default="", help="comma-separated parts to leave out, of " + ", ".join(SKIPPABLE))
+    parser.add_argument("--skip", default="", type=parts_of(SKIPPABLE),
+                        help="comma-separated parts to leave out, of " + ", ".join(SKIPPABLE))  # fmt: skip
     parser.add_argument("--generation-prompts", type=whole(1, 1_000_000), default=200,
                         help="a decoder's greedy continuations (Welleck et al. 2020's 200)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -43,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             batch_size=args.batch_size,
             trust_config=args.trust_config,
             pairs=args.pairs,
-            skip=tuple(p for p in args.skip.split(",") if p),
+            skip=args.skip,
             generation_prompts=args.generation_prompts,
         )
     except (ValueError, FileNotFoundError) as error:

@@ -97,12 +97,13 @@ def report(
     if not 1 <= fewest_kept_tokens <= MOST_KEPT_TOKENS:
         raise ValueError(f"--fewest-kept-tokens={fewest_kept_tokens}: give a count of tokens from 1 to "
                          f"{MOST_KEPT_TOKENS:,}")  # fmt: skip
-    from degen_train.evaluation.model_analysis import SKIPPABLE
+    from degen_train.core.source_reading import module_constant
 
-    unknown = sorted(set(caps.skip) - set(SKIPPABLE))
+    skippable = module_constant("degen_train.evaluation.model_analysis", "SKIPPABLE")  # read, not imported: no torch
+    unknown = sorted(set(caps.skip) - set(skippable))
     if unknown or caps.sentences < 1 or caps.generation_prompts < 1:  # before any run is read or analysed
         raise ValueError(f"--analysis-skip {','.join(unknown)}: not a part of an analysis; choose from "
-                         f"{', '.join(SKIPPABLE)}" if unknown else f"--analysis-sentences={caps.sentences} and "
+                         f"{', '.join(skippable)}" if unknown else f"--analysis-sentences={caps.sentences} and "
                          f"--generation-prompts={caps.generation_prompts} must each be at least 1")  # fmt: skip
     runs = find_runs(paths)
     out_dir = writable_folder(Path(out) if out else Path(paths[0]) / "report", "--out")

@@ -36,3 +36,18 @@ def layer_choice(text: str) -> int | str:
     if not 0 <= value <= 1000:
         raise argparse.ArgumentTypeError(f"{value} is not a layer index from 0 (the embeddings) upwards")
     return value
+
+
+def parts_of(choices: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
+    """A comma-separated list of ``choices`` (empty: none)."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        parts = tuple(part for part in text.split(",") if part)
+        unknown = [part for part in parts if part not in choices]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"cannot skip {', '.join(unknown)}: the parts that can be skipped are "
+                                             f"{', '.join(choices)}")  # fmt: skip
+        return parts
+
+    parse.__name__ = f"comma-separated parts of {', '.join(choices)}"
+    return parse
