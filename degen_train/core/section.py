@@ -101,8 +101,9 @@ def describe_errors(error: ValidationError, raw: Any, root: type[BaseModel], *, 
 def describe_error(error: Any, raw: Any, root: type[BaseModel], *, at: tuple[str, ...] = ()) -> str:
     """One of pydantic's errors for ``raw`` (validated as ``root``), said under its key (``at``: the keys above it)."""
     inner = [str(part) for part in error["loc"] if not str(part).startswith("function-after")]
+    value = None
     if error["type"] != "missing":  # a union's member names its tag (num_workers: int | auto): no key of the config
-        inner = _keys_in(raw, inner)
+        inner, value = _found(raw, inner)
     location = [*at, *inner]
     key = ".".join(location)
     message = error["msg"].removeprefix("Value error, ")
@@ -110,7 +111,6 @@ def describe_error(error: Any, raw: Any, root: type[BaseModel], *, at: tuple[str
         return f"  {key}: missing"
     if error["type"] == "extra_forbidden":
         return f"  {key}: {_unknown_setting(location, root, len(at))}"
-    value = _lookup(raw, inner)
     if isinstance(value, dict):  # a cross-field rule: the message names the keys and values itself
         return f"  {key}: {message}"
     return f"  {key}={value!r}: {message}"
@@ -127,8 +127,9 @@ def _unknown_setting(location: list[str], root: type[BaseModel], above: int) -> 
     return f"not a setting of {'.'.join(location[:-1])}{hint}; its settings: {', '.join(known)}"
 
 
-def _keys_in(tree: Any, path: list[str]) -> list[str]:
-    """The parts of an error's location that are keys of the config given (or indices of its lists)."""
+def _found(tree: Any, path: list[str]) -> tuple[list[str], Any]:
+    """The parts of an error's location that are keys of the config given (or indices of its lists), and the value
+    they lead to; a part that is neither (a union member's tag) is passed over."""
     keys = []
     for part in path:
         if isinstance(tree, dict) and part in tree:
@@ -138,15 +139,4 @@ def _keys_in(tree: Any, path: list[str]) -> list[str]:
         else:
             continue
         keys.append(part)
-    return keys
-
-
-def _lookup(tree: Any, path: list[str]) -> Any:
-    for part in path:
-        if isinstance(tree, dict) and part in tree:
-            tree = tree[part]
-        elif isinstance(tree, list | tuple) and part.isdigit() and int(part) < len(tree):
-            tree = tree[int(part)]
-        else:
-            return None
-    return tree
+    return keys, tree
