@@ -88,6 +88,7 @@ def test_the_other_commands_refuse_their_arguments_before_any_framework_loads(mo
     (["model.arch=lama"], "model.arch='lama': not one of bert, roberta, modernbert, gpt2, llama, qwen2"),
     (["model=llama_tiny", "model.dropout=0.1"], "llama has no hidden-state dropout"),
     (["data=text"], "data: source=text reads files: give a file or directory, e.g. data.path=corpus.txt"),
+    (["objective=mle", "model=tiny"], "loss term 'mle' needs the decoder family but model=tiny is encoder"),  # 6.9 s
     (["trainer.devices=0"], "trainer.devices=0: give a count of devices (1 or more), -1 for every device"),
     (["--list"], "recipes (recipe=NAME):"),
     (["--help"], "degen-train"),

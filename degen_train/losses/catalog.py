@@ -21,6 +21,7 @@ from typing import Any
 from degen_train.losses.contract import TERM_REGISTRY, LossTerm, TermContext, register_term
 from degen_train.losses.declarations import (  # noqa: F401 - the command line's light checks, said here too
     check_term_sections,
+    check_terms_fit_family,
     declared_terms,
     import_term_modules,
     refuse_unknown_term_options,
@@ -173,13 +174,7 @@ def data_format_for(terms: Mapping[str, LossTerm | TermSpec], family: str, model
     """Check every term (built, or its spec: family and layout are its class's) fits the model family and return
     the example layout they need."""
     terms = {key: term.term if isinstance(term, TermSpec) else term for key, term in terms.items()}
-    for key, term in terms.items():
-        if term.family is not None and term.family != family:
-            decoders, encoders = "model=gpt2_tiny, llama_tiny, qwen2_tiny, ...", "model=tiny, roberta_tiny, ..."
-            hint = decoders if term.family == "decoder" else encoders
-            raise ValueError(
-                f"loss term {key!r} needs the {term.family} family but model={model_name} is {family}: use {hint}"
-            )
+    check_terms_fit_family(terms, family, model_name)
     formats = {term.data_format for term in terms.values() if term.data_format}
     if "mlm_nsp" in formats:
         return "mlm_nsp"

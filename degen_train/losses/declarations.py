@@ -192,6 +192,18 @@ def _sets_mixes_samples(klass: _Class) -> bool:
                if isinstance(b, ast.Name) and b.id in _classes())  # fmt: skip
 
 
+def check_terms_fit_family(terms: dict[str, Any], family: str, model_name: str) -> None:
+    """Each term (its declaration, spec or built term: ``family`` is its class's) fits the model's family, else one
+    line naming the term, the model and the presets of the family it needs."""
+    for key, term in terms.items():
+        if term.family is not None and term.family != family:
+            decoders, encoders = "model=gpt2_tiny, llama_tiny, qwen2_tiny, ...", "model=tiny, roberta_tiny, ..."
+            hint = decoders if term.family == "decoder" else encoders
+            raise ValueError(
+                f"loss term {key!r} needs the {term.family} family but model={model_name} is {family}: use {hint}"
+            )
+
+
 @functools.cache
 def declared_terms() -> dict[str, TermDeclaration]:
     """Every registered term of the losses folder, by its name, as its file declares it."""

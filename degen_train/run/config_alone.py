@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from degen_train.config.schema import TrainConfig, validate_config
-from degen_train.losses.declarations import check_term_sections
+from degen_train.losses.declarations import check_term_sections, check_terms_fit_family, declared_terms
 
 
 def check_config_alone(cfg: DictConfig) -> TrainConfig:
@@ -24,7 +24,19 @@ def check_config_alone(cfg: DictConfig) -> TrainConfig:
     settings = config.plain_settings()
     sections: dict[str, Any] = {"objective": settings["objective"], "regularizer": settings.get("regularizer")}
     check_term_sections(sections, plugins=_plugins_installed())
+    if not config.model.init_from:  # an init_from model's family is its config.json's, read at the check stage
+        declared = declared_terms()
+        terms = {key: declared[name] for section in sections.values() for key, options in (section or {}).items()
+                 if (name := (options or {}).get("term", key)) in declared}  # fmt: skip
+        check_terms_fit_family(terms, config.model.family, _choice("model"))
     return config
+
+
+def _choice(group: str) -> str:
+    """The group's choice on the command line (``model=tiny``), as a refusal names it."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return str(HydraConfig.get().runtime.choices.get(group, group)) if HydraConfig.initialized() else group
 
 
 def _plugins_installed() -> bool:
