@@ -87,19 +87,19 @@ def checked_section(kind: type[SectionT], raw: Any, key: str, *, where: str | No
 
 
 def describe_errors(error: ValidationError, raw: Any, root: type[BaseModel], *, at: tuple[str, ...] = ()) -> list[str]:
-    """Each problem of ``raw`` in one line; a value that fits no member of a union (``int >= 0 | 'auto'``) is said once,
-    with what each member allows."""
+    """Each problem of ``raw`` (validated as ``root``) in one line, under its key (``at``: the keys above it); a value
+    that fits no member of a union (``int >= 0 | 'auto'``) is said once, with what each member allows."""
     lines: dict[str, list[str]] = {}
     for found in error.errors():
-        said, _, problem = describe_error(found, raw, root, at=at).partition(": ")
+        said, problem = _described(found, raw, root, at)
         lines.setdefault(said, []).append(problem)
     lead = "Input should be "  # pydantic's: said once for the members of one union
     return [f"{said}: {problems[0]}" + "".join(f", or {p.removeprefix(lead)}" for p in problems[1:])
             for said, problems in lines.items()]  # fmt: skip
 
 
-def describe_error(error: Any, raw: Any, root: type[BaseModel], *, at: tuple[str, ...] = ()) -> str:
-    """One of pydantic's errors for ``raw`` (validated as ``root``), said under its key (``at``: the keys above it)."""
+def _described(error: Any, raw: Any, root: type[BaseModel], at: tuple[str, ...]) -> tuple[str, str]:
+    """One of pydantic's errors as (where it is, ``  key`` or ``  key=value``; what is wrong there)."""
     inner = [str(part) for part in error["loc"] if not str(part).startswith("function-after")]
     value = None
     if error["type"] != "missing":  # a union's member names its tag (num_workers: int | auto): no key of the config
@@ -108,12 +108,12 @@ def describe_error(error: Any, raw: Any, root: type[BaseModel], *, at: tuple[str
     key = ".".join(location)
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] == "missing":
-        return f"  {key}: missing"
+        return f"  {key}", "missing"
     if error["type"] == "extra_forbidden":
-        return f"  {key}: {_unknown_setting(location, root, len(at))}"
+        return f"  {key}", _unknown_setting(location, root, len(at))
     if isinstance(value, dict):  # a cross-field rule: the message names the keys and values itself
-        return f"  {key}: {message}"
-    return f"  {key}={value!r}: {message}"
+        return f"  {key}", message
+    return f"  {key}={value!r}", message
 
 
 def _unknown_setting(location: list[str], root: type[BaseModel], above: int) -> str:

@@ -173,14 +173,23 @@ def with_compiled_heads(objective: Mapping[str, Mapping[str, Any] | None]) -> di
 def data_format_for(terms: Mapping[str, LossTerm | TermSpec], family: str, model_name: str) -> str:
     """Check every term (built, or its spec: family and layout are its class's) fits the model family and return
     the example layout they need."""
-    terms = {key: term.term if isinstance(term, TermSpec) else term for key, term in terms.items()}
-    check_terms_fit_family(terms, family, model_name)
+    check_terms_fit_family(_classes_of(terms), family, model_name)
+    return data_format_of(terms, family)
+
+
+def data_format_of(terms: Mapping[str, LossTerm | TermSpec], family: str) -> str:
+    """The example layout the terms need (their families already checked: run/config_alone.py)."""
+    terms = _classes_of(terms)
     formats = {term.data_format for term in terms.values() if term.data_format}
     if "mlm_nsp" in formats:
         return "mlm_nsp"
     if formats:
         return formats.pop()
     return "mlm" if family == "encoder" else "causal"
+
+
+def _classes_of(terms: Mapping[str, LossTerm | TermSpec]) -> dict[str, Any]:
+    return {key: term.term if isinstance(term, TermSpec) else term for key, term in terms.items()}
 
 
 def setup_terms(terms: dict[str, LossTerm], context: TermContext) -> None:

@@ -22,7 +22,7 @@ from degen_train.data.mixture import mixture_sources
 from degen_train.devices.determinism import deterministic_environment
 from degen_train.devices.precision import check_precision
 from degen_train.devices.threads import local_process_count, use_threads
-from degen_train.losses.catalog import TermSpec, build_specs, data_format_for, term_specs, with_compiled_heads
+from degen_train.losses.catalog import TermSpec, build_specs, data_format_of, term_specs, with_compiled_heads
 from degen_train.losses.contract import LossTerm
 from degen_train.models.backbone import model_family
 from degen_train.models.compile import check_compile_available
@@ -87,7 +87,7 @@ def check(cfg: DictConfig, *, model_choice: str = "model",
     # each term's options are checked here, the inputs they name read at stage 2; no term is built (stage 4)
     terms = term_specs({"objective": objective, "regularizer": settings.get("regularizer")}, checked=True)
     family = "" if config.model.init_from else model_family(config.model)  # init_from: its config.json, at stage 2
-    data_format = data_format_for(terms, family, model_choice) if family else ""
+    data_format = data_format_of(terms, family) if family else ""  # the families: checked by the config alone
     plan = RunPlan(config, run_dir, terms, family, data_format, model_choice)
     if config.prepare_only or config.plan.only:  # the cache only, or nothing: no device to run on
         return plan

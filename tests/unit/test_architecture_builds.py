@@ -79,14 +79,6 @@ def test_bad_architecture_settings_are_named(overrides: list[str], message: str)
             refused()
 
 
-def test_the_house_builds_each_architecture_its_section_allows() -> None:
-    from degen_train.models.architectures import ARCHITECTURES
-    from degen_train.models.section import ARCHITECTURE_FAMILIES
-
-    assert list(ARCHITECTURES) == list(ARCHITECTURE_FAMILIES)
-    assert {name: arch.family for name, arch in ARCHITECTURES.items()} == ARCHITECTURE_FAMILIES
-
-
 def test_next_sentence_prediction_needs_an_architecture_with_that_head() -> None:
     cfg, tokenizer = tiny("roberta")
     with pytest.raises(ValueError, match="model.arch=roberta does not have; architectures with one: bert"):
