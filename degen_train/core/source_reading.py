@@ -7,16 +7,25 @@ from __future__ import annotations
 import ast
 import importlib.util
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 
 @cache
 def _tree(module: str) -> ast.Module:
-    spec = importlib.util.find_spec(module)
+    """The module's syntax tree, its file found below its top-level package's folder (``find_spec`` of a submodule
+    would import the packages above it: lightning's imports torch)."""
+    top, *inner = module.split(".")
+    spec = importlib.util.find_spec(top)
     if spec is None or spec.origin is None:
         raise ModuleNotFoundError(module)
-    with open(spec.origin, encoding="utf-8") as handle:
-        return ast.parse(handle.read())
+    path = Path(spec.origin)
+    if inner:
+        below = path.parent.joinpath(*inner)
+        path = below / "__init__.py" if below.is_dir() else below.with_suffix(".py")
+    if not path.is_file():
+        raise ModuleNotFoundError(module)
+    return ast.parse(path.read_text(encoding="utf-8"))
 
 
 def module_doc(module: str) -> str:
@@ -36,3 +45,14 @@ def module_constant(module: str, name: str) -> Any:
             except ValueError:
                 break
     raise KeyError(f"{module} assigns no literal {name}")
+
+
+def module_literal_choices(module: str, name: str) -> tuple[Any, ...]:
+    """The values of the ``Literal[...]`` a module assigns to ``name`` at its top level (a library's own list of
+    the choices it takes); KeyError where it assigns none."""
+    for node in _tree(module).body:
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+                and isinstance(node.value, ast.Subscript) and ast.unparse(node.value.value).endswith("Literal")):
+            items = node.value.slice
+            return tuple(ast.literal_eval(item) for item in (items.elts if isinstance(items, ast.Tuple) else [items]))
+    raise KeyError(f"{module} assigns no Literal {name}")

@@ -30,7 +30,13 @@ from transformers import (
 )
 
 from degen_train.models import attention_variants  # noqa: F401 - registers the exports' degen_<arch> types
-from degen_train.models.section import ARCHITECTURE_FAMILIES, DEFAULT_ARCH, NO_HIDDEN_DROPOUT, ModelConfig
+from degen_train.models.section import (
+    ARCHITECTURE_FAMILIES,
+    DEFAULT_ARCH,
+    NEXT_SENTENCE_HEAD,
+    NO_HIDDEN_DROPOUT,
+    ModelConfig,
+)
 
 
 @dataclass(frozen=True)
@@ -157,6 +163,9 @@ ARCHITECTURES: dict[str, Architecture] = {
 if ARCHITECTURES.keys() != ARCHITECTURE_FAMILIES.keys():  # one built for each the section allows, no more
     raise ImportError(f"models/architectures.py builds {sorted(ARCHITECTURES)}, the section allows "
                       f"{sorted(ARCHITECTURE_FAMILIES)}")  # fmt: skip
+if {a.name for a in ARCHITECTURES.values() if a.nsp_class} != set(NEXT_SENTENCE_HEAD):  # the section's fact holds
+    raise ImportError(f"models/architectures.py gives a next-sentence head to another set than the section's "
+                      f"{NEXT_SENTENCE_HEAD}")  # fmt: skip
 
 
 def architecture(name: str | None, *, family: str) -> Architecture:

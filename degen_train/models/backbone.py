@@ -27,7 +27,7 @@ from degen_train.models.attention_variants import SETTINGS_KEY, install_attentio
 from degen_train.models.loading import load_pretrained
 from degen_train.models.output import ForwardOutput
 from degen_train.models.positions import at_positions, labelled_positions, model_inputs, skip_padding_warning
-from degen_train.models.section import ModelConfig, model_section
+from degen_train.models.section import ModelConfig, model_section, next_sentence_refusal
 from degen_train.models.vocabulary import pad_vocabulary, vocabulary_size
 
 # Batch entries with a ForwardOutput field of their own; any other entry lands in ``extras``.
@@ -66,12 +66,8 @@ def build_hf_model(
     cfg = model_section(section)
     arch = model_architecture(cfg)
     variant = variant_settings(cfg.attention_variant, family=arch.family, arch=arch.name, length=sequence_length)
-    if with_nsp_head and arch.nsp_class is None:
-        with_heads = [a.name for a in ARCHITECTURES.values() if a.nsp_class is not None]
-        raise ValueError(
-            f"next-sentence prediction (objective=mlm_nsp) needs a next-sentence head, which model.arch={arch.name} "
-            f"does not have; architectures with one: {', '.join(with_heads)}"
-        )
+    if with_nsp_head and next_sentence_refusal(arch.name):
+        raise ValueError(next_sentence_refusal(arch.name))
     if cfg.init_from:
         loader = (
             AutoModelForCausalLM
@@ -100,7 +96,7 @@ def build_hf_model(
     model_class = arch.nsp_class if with_nsp_head else arch.model_class
     model = install_attention_variant(model_class(arch.make_config(cfg, tokenizer)), variant, arch=arch.name)
     if cfg.position_embeddings == "none":
-        without_positions(model, arch.name)
+        without_positions(model)
     return pad_vocabulary(model, cfg.pad_vocab_to_multiple_of)
 
 
@@ -114,16 +110,11 @@ def position_tables(model: nn.Module) -> list[nn.Embedding]:
             if isinstance(m, nn.Embedding) and name.rsplit(".", 1)[-1] in POSITION_TABLES]  # fmt: skip
 
 
-def without_positions(model: nn.Module, arch: str) -> None:
+def without_positions(model: nn.Module) -> None:
     """Luo et al. 2021's ablation, model.position_embeddings=none: the learned absolute position table zeroed and
-    frozen (no gradient, so no optimizer moves it), so the model sees its tokens without their positions; an
-    architecture without such a table (rotary positions) is refused, naming it."""
-    tables = position_tables(model)
-    if not tables:
-        raise ValueError(f"model.position_embeddings=none: {arch} has no learned absolute position table (its "
-                         f"positions are rotary); choices: learned, or an architecture with one (bert, roberta, "
-                         f"gpt2)")  # fmt: skip
-    for table in tables:
+    frozen (no gradient, so no optimizer moves it), so the model sees its tokens without their positions (the model
+    section refuses an architecture without one: models/section.LEARNED_POSITIONS)."""
+    for table in position_tables(model):
         with torch.no_grad():
             table.weight.zero_()
         table.weight.requires_grad_(False)

@@ -16,6 +16,8 @@ from degen_train.core.section import Section, checked_section
 ARCHITECTURE_FAMILIES = {"bert": "encoder", "roberta": "encoder", "modernbert": "encoder", "gpt2": "decoder",
                          "llama": "decoder", "qwen2": "decoder"}  # fmt: skip
 NO_HIDDEN_DROPOUT = ("llama", "qwen2")  # attention dropout only: model.dropout means nothing there
+NEXT_SENTENCE_HEAD = ("bert",)  # those with a pretraining class that holds one (models/architectures.py: nsp_class)
+LEARNED_POSITIONS = ("bert", "roberta", "gpt2")  # an absolute position table; the others' positions are rotary
 DEFAULT_ARCH = {"encoder": "bert", "decoder": "gpt2"}  # a family's, where a config names none (from before model.arch)
 PRESETS = {"encoder": "tiny, roberta_tiny, ...", "decoder": "llama_tiny, qwen2_tiny, gpt2_tiny, ..."}
 
@@ -98,6 +100,10 @@ class ModelConfig(Section):
         if arch in NO_HIDDEN_DROPOUT and self.dropout:
             raise ValueError(f"model.dropout={self.dropout}: {arch} has no hidden-state dropout (only "
                              f"model.attention_dropout); set model.dropout=0")  # fmt: skip
+        if self.position_embeddings == "none" and arch not in LEARNED_POSITIONS:
+            raise ValueError(f"model.position_embeddings=none: {arch} has no learned absolute position table (its "
+                             f"positions are rotary); choices: learned, or an architecture with one "
+                             f"({', '.join(LEARNED_POSITIONS)})")  # fmt: skip
         return self
 
     @model_validator(mode="after")
@@ -119,6 +125,14 @@ class ModelConfig(Section):
                              f"degen-train never does (as it never passes trust_remote_code); choose a transformers "
                              f"implementation: eager, sdpa, flash_attention_2, flex_attention")  # fmt: skip
         return value
+
+
+def next_sentence_refusal(arch: str) -> str | None:
+    """Why next-sentence prediction cannot train on ``arch``, or None where it has the head."""
+    if arch in NEXT_SENTENCE_HEAD:
+        return None
+    return (f"next-sentence prediction (objective=mlm_nsp) needs a next-sentence head, which model.arch={arch} does "
+            f"not have; architectures with one: {', '.join(NEXT_SENTENCE_HEAD)}")
 
 
 def model_section(cfg: ModelConfig | DictConfig | Mapping[str, Any]) -> ModelConfig:

@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from degen_train.config.schema import TrainConfig, validate_config
 from degen_train.losses.declarations import check_term_sections, check_terms_fit_family, declared_terms
+from degen_train.models.section import DEFAULT_ARCH, next_sentence_refusal
 
 
 def check_config_alone(cfg: DictConfig) -> TrainConfig:
@@ -29,6 +30,9 @@ def check_config_alone(cfg: DictConfig) -> TrainConfig:
         terms = {key: declared[name] for section in sections.values() for key, options in (section or {}).items()
                  if (name := (options or {}).get("term", key)) in declared}  # fmt: skip
         check_terms_fit_family(terms, config.model.family, _choice("model"))
+        refusal = next_sentence_refusal(config.model.arch or DEFAULT_ARCH[config.model.family])
+        if refusal and any(term.data_format == "mlm_nsp" for term in terms.values()):
+            raise ValueError(refusal)
     return config
 
 

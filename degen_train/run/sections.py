@@ -13,6 +13,7 @@ framework (run/__init__.py imports nothing): the command line checks these befor
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator
@@ -32,8 +33,22 @@ from degen_train.core.roles import (
     protection,
 )
 from degen_train.core.section import MAX_ITEMS, Instantiated, Section, given_only
+from degen_train.core.source_reading import module_literal_choices
 
 Count = int | float | None  # Lightning's limits: a count of batches or a fraction of them
+# where Lightning declares the precisions it takes (as Literals), read from its source: torch would load on import
+LIGHTNING_PRECISIONS = ("lightning.fabric.plugins.precision.precision",
+                        ("_PRECISION_INPUT_STR", "_PRECISION_INPUT_STR_ALIAS", "_PRECISION_INPUT_INT"))  # fmt: skip
+
+
+@functools.cache
+def lightning_precisions() -> tuple[Any, ...]:
+    """Every trainer.precision Lightning takes; () where its source no longer says (Lightning's own check then)."""
+    module, names = LIGHTNING_PRECISIONS
+    try:
+        return tuple(value for name in names for value in module_literal_choices(module, name))
+    except (KeyError, ModuleNotFoundError, SyntaxError, ValueError):
+        return ()
 
 
 class TrainerConfig(Instantiated):
@@ -93,6 +108,14 @@ class TrainerConfig(Instantiated):
     # what it measures
     limit_test_batches: Annotated[Count, measures(at_most=MAX_ITEMS)] = given_only()
     limit_predict_batches: Annotated[Count, measures(at_most=MAX_ITEMS)] = given_only()
+
+    @field_validator("precision")
+    @classmethod
+    def a_precision_lightning_takes(cls, value: int | str | None) -> int | str | None:
+        choices = lightning_precisions()
+        if value is not None and choices and value not in choices:
+            raise ValueError(f"not one of Lightning's precisions ({', '.join(dict.fromkeys(map(str, choices)))})")
+        return value
 
     @field_validator("devices")
     @classmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from degen_train.config import load_config
 from degen_train.data.tokenizer import train_byte_bpe, train_wordpiece
@@ -121,9 +122,19 @@ def test_a_model_without_position_embeddings_keeps_its_table_at_zero(arch: str) 
         assert torch.allclose(states.sort(dim=1).values, reordered.sort(dim=1).values, atol=1e-5)
 
 
-def test_an_architecture_with_rotary_positions_has_no_table_to_remove() -> None:
-    from degen_train.models.backbone import build_hf_model
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_the_sections_position_and_head_facts_hold_for_the_models_built(arch: str) -> None:
+    """models/section.py's LEARNED_POSITIONS and NEXT_SENTENCE_HEAD decide refusals before torch loads; each is
+    checked here against the model the architecture builds (its position tables; its pretraining class)."""
+    from degen_train.models.backbone import position_tables
+    from degen_train.models.section import LEARNED_POSITIONS, NEXT_SENTENCE_HEAD, ModelConfig
 
-    cfg, tokenizer = tiny("llama", "model.position_embeddings=none")
-    with pytest.raises(ValueError, match=r"model.position_embeddings=none: llama has no learned absolute position"):
-        build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False, sequence_length=16)
+    cfg, tokenizer = tiny(arch)
+    model = build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False, sequence_length=16)
+    assert bool(position_tables(model)) == (arch in LEARNED_POSITIONS)
+    assert (ARCHITECTURES[arch].nsp_class is not None) == (arch in NEXT_SENTENCE_HEAD)
+    if arch not in LEARNED_POSITIONS:
+        with pytest.raises(ValueError, match=f"model.position_embeddings=none: {arch} has no learned absolute"):
+            ModelConfig.model_validate({**OmegaConf.to_container(cfg.model), "position_embeddings": "none"})
+
+

@@ -100,3 +100,21 @@ def test_eval_push_and_search_settings_are_checked_before_any_work(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         validate_config(load_config(overrides, run_dir=tmp_path))
+
+
+def test_the_trainer_section_takes_exactly_the_precisions_lightning_declares() -> None:
+    """trainer.precision is checked before Lightning loads, from the Literals its source declares
+    (run/sections.LIGHTNING_PRECISIONS): the same set Lightning's own connector accepts."""
+    from typing import get_args
+
+    from lightning.fabric.plugins.precision.precision import _PRECISION_INPUT
+
+    from degen_train.run.sections import lightning_precisions
+
+    taken = {value for part in get_args(_PRECISION_INPUT) for value in get_args(part)}
+    assert set(lightning_precisions()) == taken
+    assert TrainerConfig.model_validate({"max_steps": 1, "accumulate_grad_batches": 1, "log_every_n_steps": 1,
+                                         "precision": "bf16-mixed"}).precision == "bf16-mixed"  # fmt: skip
+    with pytest.raises(ValueError, match="not one of Lightning's precisions .*input_value='bf17'"):
+        TrainerConfig.model_validate({"max_steps": 1, "accumulate_grad_batches": 1, "log_every_n_steps": 1,
+                                      "precision": "bf17"})  # fmt: skip
