@@ -89,6 +89,11 @@ def test_the_other_commands_refuse_their_arguments_before_any_framework_loads(mo
     (["model=llama_tiny", "model.dropout=0.1"], "llama has no hidden-state dropout"),
     (["data=text"], "data: source=text reads files: give a file or directory, e.g. data.path=corpus.txt"),
     (["objective=mle", "model=tiny"], "loss term 'mle' needs the decoder family but model=tiny is encoder"),  # 6.9 s
+    (["objective=mlm_nsp", "model=roberta_tiny"], "needs a next-sentence head, which model.arch=roberta does not have"),
+    (["model=llama_tiny", "objective=mle", "model.position_embeddings=none"],
+     "model.position_embeddings=none: llama has no learned absolute position table"),  # both 7.2 s before
+    (["trainer.precision=bf17"], "trainer.precision='bf17': not one of Lightning's precisions (transformer-engine, "),
+    (["eval.finetune.padding=longest"], "eval.finetune: padding='longest': Input should be 'dynamic' or 'max_length'"),
     (["trainer.devices=0"], "trainer.devices=0: give a count of devices (1 or more), -1 for every device"),
     (["--list"], "recipes (recipe=NAME):"),
     (["--help"], "degen-train"),

@@ -14,6 +14,7 @@ import pathlib
 import signal
 import sys
 from collections.abc import Sequence
+from typing import get_args, get_type_hints
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -22,6 +23,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from degen_train.core.arguments import whole  # noqa: E402
 from degen_train.core.package_dir import config_dir  # noqa: E402
 from degen_train.core.paths import writable_folder  # noqa: E402
+from degen_train.finetune.section import PROTOCOL_KEYS, Protocol  # noqa: E402
 
 log = logging.getLogger("degen_train.finetune")
 DEFAULT_TASKS = ["rte", "sst2", "stsb"]  # the three tasks the seed papers' small-compute tables share
@@ -45,11 +47,11 @@ def parser() -> argparse.ArgumentParser:
                    f"{defaults['seeds']})")  # fmt: skip
     p.add_argument("--seed", action="append", type=whole(0, 2**32 - 1), dest="seed_list",
                    help="a seed of the grid, repeated (--seed 42: run_glue's); wins over --seeds")  # fmt: skip
-    for key in ("epochs", "batch_size", "max_length", "warmup_ratio", "weight_decay", "adam_eps", "max_grad_norm",
-                "eval_batch_size", "max_train_examples", "precision", "padding"):  # fmt: skip
-        kind = str if key in ("precision", "padding") else float if key in (
-            "epochs", "warmup_ratio", "weight_decay", "adam_eps", "max_grad_norm") else int  # fmt: skip
-        p.add_argument(f"--{key.replace('_', '-')}", type=kind, dest=key, help=f"default: {defaults[key]}")
+    for key, hint in get_type_hints(Protocol).items():  # a flag each, typed as the protocol's field
+        kinds = get_args(hint) or (hint,)
+        if bool not in kinds:  # fused_adamw: --no-fused-adamw below
+            kind = float if float in kinds else int if int in kinds else str
+            p.add_argument(f"--{key.replace('_', '-')}", type=kind, dest=key, help=f"default: {defaults[key]}")
     p.add_argument("--no-fused-adamw", dest="fused_adamw", action="store_false", default=None,
                    help="torch's for-loop AdamW instead of its fused kernel")  # fmt: skip
     p.add_argument("--save-models", action="store_true",
@@ -69,7 +71,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def finetune(args: argparse.Namespace) -> dict:
-    from degen_train.finetune.cell import Protocol
     from degen_train.finetune.grid import run_grid
     from degen_train.finetune.settings import resolve
     from degen_train.finetune.tasks import load_custom_task, load_glue_task
@@ -77,7 +78,7 @@ def finetune(args: argparse.Namespace) -> dict:
 
     # Everything that can be checked is checked before a model is loaded.
     model_dir = model_folder(args.model)
-    given = {k: getattr(args, k, None) for k in (*Protocol.__dataclass_fields__, "protocol", "learning_rates")}
+    given = {k: getattr(args, k, None) for k in (*PROTOCOL_KEYS, "protocol", "learning_rates")}
     given["seeds"] = args.seed_list or args.seeds
     protocol, rates, seeds, name = resolve(given, where="degen-finetune")
     if args.train or args.dev:
@@ -112,8 +113,6 @@ def torchrun_command(devices: int, argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s")
     args = parser().parse_args(argv)
-    if args.devices < 1:
-        sys.exit(f"degen-finetune: error: --devices {args.devices}: give 1 or more processes")
     if args.devices > 1 and "WORLD_SIZE" not in os.environ:  # not yet under a launcher: start one
         os.execv(sys.executable, torchrun_command(args.devices, sys.argv[1:] if argv is None else argv))
     from degen_train.core.quiet import silence_known_noise

@@ -28,7 +28,7 @@ class EvalConfig(Section):
     # task names, checked with their files by finetune/tasks.py
     glue: Annotated[list[str], MEASURES] = Field(default_factory=list, max_length=16)
     glue_dir: Annotated[str | None, INPUT] = None
-    # conf/finetune.yaml, checked with its protocols by finetune/settings.py
+    # conf/finetune.yaml's keys, checked by the protocol's rules (finetune/section.py)
     finetune: FinetuneConfig = Field(default_factory=lambda: FinetuneConfig())
     w8a8: Annotated[str | None, INPUT] = None
     # held-out text: degen-eval --generate on a decoder's export (evaluation/generation.py)

@@ -35,40 +35,10 @@ from degen_train.core.handed_files import no_remote_code
 from degen_train.core.io import atomic_directory
 from degen_train.finetune.baselines import predicted_classes, task_baselines
 from degen_train.finetune.metrics import split_metrics, task_score
+from degen_train.finetune.section import Protocol
 from degen_train.finetune.tasks import Split, Task
 
 log = logging.getLogger("degen_train.finetune")
-
-
-PADDINGS = ("dynamic", "max_length")
-
-
-@dataclass(frozen=True)
-class Protocol:
-    """The fine-tuning settings (conf/finetune.yaml holds the defaults and their sources)."""
-
-    epochs: float = 3
-    batch_size: int = 32
-    max_length: int = 128
-    warmup_ratio: float = 0.06
-    weight_decay: float = 0.01
-    adam_eps: float = 1e-8
-    max_grad_norm: float = 1.0
-    precision: str = "32-true"
-    fused_adamw: bool = True  # torch's fused AdamW kernel (HF Trainer's default optimizer since torch 2.8)
-    eval_batch_size: int = 64
-    max_train_examples: int | None = None  # a fixed subset (the first N rows), e.g. of SST-2 on a CPU
-    padding: str = "dynamic"  # each batch to its longest row; max_length: every row to max_length (run_glue's)
-
-    def check(self) -> None:
-        problems = [f"{key}={value}" for key, value in (("epochs", self.epochs), ("batch_size", self.batch_size),
-                    ("max_length", self.max_length)) if not value > 0]  # fmt: skip
-        if not 0 <= self.warmup_ratio < 1:
-            problems.append(f"warmup_ratio={self.warmup_ratio} (must be in [0, 1))")
-        if self.padding not in PADDINGS:
-            problems.append(f"padding={self.padding!r} (one of {', '.join(PADDINGS)})")
-        if problems:
-            raise ValueError(f"fine-tuning settings out of range: {', '.join(problems)}")
 
 
 class EpochSeededSampler(Sampler[int]):
@@ -305,7 +275,6 @@ def fit_classifier(
     """Fine-tune ``model_dir`` on ``task``'s train split; (the model, its tokenizer, what training measured).
     ``processes``: None reads a launcher's environment; Processes() trains in this process alone (eval.glue at the
     end of a multi-process pretraining run, where only rank 0 fine-tunes)."""
-    protocol.check()
     torch.manual_seed(seed)  # the head's initial weights
     model, tokenizer = load_classifier(model_dir, task)
     collate = collator_for(tokenizer, protocol)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from degen_train.core.package_dir import config_dir
-from degen_train.finetune.cell import Protocol
+from pydantic import ValidationError
 
-PROTOCOLS = ("papers", "run_glue")
+from degen_train.core.package_dir import config_dir
+from degen_train.core.section import describe_errors
+from degen_train.finetune.section import PROTOCOL_KEYS, FinetuneConfig, Protocol, protocol_problems
 
 
 def file_defaults() -> dict[str, Any]:
@@ -33,21 +34,23 @@ def seed_list(seeds: Any, where: str) -> list[int]:
 
 def resolve(given: dict[str, Any], *, where: str = "eval.finetune") -> tuple[Protocol, list[float], list[int], str]:
     """(protocol settings, learning rates, seeds, protocol name) for ``given`` (keys of conf/finetune.yaml; None
-    values are not given). Unknown keys and protocols are refused, naming the known ones."""
-    defaults = file_defaults()
+    values are not given), each checked by the section's rules (finetune/section.py), naming the known keys."""
     given = {k: v for k, v in given.items() if v is not None}
+    try:
+        FinetuneConfig.model_validate(given)
+    except ValidationError as error:
+        lines = describe_errors(error, given, FinetuneConfig, at=(where,))
+        raise ValueError("; ".join(line.strip() for line in lines)) from None
+    defaults = file_defaults()
     # eval.finetune composes the whole file, its run_glue block included: the block as composed is the preset
     presets = {"run_glue": given.pop("run_glue", None) or defaults.pop("run_glue")}
     defaults.pop("run_glue", None)
-    unknown = sorted(set(given) - set(defaults))
-    if unknown:
-        raise ValueError(f"{where}.{unknown[0]} is not a fine-tuning setting; the settings: {', '.join(defaults)}")
     name = given.get("protocol", defaults["protocol"])
-    if name not in PROTOCOLS:
-        raise ValueError(f"{where}.protocol={name!r} is not one of {', '.join(PROTOCOLS)}")
     merged = {**defaults, **presets.get(name, {}), **given}
-    protocol = Protocol(**{k: merged[k] for k in Protocol.__dataclass_fields__})
-    protocol.check()
+    problems = protocol_problems(merged, where)  # the file's own values too, as a cell takes them
+    if problems:
+        raise ValueError(problems)
+    protocol = Protocol(**{k: merged[k] for k in PROTOCOL_KEYS})
     named = {**defaults, **presets.get(name, {})}
     rates, seeds = [float(x) for x in merged["learning_rates"]], seed_list(merged["seeds"], f"{where}.seeds")
     return protocol, rates, seeds, protocol_name(name, named, merged)
