@@ -61,6 +61,8 @@ print("LOADED", sorted(m for m in {frameworks!r} if m in sys.modules))
     ("degen_train.cli.convert", ["src"], "nothing to write: give --ckpt OUT.ckpt and/or --hf OUT_DIR"),
     ("degen_train.cli.evaluate", ["run", "--out", "o"], "nothing to evaluate: give --sts FILE, --wic DIR"),
     ("degen_train.cli.evaluate", ["--help"], "SimCTG's protocol by default"),
+    ("degen_train.cli.evaluate", ["run", "--out", "o", "--generate", "f", "--top-p", "1.5"],
+     "--top-p 1.5: Input should be less than or equal to 1"),  # was after the model loaded
     ("degen_train.cli.finetune", ["model", "--out", "o", "--seeds", "1000000"], "--seeds: 1,000,000 is not from 1"),
     ("degen_train.cli.reproduce", ["seeds=1000000000"], "seeds=1000000000: a whole number from 1 to 100"),
 ])  # fmt: skip

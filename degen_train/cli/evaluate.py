@@ -110,9 +110,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                    "batch_size": args.batch_size}  # fmt: skip
     generation = None
     if args.generate or args.prompts:
-        settings = DecodingSettings(beam_width=args.beam_width, top_k=args.top_k, top_p=args.top_p,
-                                    contrastive_k=args.contrastive_k, contrastive_alpha=args.contrastive_alpha,
-                                    seed=args.seed, end_of_text=args.end_of_text)  # fmt: skip
+        try:
+            settings = DecodingSettings(beam_width=args.beam_width, top_k=args.top_k, top_p=args.top_p,
+                                        contrastive_k=args.contrastive_k, contrastive_alpha=args.contrastive_alpha,
+                                        seed=args.seed, end_of_text=args.end_of_text)  # fmt: skip
+        except ValueError as error:  # pydantic's, one line per setting
+            said = "; ".join(f"--{'-'.join(map(str, e['loc'])).replace('_', '-')} {e['input']!r}: {e['msg']}"
+                             for e in error.errors())  # fmt: skip
+            parser.exit(2, f"degen-eval: error: {said}\n")
         generation = {"text": args.generate, "prompts": args.prompts, "decodings": args.decodings.split(","),
                       "prefix_tokens": args.prefix_tokens, "new_tokens": args.new_tokens,
                       "limit": args.generate_limit, "unit": args.document_unit, "settings": settings,

@@ -132,7 +132,6 @@ def generation_eval(
     from degen_train.models.loading import load_pretrained
 
     settings = settings or DecodingSettings()
-    settings.check()
     unknown = [d for d in decodings if d not in DECODINGS]
     if unknown:
         raise ValueError(f"decoding(s) {', '.join(unknown)} not known; choose from {', '.join(DECODINGS)}")

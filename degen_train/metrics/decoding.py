@@ -55,7 +55,6 @@ def decode(model: nn.Module, prefixes: Tensor, length: int, decoding: str, setti
     ``length`` tokens each."""
     if decoding not in DECODINGS:
         raise ValueError(f"decoding {decoding!r} is not one of {', '.join(DECODINGS)}")
-    settings.check()
     model.eval()
     if decoding == "contrastive":
         banned = end_of_text_id(model) if settings.end_of_text == "banned" else None

@@ -80,8 +80,8 @@ def test_each_decoding_at_its_limit_is_greedy_and_sampling_repeats_by_seed(decod
     assert decode(decoder, prefixes, 8, "beam", DecodingSettings(beam_width=3)).shape == (2, 8)
     with pytest.raises(ValueError, match=r"decoding 'typical' is not one of greedy, beam, top_k, nucleus, contrastive"):
         decode(decoder, prefixes, 8, "typical", DecodingSettings())
-    with pytest.raises(ValueError, match=r"top_p=1.5 must be in \(0, 1\]"):
-        decode(decoder, prefixes, 8, "nucleus", DecodingSettings(top_p=1.5))
+    with pytest.raises(ValueError, match=r"top_p\n  Input should be less than or equal to 1 .*input_value=1.5"):
+        DecodingSettings(top_p=1.5)  # refused as it is made, before any decoding
 
 
 def released_eval_text(text: str, ngram: int) -> tuple[int, int]:
