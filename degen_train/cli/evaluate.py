@@ -36,9 +36,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="output directory for eval.json")
     parser.add_argument("--layer", default="last", type=layer_choice,
                         help="last | first_last | a layer index (0 = embeddings)")  # fmt: skip
-    parser.add_argument(
-        "--pooling", default="mean", choices=["mean", "cls"], help="STS sentence vectors: token mean or [CLS]"
-    )
+    parser.add_argument("--pooling", default="mean", choices=module_constant("degen_train.metrics.encode", "POOLINGS"),
+                        help="STS sentence vectors: token mean or [CLS]")  # fmt: skip
     parser.add_argument("--batch-size", type=whole(1, 65_536), default=32)
     parser.add_argument("--max-length", type=TOKENS, default=None)
     parser.add_argument("--limit", type=ITEMS, default=None, help="only the first N items of each set")
@@ -65,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--w8a8-placement",
         default="released",
-        choices=["released", "all"],
+        choices=module_constant("degen_train.metrics.quantization", "PLACEMENTS"),
         help="where the quantizers sit: released (the vocabulary head and logits in float, residual sums "
         "quantized, as the paper's code) or all (the head quantized too, residual sums in float: the older placement)",
     )

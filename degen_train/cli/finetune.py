@@ -23,7 +23,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from degen_train.core.arguments import whole  # noqa: E402
 from degen_train.core.package_dir import config_dir  # noqa: E402
 from degen_train.core.paths import writable_folder  # noqa: E402
-from degen_train.finetune.section import PROTOCOL_KEYS, Protocol  # noqa: E402
+from degen_train.finetune.section import PROTOCOL_KEYS, Protocol, ProtocolName  # noqa: E402
 
 log = logging.getLogger("degen_train.finetune")
 DEFAULT_TASKS = ["rte", "sst2", "stsb"]  # the three tasks the seed papers' small-compute tables share
@@ -37,7 +37,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--task", action="append", dest="tasks", help=f"a GLUE task (default: {DEFAULT_TASKS})")
     p.add_argument("--data", help="the GLUE folder (holding RTE/, SST-2/, ...)")
     p.add_argument("--out", required=True, help="results: OUT/TASK/lr=LR/seed=S/result.json, OUT/glue.{json,md}")
-    p.add_argument("--protocol", choices=["papers", "run_glue"],
+    p.add_argument("--protocol", choices=get_args(ProtocolName),
                    help="papers (default: conf/finetune.yaml's grid, the BERT/RoBERTa papers' GLUE dev protocol) or "
                         "run_glue (HF run_glue.py with TrainingArguments' defaults: lr 5e-5, seed 42, batch 8, no "
                         "warm-up or weight decay, rows padded to --max-length); flags given win over both")  # fmt: skip

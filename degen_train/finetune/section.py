@@ -13,6 +13,8 @@ from pydantic.dataclasses import dataclass
 from degen_train.core.roles import MEASURES, measures
 from degen_train.core.section import Closed, Section, given_only
 
+ProtocolName = Literal["papers", "run_glue"]  # the defaults (papers), or conf/finetune.yaml's run_glue block over them
+
 
 @dataclass(frozen=True, config=ConfigDict(extra="forbid", allow_inf_nan=False))
 class Protocol:
@@ -69,7 +71,7 @@ class FinetuneConfig(RunGlueProtocolConfig):
     """eval.finetune: the fine-tuning protocol of eval.glue (conf/finetune.yaml says each key), checked by the rules
     of ``Protocol``; finetune/settings.py merges these over the file's defaults."""
 
-    protocol: Annotated[Literal["papers", "run_glue"] | None, MEASURES] = given_only()
+    protocol: Annotated[ProtocolName | None, MEASURES] = given_only()
     epochs: Annotated[int | float | None, measures(at_most=100)] = given_only()
     max_length: Annotated[int | None, measures(at_most=8192)] = given_only()
     max_train_examples: Annotated[int | None, measures(at_most=10_000_000)] = given_only()
