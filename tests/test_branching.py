@@ -190,6 +190,9 @@ def test_a_branch_refused_for_what_it_may_not_change_names_the_parents_checkpoin
     may = r"a branch may change only its schedule \(scheduler\.\*\), its length \(trainer\.max_steps\)"
     for change, said in [
         ("model.num_layers=3", r"was written with model.num_layers=2, this branch has model.num_layers=3: " + may),
+        # a model key by its role (run/resume.py), not by a list that had forgotten it
+        ("model.attention_dropout=0.2", r"was written with model.attention_dropout=0.1, this branch has "
+                                        r"model.attention_dropout=0.2: " + may),
         ("regularizer=cosreg", r"was trained with loss terms \['mlm'\], this branch has \['cosreg', 'mlm'\]: " + may),
         ("optimizer.lr=0.01", r"was trained with other settings than this branch has:\n  optimizer.lr: 0.0005 -> "
                               r"0.01\nA branch may change only"),

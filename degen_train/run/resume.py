@@ -23,25 +23,13 @@ from typing import Any
 
 from degen_train.config.renamed import current_targets
 from degen_train.config.result_keys import has_no_effect_on_result
+from degen_train.config.role_lookup import role_of
 from degen_train.core.handed_files import HandedOverFileError, json_record
 from degen_train.core.trees import flatten
 from degen_train.models.section import DEFAULT_ARCH, ModelConfig
 from degen_train.storage.checkpoints import CheckpointError, checkpoint_header, newest_checkpoint, recorded_step
 
 log = logging.getLogger("degen_train")
-
-CHECKPOINT_MODEL_KEYS = (
-    "family",
-    "arch",
-    "hidden_size",
-    "num_layers",
-    "num_heads",
-    "intermediate_size",
-    "max_position",
-    "tie_embeddings",
-    "init_from",
-)
-
 
 RESUME_CHOICES = ("last", "auto")
 
@@ -121,8 +109,12 @@ def check_checkpoint_matches(
     if saved is None:
         raise CheckpointError(f"{path} is not a degen_train checkpoint (no 'degen_train' entry)")
     says = Refusal(path, branch_from)
-    for key in CHECKPOINT_MODEL_KEYS:
-        before, now = saved["model"].get(key), getattr(model, key)
+    current = model.model_dump(by_alias=True, mode="json")
+    for key, now in current.items():  # each model setting that shapes the result, by its declared role
+        declared = role_of(f"model.{key}")
+        if declared is None or declared.leaves_the_result or (key not in saved["model"] and key != "arch"):
+            continue  # a key added since the checkpoint was written: the recorded config's comparison holds it
+        before = saved["model"].get(key)
         if key == "arch" and before is None:  # written before model.arch existed: the family's architecture
             before = DEFAULT_ARCH.get(saved["model"].get("family"))
         if before != now:
