@@ -96,6 +96,8 @@ def test_the_other_commands_refuse_their_arguments_before_any_framework_loads(mo
      "model.position_embeddings=none: llama has no learned absolute position table"),  # both 7.2 s before
     (["trainer.precision=bf17"], "trainer.precision='bf17': not one of Lightning's precisions (transformer-engine, "),
     (["eval.finetune.padding=longest"], "eval.finetune: padding='longest': Input should be 'dynamic' or 'max_length'"),
+    (["logger=wandb", "logger.wandb.mode=onlin"], "logger.wandb.mode='onlin': Input should be 'auto', 'online'"),
+    (["strategy=fsdp", "strategy.mixed_precision=bf17"], "strategy.mixed_precision='bf17': Input should be 'bf16'"),
     (["trainer.devices=0"], "trainer.devices=0: give a count of devices (1 or more), -1 for every device"),
     (["--list"], "recipes (recipe=NAME):"),
     (["--help"], "degen-train"),

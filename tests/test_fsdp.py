@@ -160,16 +160,21 @@ def test_fsdp2_with_bf16_mixed_precision_trains(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"mixed_precision": "fp8"}, r"strategy.mixed_precision='fp8' is not one of null, bf16, fp32"),
+        ({"mixed_precision": "fp8"}, r"strategy.mixed_precision='fp8': Input should be 'bf16' or 'fp32'"),
         ({"cpu_offload": True}, r"strategy.cpu_offload=true keeps shards on the CPU between uses on a GPU"),
     ],
 )
 def test_fsdp2_options_that_cannot_work_here_are_named(options: dict, message: str) -> None:
+    """A value out of the strategy's choices by its section (run/sections.py, before any framework loads); what
+    only this machine says (no GPU to offload from) by the strategy itself."""
+    from degen_train.core.section import checked_section
     from degen_train.run.parallel import FSDP2Strategy
+    from degen_train.run.sections import StrategyConfig
 
     if options.get("cpu_offload") and torch.cuda.is_available():
         pytest.skip("CPU offload is valid on a GPU machine")
     with pytest.raises(ValueError, match=message):
+        checked_section(StrategyConfig, {"_target_": "degen_train.run.parallel.FSDP2Strategy", **options}, "strategy")
         FSDP2Strategy(**options)
 
 

@@ -20,10 +20,12 @@ def test_wandb_without_credentials_runs_offline(tmp_path: Path, monkeypatch: pyt
 
 
 def test_wandb_mode_is_checked() -> None:
-    with pytest.raises(
-        ValueError, match=r"logger.wandb.mode='sometimes' is not one of auto, online, offline, disabled"
-    ):
-        wandb_logger(mode="sometimes", save_dir=".", project="p")
+    """By the logger's section (run/sections.py), as the command line meets it, before any framework loads."""
+    from degen_train.core.section import checked_section
+    from degen_train.run.sections import LoggersConfig
+
+    with pytest.raises(ValueError, match=r"logger.wandb.mode='sometimes': Input should be 'auto', 'online', 'offline'"):
+        checked_section(LoggersConfig, {"wandb": {"mode": "sometimes", "project": "p"}}, "logger")
 
 
 def test_csv_rows_before_the_resumed_step_are_kept(tmp_path: Path) -> None:

@@ -4,9 +4,9 @@ any data, model or file is touched.
 Each component declares its section beside its code, every field with its type, range, default and role:
 data/section.py (data.*, data.tokenizer.*, masking.*), models/section.py (model.*), optim/section.py (optimizer.*,
 scheduler.*), callbacks/sections.py (callbacks.*), finetune/section.py (eval.finetune.*), losses/section.py (a loss
-term's options), evaluation/section.py (eval.*), run/sections.py (trainer.*, push_to_hub.*, search.*, plan.*). A
-section imports only core/ and other sections, so this file may compose a section of a package above it. It holds
-the run's top-level keys and the rules that span sections (``sections_agree``).
+term's options), evaluation/section.py (eval.*), run/sections.py (trainer.*, strategy.*, logger.*, push_to_hub.*,
+search.*, plan.*). A section imports only core/ and other sections, so this file may compose a section of a package
+above it. It holds the run's top-level keys and the rules that span sections (``sections_agree``).
 
 Every problem is reported at once, each naming the key, the value and what is allowed. ``validate_config``'s
 ``TrainConfig`` is the config that runs: the layers below the CLI receive its typed sections (run/checks.py's
@@ -41,7 +41,14 @@ from degen_train.evaluation.section import EvalConfig
 from degen_train.losses.section import TermSection
 from degen_train.models.section import ModelConfig
 from degen_train.optim.section import OptimizerConfig, SchedulerConfig
-from degen_train.run.sections import PlanConfig, PushToHubConfig, SearchConfig, TrainerConfig
+from degen_train.run.sections import (
+    LoggersConfig,
+    PlanConfig,
+    PushToHubConfig,
+    SearchConfig,
+    StrategyConfig,
+    TrainerConfig,
+)
 
 
 class TrainConfig(Section):
@@ -69,8 +76,8 @@ class TrainConfig(Section):
     regularizer: Annotated[dict[str, TermSection] | None, TRAINS, group(TRAINS)] = given_only()
     # where the run writes, and how it is launched: this run's own, never a handed-over file's
     run_dir: Annotated[str | None, OUTPUT] = given_only()
-    logger: Annotated[dict[str, Any] | None, OUTPUT, group(OUTPUT)] = given_only()
-    strategy: Annotated[dict[str, Any] | str | None, LAUNCH, group(LAUNCH)] = given_only()
+    logger: Annotated[LoggersConfig | None, OUTPUT, group(OUTPUT)] = given_only()
+    strategy: Annotated[StrategyConfig | None, LAUNCH, group(LAUNCH)] = given_only()
     cluster: Annotated[dict[str, Any] | None, LAUNCH, group(LAUNCH)] = given_only()
     hydra: Annotated[dict[str, Any] | None, LAUNCH, group(LAUNCH)] = given_only()
     defaults: Annotated[list[Any] | None, LAUNCH] = given_only()  # a config file's own defaults list: its composition

@@ -15,8 +15,6 @@ from omegaconf import OmegaConf
 
 from degen_train.core.io import atomic_write_json, atomic_write_text, cache_key, staged_file
 
-WANDB_MODES = ("auto", "online", "offline", "disabled")
-
 
 def wandb_has_credentials() -> bool:
     if os.environ.get("WANDB_API_KEY"):
@@ -73,8 +71,6 @@ def wandb_logger(
     The run id comes from the run folder (``resume="allow"``), the name defaults to the folder's name and the
     group to the sweep's folder, so a sweep's runs appear as one group.
     """
-    if mode not in WANDB_MODES:
-        raise ValueError(f"logger.wandb.mode={mode!r} is not one of {', '.join(WANDB_MODES)}")
     if mode == "auto":
         mode = os.environ.get("WANDB_MODE") or ("online" if wandb_has_credentials() else "offline")
     group = group or sweep_group()

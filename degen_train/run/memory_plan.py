@@ -208,7 +208,7 @@ def per_device_peak(step: StepMemory, *, strategy: str, devices: int) -> float:
 
 def strategy_name(config: TrainConfig) -> str:
     """fsdp, deepspeed or ddp, from the strategy section (its ``_target_`` names the class) or its name."""
-    text = str(config.strategy).lower()
+    text = str(config.strategy and (config.strategy.target or config.strategy.name)).lower()
     return "fsdp" if "fsdp" in text else "deepspeed" if "deepspeed" in text else "ddp"
 
 

@@ -47,8 +47,6 @@ class FSDP2Strategy(ModelParallelStrategy):
         sharded_checkpoint: bool = True,
         **kwargs: Any,
     ) -> None:
-        if mixed_precision not in PRECISIONS:
-            raise ValueError(f"strategy.mixed_precision={mixed_precision!r} is not one of null, bf16, fp32")
         if cpu_offload and not torch.cuda.is_available():
             raise ValueError(
                 "strategy.cpu_offload=true keeps shards on the CPU between uses on a GPU; this machine has no GPU "

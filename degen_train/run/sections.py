@@ -1,6 +1,7 @@
 """The sections of what run/ builds or decides itself, each beside the module that reads it:
 
 - trainer: lightning.pytorch.Trainer's arguments (conf/trainer/ gives the house's), built by build.py;
+- strategy and logger: how the run spreads over devices (parallel.py) and what it logs to (loggers.py);
 - push_to_hub: where the export is uploaded (hub.py);
 - search: what a hyper-parameter search minimises (sweep.py's search_objective);
 - plan: debug=plan's memory and time plan (memory_plan.py).
@@ -32,7 +33,7 @@ from degen_train.core.roles import (
     measures,
     protection,
 )
-from degen_train.core.section import MAX_ITEMS, Instantiated, Section, given_only
+from degen_train.core.section import MAX_ITEMS, Instantiated, Open, Section, given_only
 from degen_train.core.source_reading import module_literal_choices
 
 Count = int | float | None  # Lightning's limits: a count of batches or a fraction of them
@@ -124,6 +125,62 @@ class TrainerConfig(Instantiated):
             raise ValueError("give a count of devices (1 or more), -1 for every device, a list of device indices, or "
                              "auto")  # fmt: skip
         return value
+
+
+class StrategyConfig(Instantiated):
+    """strategy: how a run spreads over devices (conf/strategy/, run/parallel.py), built by run/build.py: a class
+    Hydra builds, or the name Lightning knows a strategy by. Open: any other keyword of the class goes to it."""
+
+    builds = ("degen_train.run.parallel.FSDP2Strategy", "lightning.pytorch.strategies.DDPStrategy",
+              "degen_train.run.parallel.deepspeed_strategy")  # fmt: skip
+    name: Annotated[str | None, LAUNCH] = given_only()  # a strategy by Lightning's name (auto, ddp, ...)
+    # FSDP2: bf16 parameters in forward and backward, gradients reduced in bf16; null: fp32
+    mixed_precision: Annotated[Literal["bf16", "fp32"] | None, LAUNCH] = given_only()
+    cpu_offload: Annotated[bool | None, LAUNCH] = given_only()  # FSDP2: shards kept on the CPU between uses
+    reshard_after_forward: Annotated[bool | None, LAUNCH] = given_only()
+    sharded_checkpoint: Annotated[bool | None, LAUNCH] = given_only()  # a folder of shards, or one gathered file
+    find_unused_parameters: Annotated[bool | None, LAUNCH] = given_only()  # DDP
+    process_group_backend: Annotated[str | None, LAUNCH] = given_only()
+    stage: Annotated[Literal[1, 2, 3] | None, LAUNCH] = given_only()  # DeepSpeed's ZeRO stage
+    offload_optimizer: Annotated[bool | None, LAUNCH] = given_only()
+
+
+class CSVLoggerConfig(Instantiated):
+    """logger.csv: RUN/logs/metrics.csv, its rows before a resumed step kept (run/loggers.py)."""
+
+    builds = ("degen_train.run.loggers.ResumableCSVLogger",)
+    save_dir: Annotated[str | None, OUTPUT] = given_only()
+    name: Annotated[str | None, OUTPUT] = given_only()
+    version: Annotated[str | int | None, OUTPUT] = given_only()
+
+
+class TensorBoardLoggerConfig(CSVLoggerConfig):
+    """logger.tensorboard: Lightning's TensorBoardLogger in RUN/tensorboard."""
+
+    builds = ("lightning.pytorch.loggers.TensorBoardLogger",)
+
+
+class WandbLoggerConfig(Instantiated):
+    """logger.wandb: Weights & Biases, never prompting (run/loggers.wandb_logger)."""
+
+    builds = ("degen_train.run.loggers.wandb_logger",)
+    # auto: online only where an API key is configured, else offline
+    mode: Annotated[Literal["auto", "online", "offline", "disabled"] | None, OUTPUT] = given_only()
+    project: Annotated[str | None, OUTPUT] = given_only()
+    entity: Annotated[str | None, OUTPUT] = given_only()
+    group: Annotated[str | None, OUTPUT] = given_only()  # null: the sweep's folder
+    name: Annotated[str | None, OUTPUT] = given_only()  # null: the run folder's name
+    save_dir: Annotated[str | None, OUTPUT] = given_only()
+
+
+class LoggersConfig(Section):
+    """logger: the loggers a run writes to (conf/logger/; several at once: logger=[csv,wandb]). Open: a logger of
+    your own is a section with its ``_target_``."""
+
+    model_config = Open
+    csv: CSVLoggerConfig | None = given_only()
+    tensorboard: TensorBoardLoggerConfig | None = given_only()
+    wandb: WandbLoggerConfig | None = given_only()
 
 
 class PushToHubConfig(Section):
