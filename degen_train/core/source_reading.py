@@ -47,6 +47,18 @@ def module_constant(module: str, name: str) -> Any:
     raise KeyError(f"{module} assigns no literal {name}")
 
 
+def class_mapping_keys(module: str, class_name: str, name: str) -> tuple[Any, ...]:
+    """The literal keys of the mapping a module's class assigns to ``name`` in its body (a library's registry of
+    names, its values functions); KeyError where it assigns none."""
+    for node in _tree(module).body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for item in node.body:
+                if (isinstance(item, ast.Assign) and isinstance(item.value, ast.Dict)
+                        and any(isinstance(t, ast.Name) and t.id == name for t in item.targets)):
+                    return tuple(ast.literal_eval(key) for key in item.value.keys if key is not None)
+    raise KeyError(f"{module}.{class_name} assigns no mapping {name}")
+
+
 def module_literal_choices(module: str, name: str) -> tuple[Any, ...]:
     """The values of the ``Literal[...]`` a module assigns to ``name`` at its top level (a library's own list of
     the choices it takes); KeyError where it assigns none."""

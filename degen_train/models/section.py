@@ -3,6 +3,7 @@ says its role where it is declared (core/roles.py); the cross-field rules are th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -11,6 +12,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from degen_train.core.roles import INPUT, LAUNCH_ALONE, TRAINS
 from degen_train.core.section import Section, checked_section
+from degen_train.core.source_reading import class_mapping_keys
 
 # Each model.arch a run can build, by its family; models/architectures.py gives each its transformers classes.
 ARCHITECTURE_FAMILIES = {"bert": "encoder", "roberta": "encoder", "modernbert": "encoder", "gpt2": "decoder",
@@ -20,6 +22,20 @@ NEXT_SENTENCE_HEAD = ("bert",)  # those with a pretraining class that holds one 
 LEARNED_POSITIONS = ("bert", "roberta", "gpt2")  # an absolute position table; the others' positions are rotary
 DEFAULT_ARCH = {"encoder": "bert", "decoder": "gpt2"}  # a family's, where a config names none (from before model.arch)
 PRESETS = {"encoder": "tiny, roberta_tiny, ...", "decoder": "llama_tiny, qwen2_tiny, gpt2_tiny, ..."}
+
+
+# where transformers registers its attention implementations (besides eager), read from its source: torch would load
+ATTENTION_REGISTRY = ("transformers.modeling_utils", "AttentionInterface", "_global_mapping")
+
+
+@functools.cache
+def attention_implementations() -> tuple[str, ...]:
+    """Every model.attention transformers takes (eager and its registry's); () where its source no longer says
+    (transformers' own check then, where the model is built)."""
+    try:
+        return ("eager", *class_mapping_keys(*ATTENTION_REGISTRY))
+    except (KeyError, ModuleNotFoundError, SyntaxError, ValueError):
+        return ()
 
 
 class AttentionVariantConfig(Section):
@@ -52,8 +68,8 @@ class ModelConfig(Section):
     dropout: Annotated[float, TRAINS] = Field(ge=0, lt=1)
     attention_dropout: Annotated[float, TRAINS] = Field(default=0.1, ge=0, lt=1)
     tie_embeddings: Annotated[bool, TRAINS] = True
-    # transformers' attention implementation (eager, sdpa, flash_attention_2, ...), checked where the model is built;
-    # a Hub kernel (namespace/repo) is code downloaded and run, which degen-train never does (issue 72.6)
+    # transformers' attention implementation (eager, sdpa, flash_attention_2, ...: ATTENTION_REGISTRY); a Hub kernel
+    # (namespace/repo) is code downloaded and run, which degen-train never does (issue 72.6)
     attention: Annotated[str, TRAINS] = "sdpa"
     init_from: Annotated[str | None, INPUT] = None
     compile: Annotated[bool, TRAINS] = False
@@ -119,11 +135,14 @@ class ModelConfig(Section):
 
     @field_validator("attention")
     @classmethod
-    def no_hub_kernel(cls, value: str) -> str:
+    def an_implementation_transformers_has(cls, value: str) -> str:
+        known = attention_implementations()
         if "/" in value:
             raise ValueError(f"{value!r} names a kernel on the Hugging Face Hub: code downloaded and run, which "
                              f"degen-train never does (as it never passes trust_remote_code); choose a transformers "
-                             f"implementation: eager, sdpa, flash_attention_2, flex_attention")  # fmt: skip
+                             f"implementation: {', '.join(known) or 'eager, sdpa, flash_attention_2'}")  # fmt: skip
+        if known and value not in known:
+            raise ValueError(f"not one of transformers' attention implementations ({', '.join(known)})")
         return value
 
 

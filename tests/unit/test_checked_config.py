@@ -67,6 +67,20 @@ def test_an_attention_that_names_a_hub_kernel_is_refused() -> None:
     assert ModelConfig.model_validate({**section, "attention": "eager"}).attention == "eager"
 
 
+def test_the_model_section_takes_exactly_the_attention_implementations_transformers_registers() -> None:
+    """model.attention is checked before transformers loads, from its registry's source
+    (models/section.ATTENTION_REGISTRY): the names transformers' own check accepts."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from degen_train.models.section import ModelConfig, attention_implementations
+
+    ours = {"degen_eager", "degen_sdpa"}  # models/attention_variants.py registers them for its variants, not a choice
+    assert set(attention_implementations()) == {"eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()} - ours
+    section = OmegaConf.to_container(load_config(["model=tiny"]).model, resolve=True)
+    with pytest.raises(ValueError, match=r"not one of transformers' attention implementations \(eager, "):
+        ModelConfig.model_validate({**section, "attention": "flash"})
+
+
 def test_a_model_section_from_python_is_checked_by_name() -> None:
     section = OmegaConf.to_container(load_config(["model=tiny"]).model)
     section["hiden_size"] = 64
