@@ -25,6 +25,7 @@ from degen_train.core.roles import (
     protection,
 )
 from degen_train.core.section import MAX_ITEMS, Instantiated, Open, Section, given_only
+from degen_train.evaluation.section import Pooling
 
 
 class CheckpointCallbackConfig(Instantiated):
@@ -92,7 +93,7 @@ class BestBySTSCallbackConfig(Instantiated):
     builds = ("degen_train.callbacks.best_sts.BestBySTS",)
     sts: Annotated[str | None, INPUT] = given_only()  # an STS file the run reads every few steps
     every_n_steps: Annotated[int | None, TRAINS] = given_only(ge=1)
-    pooling: Annotated[Literal["mean", "cls"] | None, TRAINS] = given_only()
+    pooling: Annotated[Pooling | None, TRAINS] = given_only()
 
 
 BEST_BY_STS_FSDP2_REFUSAL = (

@@ -6,9 +6,11 @@ import argparse
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import get_args
 
 from degen_train.core.arguments import layer_choice, whole
 from degen_train.core.source_reading import module_constant, module_doc
+from degen_train.evaluation.section import Pooling
 from degen_train.metrics.decoding_settings import DECODINGS, END_OF_TEXT, DecodingSettings
 
 # read from their modules' source: the command line is checked before torch loads (issue 73.1)
@@ -36,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="output directory for eval.json")
     parser.add_argument("--layer", default="last", type=layer_choice,
                         help="last | first_last | a layer index (0 = embeddings)")  # fmt: skip
-    parser.add_argument("--pooling", default="mean", choices=module_constant("degen_train.metrics.encode", "POOLINGS"),
+    parser.add_argument("--pooling", default="mean", choices=get_args(Pooling),
                         help="STS sentence vectors: token mean or [CLS]")  # fmt: skip
     parser.add_argument("--batch-size", type=whole(1, 65_536), default=32)
     parser.add_argument("--max-length", type=TOKENS, default=None)

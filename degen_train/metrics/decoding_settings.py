@@ -3,13 +3,14 @@ command line's defaults and choices here before it loads anything heavy."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, get_args
 
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass
 
-DECODINGS = ("greedy", "beam", "top_k", "nucleus", "contrastive")
-END_OF_TEXT = ("cut", "banned")  # cut: SimCTG's release (no minimum, cut at the first end-of-text); banned: none
+from degen_train.evaluation.section import Decoding, EndOfText
+
+DECODINGS, END_OF_TEXT = get_args(Decoding), get_args(EndOfText)  # declared with the eval section's fields
 Count = Annotated[int, Field(ge=1)]
 
 
@@ -25,5 +26,4 @@ class DecodingSettings:
     contrastive_k: Count = 8
     contrastive_alpha: Annotated[float, Field(ge=0, le=1)] = 0.6
     seed: int = 0  # the sampling decodings draw from torch's generator seeded with it
-    # END_OF_TEXT: SimCTG's release (cut), or every continuation at full length (banned)
-    end_of_text: Literal["cut", "banned"] = "cut"
+    end_of_text: EndOfText = "cut"  # SimCTG's release (cut), or every continuation at full length (banned)

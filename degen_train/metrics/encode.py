@@ -6,7 +6,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import torch
 from torch import Tensor
@@ -18,15 +18,15 @@ import degen_train.models  # noqa: F401 - registers the degen_<arch> types of ex
 from degen_train.core.handed_files import no_remote_code
 from degen_train.core.paths import links_in, shown_links
 from degen_train.data.tokenizer import load_tokenizer
+from degen_train.evaluation.section import Pooling, PoolingLayer
 from degen_train.models.loading import check_weights_fit_config
 
 log = logging.getLogger(__name__)
-POOLING_LAYERS = ("last", "first_last")
+POOLING_LAYERS, POOLINGS = get_args(PoolingLayer), get_args(Pooling)  # declared with the eval section's fields
 # A folder holds a tokenizer when it has one of these (fast, WordPiece, BPE, SentencePiece).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model",
                    "sentencepiece.bpe.model")  # fmt: skip
 MIN_VOCABULARY = 100  # fewer tokens: not a trained tokenizer (transformers builds a 5-token one from a config alone)
-POOLINGS = ("mean", "cls")
 
 
 @dataclass
