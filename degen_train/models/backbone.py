@@ -66,8 +66,8 @@ def build_hf_model(
     cfg = model_section(section)
     arch = model_architecture(cfg)
     variant = variant_settings(cfg.attention_variant, family=arch.family, arch=arch.name, length=sequence_length)
-    if with_nsp_head and next_sentence_refusal(arch.name):
-        raise ValueError(next_sentence_refusal(arch.name))
+    if with_nsp_head and (refusal := next_sentence_refusal(arch.name)):  # an init_from model's architecture
+        raise ValueError(refusal)
     if cfg.init_from:
         loader = (
             AutoModelForCausalLM
