@@ -91,12 +91,14 @@ def build_hf_model(
             )
         if trained_with is None:  # a stock model: the variant's fresh gates on its trained attention, as released
             install_attention_variant(model, variant, arch=arch.name)
+        if cfg.position_embeddings == "none":  # the ablation on the loaded model: its own table, where it has one
+            without_positions(model, f"model.init_from={cfg.init_from} ({arch.name})")
         # from_pretrained leaves eval mode: continued pretraining would run without dropout
         return pad_vocabulary(model, cfg.pad_vocab_to_multiple_of).train()
     model_class = arch.nsp_class if with_nsp_head else arch.model_class
     model = install_attention_variant(model_class(arch.make_config(cfg, tokenizer)), variant, arch=arch.name)
     if cfg.position_embeddings == "none":
-        without_positions(model)
+        without_positions(model, arch.name)
     return pad_vocabulary(model, cfg.pad_vocab_to_multiple_of)
 
 
@@ -110,11 +112,16 @@ def position_tables(model: nn.Module) -> list[nn.Embedding]:
             if isinstance(m, nn.Embedding) and name.rsplit(".", 1)[-1] in POSITION_TABLES]  # fmt: skip
 
 
-def without_positions(model: nn.Module) -> None:
+def without_positions(model: nn.Module, what: str) -> None:
     """Luo et al. 2021's ablation, model.position_embeddings=none: the learned absolute position table zeroed and
-    frozen (no gradient, so no optimizer moves it), so the model sees its tokens without their positions (the model
-    section refuses an architecture without one: models/section.LEARNED_POSITIONS)."""
-    for table in position_tables(model):
+    frozen (no gradient, so no optimizer moves it), so the model sees its tokens without their positions. The model
+    section refuses a fresh architecture without one (models/section.LEARNED_POSITIONS); a loaded model (``what``:
+    model.init_from's) is refused here."""
+    tables = position_tables(model)
+    if not tables:
+        raise ValueError(f"model.position_embeddings=none: {what} has no learned absolute position table (its "
+                         f"positions are rotary): set model.position_embeddings=learned")  # fmt: skip
+    for table in tables:
         with torch.no_grad():
             table.weight.zero_()
         table.weight.requires_grad_(False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -120,6 +122,23 @@ def test_a_model_without_position_embeddings_keeps_its_table_at_zero(arch: str) 
         with torch.no_grad():
             states, reordered = (model.base_model(input_ids=x).last_hidden_state for x in (ids, shuffled))
         assert torch.allclose(states.sort(dim=1).values, reordered.sort(dim=1).values, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_a_loaded_model_without_position_embeddings_is_zeroed_or_refused(arch: str, tmp_path: Path) -> None:
+    """model.position_embeddings=none with model.init_from: the loaded model's own learned table is zeroed and
+    frozen, as a fresh model's; a loaded model with rotary positions is refused, naming it (the section cannot know
+    a loaded model's architecture). Before, the setting was ignored in silence for every loaded model."""
+    cfg, tokenizer = tiny(arch)
+    build_hf_model(cfg.model, tokenizer=tokenizer, with_nsp_head=False).save_pretrained(tmp_path / arch)
+    loaded, _ = tiny(arch, f"model.init_from={tmp_path / arch}", "model.position_embeddings=none")
+    if arch == "llama":
+        with pytest.raises(ValueError, match=rf"model.init_from={tmp_path / arch} \(llama\) has no learned absolute"):
+            build_hf_model(loaded.model, tokenizer=tokenizer, with_nsp_head=False)
+        return
+    model = build_hf_model(loaded.model, tokenizer=tokenizer, with_nsp_head=False)
+    table = model.transformer.wpe.weight
+    assert not table.requires_grad and not table.any()
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
