@@ -78,7 +78,6 @@ class TrainConfig(Section):
     run_dir: Annotated[str | None, OUTPUT] = given_only()
     logger: Annotated[LoggersConfig | None, OUTPUT, group(OUTPUT)] = given_only()
     strategy: Annotated[StrategyConfig | None, LAUNCH, group(LAUNCH)] = given_only()
-    cluster: Annotated[dict[str, Any] | None, LAUNCH, group(LAUNCH)] = given_only()
     hydra: Annotated[dict[str, Any] | None, LAUNCH, group(LAUNCH)] = given_only()
     defaults: Annotated[list[Any] | None, LAUNCH] = given_only()  # a config file's own defaults list: its composition
     # a recipe's own inputs, interpolated into the keys that read them (recipes/tacl.yaml: teacher, simcse: start)
@@ -86,7 +85,7 @@ class TrainConfig(Section):
     start: Annotated[str | None, INPUT] = given_only()
     # Groups whose files set keys across sections (``# @package _global_``): the role of choosing one of their files
     GLOBAL_GROUPS: ClassVar[dict[str, Declared]] = {
-        "recipe": TRAINS, "method": TRAINS, "speed": TRAINS,
+        "recipe": TRAINS, "method": TRAINS, "speed": TRAINS, "cluster": LAUNCH,
         "debug": protection("the run's steps, checkpoints and validation", keeps=(None,)),  # no choice keeps them
     }  # fmt: skip
 
