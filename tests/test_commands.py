@@ -99,6 +99,7 @@ def test_the_other_commands_refuse_their_arguments_before_any_framework_loads(mo
     (["logger=wandb", "logger.wandb.mode=onlin"], "logger.wandb.mode='onlin': Input should be 'auto', 'online'"),
     (["strategy=fsdp", "strategy.mixed_precision=bf17"], "strategy.mixed_precision='bf17': Input should be 'bf16'"),
     (["model.attention=flash"], "model.attention='flash': not one of transformers' attention implementations"),
+    (["+sed=3"], "sed: not a setting of the config (did you mean seed?)"),  # was accepted, the run trained on
     (["trainer.devices=0"], "trainer.devices=0: give a count of devices (1 or more), -1 for every device"),
     (["--list"], "recipes (recipe=NAME):"),
     (["--help"], "degen-train"),

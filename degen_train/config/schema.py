@@ -35,7 +35,7 @@ from degen_train.core.roles import (
     group,
     protection,
 )
-from degen_train.core.section import Open, Section, describe_errors, given_only
+from degen_train.core.section import Closed, Section, describe_errors, given_only
 from degen_train.data.section import DataConfig, MaskingConfig
 from degen_train.evaluation.section import EvalConfig
 from degen_train.losses.section import TermSection
@@ -52,7 +52,8 @@ from degen_train.run.sections import (
 
 
 class TrainConfig(Section):
-    model_config = Open
+    # Closed: a top-level key no section declares (+sed=3 for seed) is refused, naming the nearest
+    model_config = Closed
     seed: Annotated[int, TRAINS] = Field(ge=0)
     ckpt_path: Annotated[str | None, LAUNCH_ALONE] = None  # a resume continues the run exactly
     branch_from: Annotated[str | None, INPUT] = None

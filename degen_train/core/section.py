@@ -9,7 +9,7 @@ was given (null: absent), so declaring a setting never adds it to what a constru
 from __future__ import annotations
 
 import difflib
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar, get_args
 
 from pydantic import (
     BaseModel,
@@ -120,11 +120,15 @@ def _unknown_setting(location: list[str], root: type[BaseModel], above: int) -> 
     """What to say of a key a closed section does not have: the nearest known key, and all of them."""
     section: Any = root
     for part in location[above:-1]:
-        section = section.model_fields[part].annotation
-    known = sorted(section.model_fields)
+        info = section.model_fields.get(part)
+        if info is None:  # a mapping's key (objective.NAME): the section of its values holds the next part
+            continue
+        section = next((c for c in (info.annotation, *get_args(info.annotation))  # an Optional's, a mapping's
+                        if isinstance(c, type) and issubclass(c, BaseModel)), section)  # fmt: skip
+    known = sorted(info.alias or name for name, info in section.model_fields.items())
     near = difflib.get_close_matches(location[-1], known, n=1)
     hint = f" (did you mean {'.'.join([*location[:-1], near[0]])}?)" if near else ""
-    return f"not a setting of {'.'.join(location[:-1])}{hint}; its settings: {', '.join(known)}"
+    return f"not a setting of {'.'.join(location[:-1]) or 'the config'}{hint}; its settings: {', '.join(known)}"
 
 
 def _found(tree: Any, path: list[str]) -> tuple[list[str], Any]:

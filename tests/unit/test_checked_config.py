@@ -133,3 +133,13 @@ def test_the_trainer_section_takes_exactly_the_precisions_lightning_declares() -
     with pytest.raises(ValueError, match="not one of Lightning's precisions .*input_value='bf17'"):
         TrainerConfig.model_validate({"max_steps": 1, "accumulate_grad_batches": 1, "log_every_n_steps": 1,
                                       "precision": "bf17"})  # fmt: skip
+
+
+def test_a_misspelt_key_is_named_at_the_top_and_below_an_optional_section() -> None:
+    """The config is closed at every level: a top-level key no section declares was accepted (the run trained on
+    with it), and a key below an Optional section (eval.finetune.run_glue) ended in an AttributeError."""
+    with pytest.raises(ValueError, match=r"sed: not a setting of the config \(did you mean seed\?\)"):
+        validate_config(load_config(["+sed=3"]))
+    with pytest.raises(ValueError, match=r"eval.finetune.run_glue.bogus: not a setting of eval.finetune.run_glue; "
+                                         r"its settings: batch_size, "):  # fmt: skip
+        validate_config(load_config(["+eval.finetune.run_glue.bogus=1"]))
