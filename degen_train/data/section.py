@@ -10,11 +10,11 @@ from omegaconf import DictConfig, OmegaConf
 from pydantic import Field, model_validator
 
 from degen_train.core.roles import INPUT, LAUNCH, LAUNCH_ALONE, OUTPUT, PRESENTATION, TRAINS, protection
-from degen_train.core.section import Closed, Open, Section, checked_section
+from degen_train.core.section import Closed, Section, checked_section
 
 
 class MaskingConfig(Section):
-    model_config = Open
+    model_config = Closed  # every key the collator reads (data/datamodule.py): a misspelt one is named
     probability: Annotated[float, TRAINS] = Field(gt=0, le=1)
     mask_fraction: Annotated[float, TRAINS] = Field(ge=0, le=1)
     random_fraction: Annotated[float, TRAINS] = Field(ge=0, le=1)

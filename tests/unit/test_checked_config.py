@@ -143,3 +143,5 @@ def test_a_misspelt_key_is_named_at_the_top_and_below_an_optional_section() -> N
     with pytest.raises(ValueError, match=r"eval.finetune.run_glue.bogus: not a setting of eval.finetune.run_glue; "
                                          r"its settings: batch_size, "):  # fmt: skip
         validate_config(load_config(["+eval.finetune.run_glue.bogus=1"]))
+    with pytest.raises(ValueError, match=r"masking.probabilty: not a setting of masking \(did you mean masking.prob"):
+        validate_config(load_config(["+masking.probabilty=0.2"]))  # was kept, and the collator read its 15%
