@@ -100,6 +100,8 @@ def test_the_other_commands_refuse_their_arguments_before_any_framework_loads(mo
     (["strategy=fsdp", "strategy.mixed_precision=bf17"], "strategy.mixed_precision='bf17': Input should be 'bf16'"),
     (["model.attention=flash"], "model.attention='flash': not one of transformers' attention implementations"),
     (["+sed=3"], "sed: not a setting of the config (did you mean seed?)"),  # was accepted, the run trained on
+    (["+optimizer.weight_decy=0.1"], "optimizer: weight_decy is not an argument of degen_train.optim.optimizer."
+                                     "build_optimizer (did you mean weight_decay?)"),  # was a TypeError 7 s in
     (["trainer.devices=0"], "trainer.devices=0: give a count of devices (1 or more), -1 for every device"),
     (["--list"], "recipes (recipe=NAME):"),
     (["--help"], "degen-train"),

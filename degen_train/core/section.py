@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from degen_train.core.roles import CODE
+from degen_train.core.source_reading import callable_keywords
 
 # Every number a config gives is finite: an inf or NaN (optimizer.lr=inf) would pass the range checks and fail
 # after data preparation, in a linear-algebra routine.
@@ -72,6 +73,22 @@ class Instantiated(Section):
     builds: ClassVar[tuple[str, ...]] = ()
     target: Annotated[str | None, CODE] = Field(default=None, alias="_target_", exclude_if=_is_none)
     partial: Annotated[bool | None, CODE] = Field(default=None, alias="_partial_", exclude_if=_is_none)
+
+    @model_validator(mode="after")
+    def keys_its_target_takes(self) -> Instantiated:
+        """Each key given is an argument of what ``_target_`` names, where its source says which (a misspelt
+        ``+optimizer.weight_decy`` was the constructor's TypeError once the data and the model were built)."""
+        takes = callable_keywords(self.target) if self.target else None
+        fields = type(self).model_fields
+        given = [fields[name].alias or name if name in fields else name  # a field by its key (validate, _target_)
+                 for name in (*self.model_fields_set, *(self.model_extra or {})) if name not in ("target", "partial")]
+        unknown = [name for name in given if takes is not None and name not in takes]
+        if unknown:
+            near = difflib.get_close_matches(unknown[0], takes, n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise ValueError(f"{unknown[0]} is not an argument of {self.target}{hint}; its arguments: "
+                             f"{', '.join(takes)}")  # fmt: skip
+        return self
 
 
 SectionT = TypeVar("SectionT", bound=BaseModel)

@@ -68,3 +68,20 @@ def module_literal_choices(module: str, name: str) -> tuple[Any, ...]:
             items = node.value.slice
             return tuple(ast.literal_eval(item) for item in (items.elts if isinstance(items, ast.Tuple) else [items]))
     raise KeyError(f"{module} assigns no Literal {name}")
+
+
+def callable_keywords(dotted: str) -> tuple[str, ...] | None:
+    """The keyword arguments the function or class ``dotted`` takes, read from its module's source: a function's
+    parameters, a class's own ``__init__``'s; None where its source alone cannot say (a ``**kwargs``, an inherited
+    ``__init__``, a name the module imports from elsewhere, a module not found)."""
+    module, _, name = dotted.rpartition(".")
+    try:
+        body = _tree(module).body
+    except (ModuleNotFoundError, SyntaxError, OSError, ValueError):
+        return None
+    node = next((n for n in body if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name == name), None)
+    if isinstance(node, ast.ClassDef):
+        node = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    if not isinstance(node, ast.FunctionDef) or node.args.kwarg is not None:
+        return None
+    return tuple(a.arg for a in (*node.args.args, *node.args.kwonlyargs) if a.arg != "self")

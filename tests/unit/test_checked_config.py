@@ -145,3 +145,22 @@ def test_a_misspelt_key_is_named_at_the_top_and_below_an_optional_section() -> N
         validate_config(load_config(["+eval.finetune.run_glue.bogus=1"]))
     with pytest.raises(ValueError, match=r"masking.probabilty: not a setting of masking \(did you mean masking.prob"):
         validate_config(load_config(["+masking.probabilty=0.2"]))  # was kept, and the collator read its 15%
+
+
+def test_a_built_sections_keys_are_its_targets_arguments_where_its_source_says() -> None:
+    """core/section.Instantiated: a key given to a section Hydra builds must be an argument of its _target_, read
+    from the target's source (core/source_reading.callable_keywords) before anything is imported; where the source
+    cannot say (a **kwargs, an inherited __init__, a name imported from elsewhere) the constructor decides."""
+    from degen_train.core.source_reading import callable_keywords
+
+    assert callable_keywords("degen_train.optim.schedule.build_scheduler")[:3] == ("optimizer", "schedule",
+                                                                                     "warmup_steps")  # fmt: skip
+    assert "spike_sigma" in callable_keywords("degen_train.callbacks.divergence.DivergenceGuard")  # its own __init__
+    assert callable_keywords("degen_train.callbacks.checkpoint.RunCheckpoint") is None  # **kwargs to Lightning's
+    assert callable_keywords("degen_train.callbacks.throughput.StepProgressBar") is None  # an inherited __init__
+    assert callable_keywords("lightning.pytorch.callbacks.LearningRateMonitor") is None  # defined elsewhere
+    with pytest.raises(ValueError, match=r"callbacks.divergence: spike_sigm is not an argument of degen_train\."
+                                         r"callbacks\.divergence\.DivergenceGuard \(did you mean spike_sigma\?\)"):
+        validate_config(load_config(["+callbacks.divergence.spike_sigm=3"]))
+    assert validate_config(load_config(["callbacks.weight_averaging.validate=both", "callbacks.weight_averaging."
+                                        "kind=ema"])).callbacks.weight_averaging.validate_with == "both"  # its key
