@@ -7,26 +7,17 @@ import inspect
 import re
 from collections.abc import Sequence
 
+from degen_train.core.source_reading import callable_keywords
+
 TRAINER_KEY = re.compile(r"^\+{0,2}trainer\.([A-Za-z]\w*)=")  # with Hydra's + or ++, or without
 
 
 def trainer_arguments() -> list[str]:
-    """lightning.pytorch.Trainer's keyword arguments, read from its source file's syntax tree (the command line is
-    checked before Lightning loads), else from the class itself."""
-    import ast
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.find_spec("lightning")  # a top-level package is found without running it
-    source = Path(spec.submodule_search_locations[0]) / "pytorch" / "trainer" / "trainer.py" if spec else None
-    if source is not None and source.is_file():
-        tree = ast.parse(source.read_text(encoding="utf-8"))
-        trainer = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Trainer"), None)
-        init = next((n for n in (trainer.body if trainer else []) if isinstance(n, ast.FunctionDef) and
-                     n.name == "__init__"), None)  # fmt: skip
-        if init is not None:
-            arguments = [*init.args.args, *init.args.kwonlyargs]
-            return [a.arg for a in arguments if a.arg != "self"]
+    """lightning.pytorch.Trainer's keyword arguments, read from its source (the command line is checked before
+    Lightning loads), else from the class itself."""
+    read = callable_keywords("lightning.pytorch.trainer.trainer.Trainer")
+    if read is not None:
+        return list(read)
     import lightning.pytorch as pl
 
     return [name for name in inspect.signature(pl.Trainer.__init__).parameters if name != "self"]

@@ -79,10 +79,12 @@ class Instantiated(Section):
         """Each key given is an argument of what ``_target_`` names, where its source says which (a misspelt
         ``+optimizer.weight_decy`` was the constructor's TypeError once the data and the model were built)."""
         takes = callable_keywords(self.target) if self.target else None
+        if takes is None:
+            return self
         fields = type(self).model_fields
         given = [fields[name].alias or name if name in fields else name  # a field by its key (validate, _target_)
                  for name in (*self.model_fields_set, *(self.model_extra or {})) if name not in ("target", "partial")]
-        unknown = [name for name in given if takes is not None and name not in takes]
+        unknown = [name for name in given if name not in takes]
         if unknown:
             near = difflib.get_close_matches(unknown[0], takes, n=1)
             hint = f" (did you mean {near[0]}?)" if near else ""
@@ -142,7 +144,7 @@ def _unknown_setting(location: list[str], root: type[BaseModel], above: int) -> 
             continue
         section = next((c for c in (info.annotation, *get_args(info.annotation))  # an Optional's, a mapping's
                         if isinstance(c, type) and issubclass(c, BaseModel)), section)  # fmt: skip
-    known = sorted(info.alias or name for name, info in section.model_fields.items())
+    known = sorted(field.alias or name for name, field in section.model_fields.items())
     near = difflib.get_close_matches(location[-1], known, n=1)
     hint = f" (did you mean {'.'.join([*location[:-1], near[0]])}?)" if near else ""
     return f"not a setting of {'.'.join(location[:-1]) or 'the config'}{hint}; its settings: {', '.join(known)}"

@@ -70,6 +70,7 @@ def module_literal_choices(module: str, name: str) -> tuple[Any, ...]:
     raise KeyError(f"{module} assigns no Literal {name}")
 
 
+@cache
 def callable_keywords(dotted: str) -> tuple[str, ...] | None:
     """The keyword arguments the function or class ``dotted`` takes, read from its module's source: a function's
     parameters, a class's own ``__init__``'s; None where its source alone cannot say (a ``**kwargs``, an inherited
